@@ -1,0 +1,67 @@
+// Command-line parsing for `exlagent <command>`: declared flags and positionals, `--help`,
+// and usage errors (unknown flags, missing values or arguments) as exl::UsageError.
+#pragma once
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/error.h"
+
+namespace exl {
+
+// A usage mistake; main prints the message and the command's usage line, exits 2.
+struct UsageError : Error {
+  using Error::Error;
+};
+
+struct FlagSpec {
+  std::string name;        // "--max-tokens"
+  std::string value_name;  // "N"; empty for a boolean switch
+  std::string help;
+  bool required = false;
+  bool repeatable = false;
+};
+
+struct CommandSpec {
+  std::string name;                     // "info"
+  std::string summary;                  // one line
+  std::vector<std::string> positionals;  // "MODEL_DIR"; a trailing "..." accepts any number
+  std::vector<FlagSpec> flags;
+  size_t min_positionals = 0;
+
+  std::string usage() const;  // "usage: exlagent info MODEL_DIR [--json]"
+  std::string help() const;   // usage + summary + one line per flag
+};
+
+struct ParsedArgs {
+  std::vector<std::string> positionals;
+  std::map<std::string, std::vector<std::string>> values;  // flag -> values ("" for switches)
+  bool help = false;
+
+  bool has(std::string_view flag) const { return values.count(std::string(flag)) > 0; }
+  std::optional<std::string> get(std::string_view flag) const;
+  std::string get_or(std::string_view flag, std::string dflt) const;
+  // Typed getters throw UsageError naming the flag when the value does not parse.
+  long long get_int(std::string_view flag, long long dflt) const;
+  double get_double(std::string_view flag, double dflt) const;
+};
+
+// Parses args (without the program and command names). Throws UsageError.
+ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args);
+
+}  // namespace exl
+
+#include <functional>
+
+namespace exl {
+
+// Runs one command: parses `args` by `spec`, prints help on --help (exit 0), prints the error and
+// the usage line on a UsageError (exit 2), and otherwise returns body's exit code. exl::Error
+// propagates to main (exit 1).
+int run_command(const CommandSpec& spec, std::span<const std::string> args,
+                const std::function<int(const ParsedArgs&)>& body);
+
+}  // namespace exl

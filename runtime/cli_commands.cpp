@@ -1,0 +1,16 @@
+#include "runtime/cli_commands.h"
+
+#include <array>
+
+namespace exl {
+
+std::span<const CliCommand> cli_commands() {
+  static const std::array table = {
+      CliCommand{"info", "describe a model directory (architecture, dims, weight formats, bits, sizes)", cli_info},
+      CliCommand{"tokenize", "encode text to token ids (JSON array)", cli_tokenize},
+      CliCommand{"detokenize", "decode a JSON array of token ids to text", cli_detokenize},
+  };
+  return table;
+}
+
+}  // namespace exl

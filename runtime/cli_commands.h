@@ -1,0 +1,21 @@
+// The table of `exlagent` subcommands. Each command lives in runtime/cli_<name>.cpp and exposes
+// one entry point taking the arguments after the command name and returning the exit code.
+#pragma once
+#include <span>
+#include <string>
+
+namespace exl {
+
+struct CliCommand {
+  const char* name;
+  const char* summary;
+  int (*run)(std::span<const std::string> args);
+};
+
+std::span<const CliCommand> cli_commands();
+
+int cli_info(std::span<const std::string> args);
+int cli_tokenize(std::span<const std::string> args);
+int cli_detokenize(std::span<const std::string> args);
+
+}  // namespace exl

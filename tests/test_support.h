@@ -1,0 +1,59 @@
+// Helpers shared by the tests: where the source tree and ../shared are, and skipping cleanly
+// when the shared assets are absent.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace exl::test {
+
+inline std::filesystem::path source_dir() { return EXL_SOURCE_DIR; }
+inline std::filesystem::path binary_dir() { return EXL_BINARY_DIR; }
+// ../shared beside the source tree, or $EXL_SHARED_DIR.
+inline std::filesystem::path shared_dir() {
+  if (const char* e = std::getenv("EXL_SHARED_DIR")) return e;
+  return source_dir().parent_path() / "shared";
+}
+
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::vector<float> read_f32(const std::filesystem::path& p) {
+  std::string s = read_file(p);
+  std::vector<float> v(s.size() / 4);
+  std::memcpy(v.data(), s.data(), v.size() * 4);
+  return v;
+}
+
+inline void write_file(const std::filesystem::path& p, const std::string& data) {
+  std::ofstream out(p, std::ios::binary);
+  out << data;
+}
+
+// A fresh empty directory under the build tree for one test.
+inline std::filesystem::path temp_dir(const std::string& name) {
+  auto d = binary_dir() / "test-tmp" / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace exl::test
+
+// Skips the current test unless ../shared/<rel> exists.
+#define EXL_REQUIRE_SHARED(rel)                                                                   \
+  do {                                                                                            \
+    if (!std::filesystem::exists(::exl::test::shared_dir() / (rel)))                              \
+      GTEST_SKIP() << "shared asset missing: " << (::exl::test::shared_dir() / (rel)).string()   \
+                   << " (tests read ../shared beside the source tree, or $EXL_SHARED_DIR)";       \
+  } while (0)
