@@ -1,0 +1,140 @@
+#include "engine/model.h"
+
+#include <cmath>
+
+#include "engine/linear_loader.h"
+#include "engine/rope.h"
+#include "kernels/error.h"
+
+namespace exl {
+
+struct Model::Layer {
+  Buffer attn_norm, mlp_norm;
+  std::unique_ptr<PreparedLinear> q, k, v, o, gate, up, down;
+};
+
+namespace {
+
+Buffer upload_vector(Backend& be, const std::vector<float>& v) {
+  Buffer b = be.alloc(v.size() * sizeof(float));
+  be.upload(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+}  // namespace
+
+Model::Model(const ModelDir& dir, Backend& backend) : dir_(dir), backend_(backend), cfg_(dir.config()) {
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
+  const int64_t QD = cfg_.num_heads * D, KVD = cfg_.num_kv_heads * D;
+  rope_ = make_rope_table(cfg_.rope, int(D), cfg_.max_position_embeddings);
+
+  auto emb = dir.require("model.embed_tokens.weight");
+  const int64_t emb_shape[2] = {cfg_.vocab_size, H};
+  EXL_CHECK(emb.info->shape == std::vector<int64_t>(emb_shape, emb_shape + 2), "engine: model: '", emb.file,
+            "': tensor 'model.embed_tokens.weight' has shape ", shape_to_string(emb.info->shape), ", expected ",
+            shape_to_string(emb_shape));
+  EXL_CHECK(emb.info->dtype == DType::f16 || emb.info->dtype == DType::bf16 || emb.info->dtype == DType::f32,
+            "engine: model: tensor 'model.embed_tokens.weight' has unsupported dtype ", to_string(emb.info->dtype));
+  embed_ = backend.prepare_embedding({cfg_.vocab_size, H, emb.info->dtype, emb.data.data()});
+
+  const int64_t hshape[1] = {H};
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const std::string p = cat("model.layers.", l, ".");
+    Layer L;
+    L.attn_norm = upload_vector(backend, load_f32(dir, p + "input_layernorm.weight", hshape));
+    L.mlp_norm = upload_vector(backend, load_f32(dir, p + "post_attention_layernorm.weight", hshape));
+    L.q = backend.prepare_linear(load_linear(dir, p + "self_attn.q_proj", H, QD));
+    L.k = backend.prepare_linear(load_linear(dir, p + "self_attn.k_proj", H, KVD));
+    L.v = backend.prepare_linear(load_linear(dir, p + "self_attn.v_proj", H, KVD));
+    L.o = backend.prepare_linear(load_linear(dir, p + "self_attn.o_proj", QD, H));
+    L.gate = backend.prepare_linear(load_linear(dir, p + "mlp.gate_proj", H, I));
+    L.up = backend.prepare_linear(load_linear(dir, p + "mlp.up_proj", H, I));
+    L.down = backend.prepare_linear(load_linear(dir, p + "mlp.down_proj", I, H));
+    layers_.push_back(std::move(L));
+  }
+  final_norm_ = upload_vector(backend, load_f32(dir, "model.norm.weight", hshape));
+  head_ = backend.prepare_linear(load_linear(dir, "lm_head", H, cfg_.vocab_size));
+}
+
+Model::~Model() = default;
+
+KvLayout Model::kv_layout(KvFormat format, int page_size) const {
+  KvLayout l;
+  l.n_layers = int(cfg_.num_layers);
+  l.n_kv_heads = int(cfg_.num_kv_heads);
+  l.head_dim = int(cfg_.head_dim);
+  l.page_size = page_size;
+  l.format = format;
+  return l;
+}
+
+std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& pool) {
+  Backend& be = backend_;
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, V = cfg_.vocab_size;
+  const int NH = int(cfg_.num_heads), NKV = int(cfg_.num_kv_heads);
+  const int64_t QD = NH * D, KVD = NKV * D;
+  const int page_size = pool.layout.page_size;
+
+  std::vector<int32_t> ids, positions, slots;
+  std::vector<SeqAttn> seqs;
+  std::vector<int64_t> logit_rows;
+  for (const ForwardSeq& s : batch) {
+    EXL_CHECK(!s.tokens.empty(), "engine: model: forward: empty sequence in batch");
+    const int64_t end = s.pos_start + int64_t(s.tokens.size());
+    EXL_CHECK(int64_t(s.page_table.size()) * page_size >= end, "engine: model: forward: page table of ",
+              s.page_table.size(), " pages cannot hold ", end, " positions");
+    SeqAttn a;
+    a.token_begin = int64_t(ids.size());
+    a.n_tokens = int64_t(s.tokens.size());
+    a.pos_start = s.pos_start;
+    a.page_table = s.page_table;
+    seqs.push_back(a);
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      EXL_CHECK(s.tokens[i] >= 0 && s.tokens[i] < V, "engine: model: token id ", s.tokens[i], " out of range [0, ", V, ")");
+      const int64_t pos = s.pos_start + int64_t(i);
+      ids.push_back(s.tokens[i]);
+      positions.push_back(int32_t(pos));
+      slots.push_back(s.page_table[size_t(pos / page_size)] * page_size + int32_t(pos % page_size));
+      if (s.all_logits || i + 1 == s.tokens.size()) logit_rows.push_back(a.token_begin + int64_t(i));
+    }
+  }
+  const int64_t T = int64_t(ids.size());
+  Buffer x = be.alloc(size_t(T * H) * 4), xn = be.alloc(size_t(T * H) * 4);
+  Buffer q = be.alloc(size_t(T * QD) * 4), k = be.alloc(size_t(T * KVD) * 4), v = be.alloc(size_t(T * KVD) * 4);
+  Buffer att = be.alloc(size_t(T * QD) * 4), tmp = be.alloc(size_t(T * H) * 4);
+  Buffer g = be.alloc(size_t(T * I) * 4), u = be.alloc(size_t(T * I) * 4);
+
+  be.embedding(*embed_, ids, x.f32());
+  const float eps = float(cfg_.rms_norm_eps), scale = float(1.0 / std::sqrt(double(D)));
+  const int window = cfg_.sliding_window ? int(*cfg_.sliding_window) : 0;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    be.rms_norm(x.f32(), L.attn_norm.f32(), xn.f32(), T, H, eps);
+    be.linear(*L.q, xn.f32(), q.f32(), T);
+    be.linear(*L.k, xn.f32(), k.f32(), T);
+    be.linear(*L.v, xn.f32(), v.f32(), T);
+    be.rope(q.f32(), T, NH, int(D), positions, rope_);
+    be.rope(k.f32(), T, NKV, int(D), positions, rope_);
+    be.kv_write(pool, int(l), k.f32(), v.f32(), slots);
+    be.attention(pool, int(l), q.f32(), att.f32(), seqs, NH, scale, window);
+    be.linear(*L.o, att.f32(), tmp.f32(), T);
+    be.add(x.f32(), tmp.f32(), T * H);
+    be.rms_norm(x.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
+    be.linear(*L.gate, xn.f32(), g.f32(), T);
+    be.linear(*L.up, xn.f32(), u.f32(), T);
+    be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
+    be.linear(*L.down, g.f32(), tmp.f32(), T);
+    be.add(x.f32(), tmp.f32(), T * H);
+  }
+  // Final norm and head only for the rows whose logits are wanted.
+  const int64_t R = int64_t(logit_rows.size());
+  Buffer last = be.alloc(size_t(R * H) * 4), logits = be.alloc(size_t(R * V) * 4);
+  for (int64_t r = 0; r < R; ++r)
+    be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, 1, H, eps);
+  be.linear(*head_, last.f32(), logits.f32(), R);
+  std::vector<float> out(size_t(R * V));
+  be.download(out.data(), logits.data(), out.size() * 4);
+  return out;
+}
+
+}  // namespace exl

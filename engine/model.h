@@ -1,0 +1,50 @@
+// A decoder-only transformer (Llama / Mistral / Qwen2) on a Backend. The architecture differences
+// are data (biases, tied head, rope type, sliding window). Built once from a ModelDir, whose mapped
+// weights must outlive it; forward() is called by one thread (the engine thread).
+#pragma once
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/model_dir.h"
+#include "kernels/backend.h"
+
+namespace exl {
+
+// One sequence's part of a forward batch: `tokens` are at positions pos_start.., and their K/V go
+// to the cache through `page_table`, which must cover positions [0, pos_start + tokens.size()).
+struct ForwardSeq {
+  std::span<const int32_t> tokens;
+  int64_t pos_start = 0;
+  std::span<const int32_t> page_table;
+  bool all_logits = false;  // logits for every token, else only for the last one
+};
+
+class Model {
+ public:
+  Model(const ModelDir& dir, Backend& backend);
+  ~Model();
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() const { return backend_; }
+  int64_t vocab_size() const { return cfg_.vocab_size; }
+  // The cache layout this model needs, for a given storage format and page size.
+  KvLayout kv_layout(KvFormat format, int page_size) const;
+
+  // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
+  // memory, in batch order: [Σ (all_logits ? n_tokens : 1), vocab].
+  std::vector<float> forward(std::span<const ForwardSeq> batch, KvPool& pool);
+
+ private:
+  struct Layer;
+  const ModelDir& dir_;
+  Backend& backend_;
+  ModelConfig cfg_;
+  RopeTable rope_;
+  std::unique_ptr<PreparedEmbedding> embed_;
+  std::vector<Layer> layers_;
+  Buffer final_norm_;
+  std::unique_ptr<PreparedLinear> head_;
+};
+
+}  // namespace exl

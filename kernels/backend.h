@@ -1,0 +1,137 @@
+// The op set a transformer step needs, behind one interface implemented by the CPU backend
+// (kernels/cpu/) and the CUDA backend (kernels/cuda/). A Backend is owned and called by one thread
+// (the engine thread). Conventions for every op:
+//   - float tensors are row-major fp32 in backend memory (from alloc()); shapes in comments;
+//   - integer metadata (token ids, positions, cache slots, page tables) are host memory;
+//   - ops are asynchronous on backends that can be; download() and synchronize() wait.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/dtype.h"
+#include "kernels/kv_layout.h"
+#include "kernels/linear_weights.h"
+
+namespace exl {
+
+// RAII allocation of backend memory.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* p, size_t bytes, std::function<void(void*)> free_fn)
+      : p_(p), bytes_(bytes), free_(std::move(free_fn)) {}
+  Buffer(Buffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_), free_(std::move(o.free_)) { o.p_ = nullptr; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = o.p_;
+      bytes_ = o.bytes_;
+      free_ = std::move(o.free_);
+      o.p_ = nullptr;
+    }
+    return *this;
+  }
+  ~Buffer() { reset(); }
+  void reset() {
+    if (p_ && free_) free_(p_);
+    p_ = nullptr;
+  }
+  void* data() const { return p_; }
+  float* f32() const { return static_cast<float*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+  std::function<void(void*)> free_;
+};
+
+// A linear layer's weights in the backend's preferred in-memory form.
+class PreparedLinear {
+ public:
+  virtual ~PreparedLinear() = default;
+  int64_t in_features = 0, out_features = 0;
+};
+
+// Token embedding table [vocab, dim] as stored on disk (f16, bf16 or f32).
+struct EmbeddingWeights {
+  int64_t vocab = 0, dim = 0;
+  DType dtype = DType::f16;
+  const void* data = nullptr;
+};
+class PreparedEmbedding {
+ public:
+  virtual ~PreparedEmbedding() = default;
+  int64_t vocab = 0, dim = 0;
+};
+
+// Paged K/V storage of `num_pages` pages in KvLayout's format.
+class KvPool {
+ public:
+  virtual ~KvPool() = default;
+  KvLayout layout;
+  int num_pages = 0;
+};
+
+// Rotary embedding: angle(pos, i) = pos · inv_freq[i] for i < head_dim/2; cos and sin are
+// multiplied by attn_factor (yarn). Pairs are (i, i + head_dim/2) ("rotate_half", HF layout).
+struct RopeTable {
+  std::vector<float> inv_freq;  // [head_dim / 2]
+  float attn_factor = 1.0f;
+};
+
+// One sequence of an attention batch: its new tokens are rows [token_begin, token_begin+n_tokens)
+// of q, at positions pos_start.. ; they attend causally to positions [0, pos]. The cache holds
+// positions [0, pos_start + n_tokens) through `page_table` (page ids, page_size slots each).
+struct SeqAttn {
+  int64_t token_begin = 0;
+  int64_t n_tokens = 0;
+  int64_t pos_start = 0;
+  std::span<const int32_t> page_table;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  virtual Buffer alloc(size_t bytes) = 0;
+  virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
+  virtual void synchronize() {}
+
+  virtual std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) = 0;
+  virtual std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) = 0;
+  virtual std::unique_ptr<KvPool> alloc_kv_pool(const KvLayout& layout, int num_pages) = 0;
+
+  // out[n, dim] = table[ids[n]]; ids are host memory and < vocab.
+  virtual void embedding(const PreparedEmbedding& e, std::span<const int32_t> ids, float* out) = 0;
+  // y[rows, dim] = x / sqrt(mean(x²) + eps) ⊙ w[dim]   (x and y may alias)
+  virtual void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) = 0;
+  // y[rows, N] = x[rows, K] · Wᵀ (+ bias)
+  virtual void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) = 0;
+  // In place on x[rows, n_heads·head_dim]; positions[rows] host memory.
+  virtual void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
+                    const RopeTable& table) = 0;
+  // out[n] = silu(gate[n]) · up[n]
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // x[n] += y[n]
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Stores k, v [n_tokens, kv_heads·head_dim] of `layer` into cache slots (page·page_size + offset).
+  virtual void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) = 0;
+  // out[T, n_heads·head_dim] = softmax(q·Kᵀ·scale) V per sequence, causal, reading K/V of `layer` from the
+  // pool. Query head h uses kv head h / (n_heads / kv_heads). sliding_window > 0 limits each token to
+  // the last `sliding_window` positions.
+  virtual void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
+                         int n_heads, float scale, int sliding_window) = 0;
+};
+
+// The CPU backend (always available). n_threads <= 0 uses all hardware threads.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+
+}  // namespace exl
