@@ -17,5 +17,6 @@ std::span<const CliCommand> cli_commands();
 int cli_info(std::span<const std::string> args);
 int cli_tokenize(std::span<const std::string> args);
 int cli_detokenize(std::span<const std::string> args);
+int cli_logits(std::span<const std::string> args);
 
 }  // namespace exl
