@@ -249,10 +249,12 @@ void Sampler::keep_top_p() {
   const size_t n = cands_.size();
   size_t sorted = 0, i = 0, k = std::min<size_t>(n, 64);
   double cum = 0.0;
-  // Sort lazily: the nucleus is usually a short prefix of a large vocabulary.
+  // Sort lazily in growing batches: the nucleus is usually a short prefix of a large vocabulary.
+  // Each batch is selected from the unsorted rest (linear) and then sorted.
   for (;;) {
-    std::partial_sort(cands_.begin() + std::ptrdiff_t(sorted), cands_.begin() + std::ptrdiff_t(k),
-                      cands_.end(), by_rank);
+    const auto first = cands_.begin() + std::ptrdiff_t(sorted), last = cands_.begin() + std::ptrdiff_t(k);
+    if (k < n) std::nth_element(first, last - 1, cands_.end(), by_rank);
+    std::sort(first, last, by_rank);
     for (; i < k; ++i) {
       cum += cands_[i].p;
       if (cum >= target) {

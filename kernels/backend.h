@@ -124,6 +124,8 @@ class Backend {
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // Stores k, v [n_tokens, kv_heads·head_dim] of `layer` into cache slots (page·page_size + offset).
   virtual void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) = 0;
+  // Copies token slots [0, n_rows) of page `from` into page `to` (copy on write of a shared page).
+  virtual void kv_copy(KvPool& pool, int from, int to, int n_rows) = 0;
   // out[T, n_heads·head_dim] = softmax(q·Kᵀ·scale) V per sequence, causal, reading K/V of `layer` from the
   // pool. Query head h uses kv head h / (n_heads / kv_heads). sliding_window > 0 limits each token to
   // the last `sliding_window` positions.

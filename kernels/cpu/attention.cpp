@@ -93,6 +93,16 @@ void kv_write(const KvLayout& L, std::byte* pool, int layer, const float* k, con
   }
 }
 
+void kv_copy_rows(const KvLayout& L, std::byte* pool, int from, int to, int n_rows) {
+  for (int layer = 0; layer < L.n_layers; ++layer)
+    for (int kv = 0; kv < 2; ++kv)
+      for (int h = 0; h < L.n_kv_heads; ++h) {
+        const size_t vec = L.vec_index(layer, kv, h, 0);
+        std::memcpy(vec_data(L, pool, to, vec), vec_data(L, pool, from, vec), size_t(n_rows) * L.vec_bytes());
+        std::memcpy(vec_scales(L, pool, to, vec), vec_scales(L, pool, from, vec), size_t(n_rows) * L.vec_scale_bytes());
+      }
+}
+
 void kv_read(const KvLayout& L, const std::byte* pool, int layer, int kv, int head,
              std::span<const int32_t> page_table, int64_t n_pos, float* out) {
   auto* p = const_cast<std::byte*>(pool);

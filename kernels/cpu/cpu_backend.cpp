@@ -78,6 +78,10 @@ class CpuBackend final : public Backend {
     auto& p = static_cast<CpuKvPool&>(pool);
     cpu::kv_write(p.layout, p.data(), layer, k, v, slots);
   }
+  void kv_copy(KvPool& pool, int from, int to, int n_rows) override {
+    auto& p = static_cast<CpuKvPool&>(pool);
+    cpu::kv_copy_rows(p.layout, p.data(), from, to, n_rows);
+  }
   void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                  int n_heads, float scale, int sliding_window) override {
     const auto& p = static_cast<const CpuKvPool&>(pool);

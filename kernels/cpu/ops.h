@@ -27,6 +27,8 @@ void add(float* x, const float* y, int64_t n);
 // Paged KV storage on host memory: `pool` is num_pages · layout.page_bytes() bytes.
 void kv_write(const KvLayout& layout, std::byte* pool, int layer, const float* k, const float* v,
               std::span<const int32_t> slots);
+// Copies token slots [0, n_rows) of page `from` to page `to`, every layer, K and V, every head.
+void kv_copy_rows(const KvLayout& layout, std::byte* pool, int from, int to, int n_rows);
 // Reads positions [0, n_pos) of (layer, kv, head) for a sequence into out[n_pos, head_dim].
 void kv_read(const KvLayout& layout, const std::byte* pool, int layer, int kv, int head,
              std::span<const int32_t> page_table, int64_t n_pos, float* out);
