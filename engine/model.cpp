@@ -26,6 +26,9 @@ Buffer upload_vector(Backend& be, const std::vector<float>& v) {
 Model::Model(const ModelDir& dir, Backend& backend) : dir_(dir), backend_(backend), cfg_(dir.config()) {
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
   const int64_t QD = cfg_.num_heads * D, KVD = cfg_.num_kv_heads * D;
+  identity_ = std::filesystem::absolute(dir.path()).lexically_normal().string();
+  for (const auto& f : dir.files())
+    identity_ += cat("|", f->path().filename().string(), ":", std::filesystem::file_size(f->path()));
   rope_ = make_rope_table(cfg_.rope, int(D), cfg_.max_position_embeddings);
 
   auto emb = dir.require("model.embed_tokens.weight");

@@ -28,6 +28,8 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() const { return backend_; }
   int64_t vocab_size() const { return cfg_.vocab_size; }
+  // Identifies the weights (directory, tensor files and their sizes) for prefix-cache keys.
+  const std::string& identity() const { return identity_; }
   // The cache layout this model needs, for a given storage format and page size.
   KvLayout kv_layout(KvFormat format, int page_size) const;
 
@@ -40,6 +42,7 @@ class Model {
   const ModelDir& dir_;
   Backend& backend_;
   ModelConfig cfg_;
+  std::string identity_;
   RopeTable rope_;
   std::unique_ptr<PreparedEmbedding> embed_;
   std::vector<Layer> layers_;

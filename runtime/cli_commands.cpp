@@ -9,6 +9,8 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"info", "describe a model directory (architecture, dims, weight formats, bits, sizes)", cli_info},
       CliCommand{"tokenize", "encode text to token ids (JSON array)", cli_tokenize},
       CliCommand{"detokenize", "decode a JSON array of token ids to text", cli_detokenize},
+      CliCommand{"generate", "generate text from a prompt, streamed to stdout", cli_generate},
+      CliCommand{"bench", "measure prefill and decode speed and the prefix-cache speed-up", cli_bench},
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };
   return table;

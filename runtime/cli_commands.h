@@ -18,5 +18,7 @@ int cli_info(std::span<const std::string> args);
 int cli_tokenize(std::span<const std::string> args);
 int cli_detokenize(std::span<const std::string> args);
 int cli_logits(std::span<const std::string> args);
+int cli_generate(std::span<const std::string> args);
+int cli_bench(std::span<const std::string> args);
 
 }  // namespace exl

@@ -1,0 +1,298 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/detokenizer.h"
+#include "kernels/error.h"
+
+namespace exl {
+
+std::string to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop_token: return "stop_token";
+    case FinishReason::stop_string: return "stop_string";
+    case FinishReason::max_tokens: return "max_tokens";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+struct Generator::Active {
+  uint64_t id = 0;
+  GenerationJob job;
+  Sampler sampler;
+  Detokenizer detok;
+  SeqId seq = 0;
+  std::vector<int32_t> tokens;  // prompt + generated, in order
+  int64_t n_done = 0;           // tokens whose K/V are in the cache
+  std::string held;             // text held back for stop strings
+  GenerationStats stats;
+  Clock::time_point submitted, first_token;
+  bool finished = false;
+
+  Active(uint64_t id_, GenerationJob j, const Tokenizer& tok)
+      : id(id_), job(std::move(j)), sampler(job.sampling), detok(tok, !has_text(tok, job.prompt), true) {}
+  // Whether the prompt shows any text, so the first generated token continues it.
+  static bool has_text(const Tokenizer& tok, const std::vector<int32_t>& prompt) {
+    for (int32_t t : prompt)
+      if (!tok.is_special(t)) return true;
+    return false;
+  }
+  bool prefilling() const { return n_done < int64_t(job.prompt.size()); }
+};
+
+Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions options)
+    : model_(model), tok_(tokenizer), opts_(options) {
+  EXL_CHECK(opts_.page_size > 0 && opts_.num_pages > 0 && opts_.max_batch_seqs > 0 && opts_.max_step_tokens > 0,
+            "engine: generator: page_size, num_pages, max_batch_seqs and max_step_tokens must be positive");
+  KvLayout layout = model.kv_layout(opts_.cache_format, opts_.page_size);
+  pool_ = model.backend().alloc_kv_pool(layout, opts_.num_pages);
+  CacheConfig pc;
+  pc.n_layers = layout.n_layers;
+  pc.n_kv_heads = layout.n_kv_heads;
+  pc.head_dim = layout.head_dim;
+  pc.page_size = opts_.page_size;
+  pc.n_pages = opts_.num_pages;
+  pc.format = opts_.cache_format;
+  pc.model_hash = std::hash<std::string>{}(model.identity());
+  cache_ = std::make_unique<PageCache>(pc);
+  cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.backend().kv_copy(*pool_, from, to, n); });
+}
+
+Generator::~Generator() { stop(); }
+
+uint64_t Generator::submit(GenerationJob job) {
+  std::lock_guard lk(mu_);
+  const uint64_t id = next_id_++;
+  queue_.emplace_back(id, std::move(job));
+  cv_.notify_one();
+  return id;
+}
+
+void Generator::cancel(uint64_t job) {
+  std::lock_guard lk(mu_);
+  cancelled_.push_back(job);
+  cv_.notify_one();
+}
+
+void Generator::finish(Active& a, FinishReason r, std::string error) {
+  if (a.finished) return;
+  a.finished = true;
+  if (r != FinishReason::stop_string && r != FinishReason::error && !a.held.empty()) {
+    GenerationEvent t;
+    t.type = GenerationEvent::Type::token;
+    t.job = a.id;
+    t.text = std::move(a.held);
+    a.held.clear();
+    if (a.job.on_event) a.job.on_event(t);
+  }
+  cache_->release(a.seq);
+  GenerationEvent e;
+  e.type = GenerationEvent::Type::done;
+  e.job = a.id;
+  e.reason = r;
+  e.error = std::move(error);
+  e.stats = a.stats;
+  if (a.job.on_event) a.job.on_event(e);
+}
+
+void Generator::emit_token(Active& a, int32_t token) {
+  const auto now = Clock::now();
+  if (a.stats.n_generated == 0) {
+    a.first_token = now;
+    a.stats.ttft_s = seconds(a.submitted, now);
+  }
+  ++a.stats.n_generated;
+  a.stats.decode_s = seconds(a.first_token, now);
+  a.tokens.push_back(token);
+  a.sampler.accept(token);
+  if (a.job.mask) a.job.mask->accept(token);
+
+  const bool is_stop = std::find(a.job.stop_tokens.begin(), a.job.stop_tokens.end(), token) != a.job.stop_tokens.end();
+  std::string text = (is_stop && !a.job.include_stop_token_text) ? a.detok.flush() : a.detok.push(token);
+  if (is_stop && a.job.include_stop_token_text) text += a.detok.flush();
+  a.held += text;
+
+  // Stop strings: cut at the first full match; hold back a suffix that may start one.
+  size_t cut = std::string::npos;
+  for (const auto& s : a.job.stop_strings)
+    if (!s.empty())
+      if (size_t p = a.held.find(s); p != std::string::npos) cut = std::min(cut, p);
+  GenerationEvent ev;
+  ev.type = GenerationEvent::Type::token;
+  ev.job = a.id;
+  ev.token = token;
+  if (cut != std::string::npos) {
+    ev.text = a.held.substr(0, cut);
+    a.held.clear();
+    if (a.job.on_event) a.job.on_event(ev);
+    finish(a, FinishReason::stop_string);
+    return;
+  }
+  size_t keep = 0;
+  for (const auto& s : a.job.stop_strings)
+    for (size_t k = std::min(s.size() - 1, a.held.size()); k > keep; --k)
+      if (a.held.compare(a.held.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  ev.text = a.held.substr(0, a.held.size() - keep);
+  a.held.erase(0, a.held.size() - keep);
+  if (a.job.on_event) a.job.on_event(ev);
+  if (is_stop) finish(a, FinishReason::stop_token);
+  else if (a.stats.n_generated >= a.job.max_new_tokens) finish(a, FinishReason::max_tokens);
+}
+
+void Generator::admit() {
+  std::vector<std::pair<uint64_t, GenerationJob>> fresh;
+  std::vector<uint64_t> cancels;
+  {
+    std::lock_guard lk(mu_);
+    while (!queue_.empty() && int(active_.size() + fresh.size()) < opts_.max_batch_seqs) {
+      fresh.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    cancels.swap(cancelled_);
+  }
+  for (auto& [id, job] : fresh) {
+    auto submitted = Clock::now();
+    std::unique_ptr<Active> a;
+    try {
+      EXL_CHECK(!job.prompt.empty(), "engine: generator: job ", id, " has an empty prompt");
+      for (int32_t t : job.prompt)
+        EXL_CHECK(t >= 0 && t < model_.vocab_size(), "engine: generator: job ", id, ": prompt token ", t,
+                  " out of range [0, ", model_.vocab_size(), ")");
+      EXL_CHECK(job.max_new_tokens > 0, "engine: generator: job ", id, ": max_new_tokens must be positive");
+      validate(job.sampling, model_.vocab_size());
+      a = std::make_unique<Active>(id, std::move(job), tok_);
+    } catch (const Error& e) {
+      GenerationEvent ev;
+      ev.type = GenerationEvent::Type::done;
+      ev.job = id;
+      ev.reason = FinishReason::error;
+      ev.error = e.what();
+      if (job.on_event) job.on_event(ev);
+      continue;
+    }
+    a->submitted = submitted;
+    a->tokens = a->job.prompt;
+    a->sampler.accept(a->job.prompt);
+    a->seq = cache_->create_sequence();
+    a->n_done = cache_->match_prefix(a->seq, a->job.prompt);
+    a->stats.n_prompt_tokens = int64_t(a->job.prompt.size());
+    a->stats.n_cached_tokens = a->n_done;
+    active_.push_back(std::move(a));
+  }
+  for (uint64_t c : cancels)
+    for (auto& a : active_)
+      if (a->id == c) finish(*a, FinishReason::cancelled);
+}
+
+bool Generator::step() {
+  admit();
+  std::erase_if(active_, [](const auto& a) { return a->finished; });
+  if (active_.empty()) return false;
+
+  // Decodes first (one token each), then prefill chunks within the token budget.
+  struct Planned {
+    Active* a;
+    int64_t n;
+  };
+  std::vector<Planned> plan;
+  int64_t budget = opts_.max_step_tokens;
+  for (auto& a : active_)
+    if (!a->prefilling() && budget > 0) {
+      plan.push_back({a.get(), 1});
+      --budget;
+    }
+  for (auto& a : active_)
+    if (a->prefilling() && budget > 0) {
+      const int64_t n = std::min<int64_t>(budget, int64_t(a->job.prompt.size()) - a->n_done);
+      plan.push_back({a.get(), n});
+      budget -= n;
+    }
+  // Reserve cache pages; a job that cannot get pages waits, unless nothing else can run.
+  std::vector<Planned> ready;
+  for (auto& p : plan) {
+    if (cache_->reserve(p.a->seq, p.a->n_done + p.n)) ready.push_back(p);
+  }
+  if (ready.empty()) {
+    for (auto& p : plan)
+      finish(*p.a, FinishReason::error,
+             cat("engine: generator: out of KV cache pages (", opts_.num_pages, " pages of ", opts_.page_size,
+                 " tokens); raise the cache budget"));
+    return true;
+  }
+
+  std::vector<ForwardSeq> batch;
+  for (auto& p : ready) {
+    ForwardSeq s;
+    s.tokens = std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->n_done), size_t(p.n));
+    s.pos_start = p.a->n_done;
+    s.page_table = cache_->page_table(p.a->seq);
+    batch.push_back(s);
+  }
+  std::vector<float> logits;
+  try {
+    logits = model_.forward(batch, *pool_);
+  } catch (const Error& e) {
+    for (auto& p : ready) finish(*p.a, FinishReason::error, e.what());
+    return true;
+  }
+  const int64_t V = model_.vocab_size();
+  std::vector<uint32_t> mask;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    Active& a = *ready[i].a;
+    cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), size_t(ready[i].n)));
+    a.n_done += ready[i].n;
+    if (a.prefilling() || a.finished) continue;
+    std::span<float> row(logits.data() + int64_t(i) * V, size_t(V));
+    try {
+      std::span<const uint32_t> m;
+      if (a.job.mask) {
+        mask.assign(mask_words(size_t(V)), 0u);
+        a.job.mask->fill_mask(mask);
+        m = mask;
+      }
+      emit_token(a, a.sampler.sample(row, m));
+    } catch (const Error& e) {
+      finish(a, FinishReason::error, e.what());
+    }
+  }
+  std::erase_if(active_, [](const auto& a) { return a->finished; });
+  return true;
+}
+
+void Generator::run_until_idle() {
+  for (;;) {
+    if (step()) continue;
+    std::lock_guard lk(mu_);
+    if (queue_.empty()) return;
+  }
+}
+
+void Generator::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] {
+    while (running_) {
+      if (step()) continue;
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return !running_ || !queue_.empty() || !cancelled_.empty(); });
+    }
+  });
+}
+
+void Generator::stop() {
+  if (!running_.exchange(false)) return;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace exl

@@ -1,0 +1,121 @@
+// Continuous-batching generation on one Model: jobs in, events out. Each step admits queued
+// jobs (reusing cached prefix pages), builds one batch of decode tokens and prefill chunks, runs
+// the forward pass, samples, and reports tokens and text.
+//
+// Threads: submit() and cancel() may be called from any thread. step() runs on one thread at a
+// time — either the caller's (tests, single-shot CLIs) or the generator's own after start().
+// Event callbacks run on the stepping thread and must not block or call back into step().
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/page_cache.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace exl {
+
+// Constrains sampling for one job (the grammar engine implements it). fill_mask sets the bit of
+// every token allowed next (mask has mask_words(vocab) words, all bits clear on entry); accept
+// is told every token the job emits.
+class LogitsMaskHook {
+ public:
+  virtual ~LogitsMaskHook() = default;
+  virtual void fill_mask(std::span<uint32_t> mask) = 0;
+  virtual void accept(int32_t token) = 0;
+};
+
+enum class FinishReason : uint8_t { stop_token, stop_string, max_tokens, cancelled, error };
+std::string to_string(FinishReason r);
+
+struct GenerationStats {
+  int64_t n_prompt_tokens = 0;
+  int64_t n_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t n_generated = 0;
+  double ttft_s = 0;            // submit → first sampled token
+  double decode_s = 0;          // first → last token
+  double tokens_per_s() const { return decode_s > 0 && n_generated > 1 ? double(n_generated - 1) / decode_s : 0; }
+};
+
+struct GenerationEvent {
+  enum class Type : uint8_t { token, done };
+  Type type = Type::token;
+  uint64_t job = 0;
+  int32_t token = -1;  // token events
+  std::string text;    // token events: newly complete text (may be empty while held back)
+  FinishReason reason = FinishReason::max_tokens;  // done events
+  std::string error;   // done events with reason error
+  GenerationStats stats;
+};
+
+struct GenerationJob {
+  std::vector<int32_t> prompt;  // must be non-empty
+  SamplerSettings sampling;
+  int32_t max_new_tokens = 256;
+  std::vector<int32_t> stop_tokens;       // generation ends after emitting one of these
+  std::vector<std::string> stop_strings;  // text ends before the first match
+  bool include_stop_token_text = false;   // emit the stop token's text
+  std::shared_ptr<LogitsMaskHook> mask;
+  std::function<void(const GenerationEvent&)> on_event;
+};
+
+struct GeneratorOptions {
+  KvFormat cache_format = KvFormat::f32;
+  int page_size = 64;
+  int num_pages = 512;          // cache budget
+  int max_batch_seqs = 16;      // jobs decoding at once
+  int max_step_tokens = 512;    // tokens per forward pass (prefill chunk budget)
+};
+
+class Generator {
+ public:
+  Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions options);
+  ~Generator();
+
+  uint64_t submit(GenerationJob job);
+  void cancel(uint64_t job);
+  // One scheduling step; returns false when there was nothing to do.
+  bool step();
+  // Runs until every submitted job is done (on the calling thread).
+  void run_until_idle();
+  // Background stepping thread.
+  void start();
+  void stop();
+
+  PageCache& cache() { return *cache_; }
+  const GeneratorOptions& options() const { return opts_; }
+
+ private:
+  struct Active;
+  void admit();
+  void finish(Active& a, FinishReason r, std::string error = {});
+  void emit_token(Active& a, int32_t token);
+
+  Model& model_;
+  const Tokenizer& tok_;
+  GeneratorOptions opts_;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<PageCache> cache_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, GenerationJob>> queue_;  // guarded by mu_
+  std::vector<uint64_t> cancelled_;                       // guarded by mu_
+  uint64_t next_id_ = 1;                                  // guarded by mu_
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+
+  std::vector<std::unique_ptr<Active>> active_;  // stepping thread only
+};
+
+}  // namespace exl

@@ -1,0 +1,184 @@
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/model_dir.h"
+#include "engine/tokenizer.h"
+#include "runtime/backend_select.h"
+#include "runtime/cli_args.h"
+#include "runtime/cli_commands.h"
+
+namespace exl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const CommandSpec& spec() {
+  static const CommandSpec s{
+      "bench",
+      "Measure prefill tokens/s, decode tokens/s at several batch sizes and the prefix-cache speed-up\n"
+      "(time to first token of a prompt whose prefix is cached vs cold). Prompts are seeded random\n"
+      "token ids. Prints a table, or one JSON object with --json.",
+      {},
+      {{"--model", "DIR", "model directory", true},
+       {"--backend", "NAME", "cpu (default) or cuda"},
+       {"--cache", "FORMAT", "KV cache format (default: f32 on cpu, fp16 on cuda)"},
+       {"--threads", "N", "CPU threads (default: all)"},
+       {"--prefill", "LIST", "prompt lengths for prefill, comma-separated (default 512)"},
+       {"--batch", "LIST", "decode batch sizes (default 1,8)"},
+       {"--context", "LIST", "decode context lengths (default 128)"},
+       {"--decode-steps", "N", "decode steps per measurement (default 32)"},
+       {"--repeat", "N", "repetitions; the best is reported (default 3)"},
+       {"--json", "", "print one JSON object"}}};
+  return s;
+}
+
+std::vector<int64_t> parse_list(const std::string& flag, const std::string& v) {
+  std::vector<int64_t> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long long x = std::stoll(item, &used);
+      if (used != item.size() || x <= 0) throw std::invalid_argument("");
+      out.push_back(x);
+    } catch (const std::exception&) {
+      throw UsageError(cat(flag, ": expected positive integers separated by commas, got '", v, "'"));
+    }
+  }
+  if (out.empty()) throw UsageError(cat(flag, ": empty list"));
+  return out;
+}
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+}  // namespace
+
+int cli_bench(std::span<const std::string> args) {
+  return run_command(spec(), args, [](const ParsedArgs& a) {
+    const std::string backend_name = a.get_or("--backend", "cpu");
+    const auto prefill = parse_list("--prefill", a.get_or("--prefill", "512"));
+    const auto batches = parse_list("--batch", a.get_or("--batch", "1,8"));
+    const auto contexts = parse_list("--context", a.get_or("--context", "128"));
+    const int64_t steps = a.get_int("--decode-steps", 32), repeat = a.get_int("--repeat", 3);
+    if (steps <= 0 || repeat <= 0) throw UsageError("--decode-steps and --repeat must be positive");
+    const KvFormat fmt = a.has("--cache") ? kv_format_from_string(*a.get("--cache")) : default_cache_format(backend_name);
+
+    ModelDir dir(*a.get("--model"));
+    auto backend = make_backend(backend_name, int(a.get_int("--threads", 0)));
+    Model model(dir, *backend);
+    const int64_t V = model.vocab_size(), max_pos = model.config().max_position_embeddings;
+    std::mt19937 rng(1234);
+    auto random_ids = [&](int64_t n) {
+      std::vector<int32_t> v(static_cast<size_t>(n));
+      for (auto& x : v) x = int32_t(rng() % uint32_t(V));
+      return v;
+    };
+    const int page = 64;
+    nlohmann::json out = {{"model", dir.path().string()}, {"backend", backend->name()}, {"cache", to_string(fmt)}};
+
+    for (int64_t n : prefill) {
+      n = std::min(n, max_pos);
+      auto ids = random_ids(n);
+      int pages = int((n + page - 1) / page);
+      auto pool = backend->alloc_kv_pool(model.kv_layout(fmt, page), pages);
+      std::vector<int32_t> table(static_cast<size_t>(pages));
+      for (int i = 0; i < pages; ++i) table[size_t(i)] = i;
+      double best = 1e30;
+      for (int64_t r = 0; r < repeat; ++r) {
+        ForwardSeq s{ids, 0, table, false};
+        auto t0 = Clock::now();
+        model.forward(std::span<const ForwardSeq>(&s, 1), *pool);
+        backend->synchronize();
+        best = std::min(best, secs(t0, Clock::now()));
+      }
+      out["prefill"].push_back({{"tokens", n}, {"seconds", best}, {"tokens_per_s", double(n) / best}});
+    }
+
+    for (int64_t ctx : contexts) {
+      ctx = std::min(ctx, max_pos - steps);
+      for (int64_t b : batches) {
+        const int pages_per_seq = int((ctx + steps + page - 1) / page);
+        auto pool = backend->alloc_kv_pool(model.kv_layout(fmt, page), pages_per_seq * int(b));
+        std::vector<std::vector<int32_t>> tables(static_cast<size_t>(b)), seqs(static_cast<size_t>(b));
+        for (int64_t s = 0; s < b; ++s) {
+          for (int i = 0; i < pages_per_seq; ++i) tables[size_t(s)].push_back(int32_t(s * pages_per_seq + i));
+          seqs[size_t(s)] = random_ids(ctx + steps);
+          ForwardSeq f{std::span<const int32_t>(seqs[size_t(s)]).first(size_t(ctx)), 0, tables[size_t(s)], false};
+          model.forward(std::span<const ForwardSeq>(&f, 1), *pool);
+        }
+        double best = 1e30;
+        for (int64_t r = 0; r < repeat; ++r) {
+          auto t0 = Clock::now();
+          for (int64_t st = 0; st < steps; ++st) {
+            std::vector<ForwardSeq> batch;
+            for (int64_t s = 0; s < b; ++s)
+              batch.push_back({std::span<const int32_t>(seqs[size_t(s)]).subspan(size_t(ctx + st), 1), ctx + st,
+                               tables[size_t(s)], false});
+            model.forward(batch, *pool);
+          }
+          backend->synchronize();
+          best = std::min(best, secs(t0, Clock::now()));
+        }
+        out["decode"].push_back({{"batch", b},
+                                 {"context", ctx},
+                                 {"step_ms", best / double(steps) * 1e3},
+                                 {"tokens_per_s", double(b * steps) / best}});
+      }
+    }
+
+    {  // prefix cache: the same 4-page prompt twice; the second run reuses 3 full pages
+      auto tok = load_tokenizer(dir.path());
+      const int64_t n = std::min<int64_t>(4 * page, max_pos - 2);
+      GeneratorOptions go;
+      go.cache_format = fmt;
+      go.page_size = page;
+      go.num_pages = 16;
+      Generator gen(model, *tok, go);
+      auto prompt = random_ids(n);
+      double ttft[2] = {0, 0};
+      int64_t cached[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) {
+        GenerationJob job;
+        job.prompt = prompt;
+        job.sampling.temperature = 0;
+        job.max_new_tokens = 1;
+        job.on_event = [&, i](const GenerationEvent& e) {
+          if (e.type == GenerationEvent::Type::done) {
+            ttft[i] = e.stats.ttft_s;
+            cached[i] = e.stats.n_cached_tokens;
+          }
+        };
+        gen.submit(std::move(job));
+        gen.run_until_idle();
+      }
+      out["prefix_cache"] = {{"prompt_tokens", n},          {"cold_ttft_s", ttft[0]}, {"warm_ttft_s", ttft[1]},
+                             {"warm_cached_tokens", cached[1]}, {"speedup", ttft[1] > 0 ? ttft[0] / ttft[1] : 0.0}};
+    }
+
+    if (a.has("--json")) {
+      std::cout << out.dump() << "\n";
+      return 0;
+    }
+    std::cout << "model    " << dir.path().string() << "\nbackend  " << backend->name() << "\ncache    "
+              << to_string(fmt) << "\n";
+    for (const auto& p : out["prefill"])
+      std::cout << "prefill  " << p["tokens"] << " tokens: " << p["tokens_per_s"].get<double>() << " tok/s\n";
+    for (const auto& d : out["decode"])
+      std::cout << "decode   batch " << d["batch"] << " ctx " << d["context"] << ": "
+                << d["tokens_per_s"].get<double>() << " tok/s (" << d["step_ms"].get<double>() << " ms/step)\n";
+    const auto& pc = out["prefix_cache"];
+    std::cout << "prefix   " << pc["prompt_tokens"] << "-token prompt, " << pc["warm_cached_tokens"]
+              << " cached: TTFT " << pc["cold_ttft_s"].get<double>() * 1e3 << " ms cold, "
+              << pc["warm_ttft_s"].get<double>() * 1e3 << " ms warm, speed-up x" << pc["speedup"].get<double>() << "\n";
+    return 0;
+  });
+}
+
+}  // namespace exl
