@@ -63,10 +63,14 @@ GptqMatrix load_gptq_matrix(const ModelDir& dir, std::string_view prefix, int64_
   EXL_CHECK(in_features % 8 == 0 && out_features % 8 == 0, "engine: gptq: '", dir.path().string(), "': layer '",
             prefix, "': 4-bit GPTQ needs in_features and out_features divisible by 8, got ", in_features, " and ",
             out_features);
+  const ModelConfig& cfg = dir.config();
+  EXL_CHECK(cfg.quant_method != "gptq" || cfg.quant_bits == 0 || cfg.quant_bits == 4, "engine: gptq: '",
+            (dir.path() / "config.json").string(), "': quantization_config.bits is ", cfg.quant_bits,
+            "; only 4-bit GPTQ is supported");
   GptqMatrix m;
   m.in_features = in_features;
   m.out_features = out_features;
-  m.zeros_v2 = dir.config().checkpoint_format == "gptq_v2";
+  m.zeros_v2 = cfg.checkpoint_format == "gptq_v2";
 
   TensorView qw = need(dir, prefix, "qweight");
   check(qw, DType::i32, {in_features / 8, out_features}, "in_features / 8 × out_features, 4-bit");

@@ -8,7 +8,9 @@
 //   <prefix>.bias     float [N]      optional; dropped when all zeros
 // Without g_idx, row k belongs to group k / gs with gs the smallest power of two such that
 // gs·G ≥ K. Zero convention: v1 (effective zero = stored + 1) unless config.json's
-// quantization_config.checkpoint_format is "gptq_v2" (effective zero = stored).
+// quantization_config.checkpoint_format is "gptq_v2" (effective zero = stored). Only 4-bit GPTQ
+// exists here: a config with quant_method "gptq" and other bits is rejected. A v2 stored zero of 0
+// means 0 (ExLlamaV2's subtract-0x11111111 trick would borrow across nibbles there).
 #pragma once
 #include <cstdint>
 #include <string_view>

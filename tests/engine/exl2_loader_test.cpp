@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -177,8 +178,8 @@ double expected(const Synth& s, int64_t c, int64_t k) {
 
 const std::string k_up = "model.layers.0.mlp.up_proj";
 
-void check_round_trip(const Synth& s, bool invperm_i16) {
-  fs::path dir = test::temp_dir("exl2_synth_round_trip");
+void check_round_trip(const std::string& dir_name, const Synth& s, bool invperm_i16) {
+  fs::path dir = test::temp_dir(dir_name);
   test::SafetensorsWriter w;
   add_synth(w, k_up, s, invperm_i16);
   test::write_model_dir(dir, test::tiny_llama_config(s.k, s.n), w);
@@ -212,13 +213,13 @@ TEST(Exl2Loader, SyntheticEveryWidthRoundTrips) {
   Synth s = make_synth(7, 336, 80, {{8, 32}, {6, 64}, {5, 32}, {4, 96}, {3, 32}, {2, 16}, {2, 64}});
   for (bool i16 : {false, true}) {
     SCOPED_TRACE(i16 ? "I16 invperm" : "I32 invperm");
-    check_round_trip(s, i16);
+    check_round_trip("exl2_every_width", s, i16);
   }
 }
 
 TEST(Exl2Loader, SyntheticShortLastGroupRoundTrips) {
-  check_round_trip(make_synth(8, 56, 32, {{6, 32}, {4, 24}}), false);  // 4-bit last group: 3 words
-  check_round_trip(make_synth(9, 52, 7, {{8, 32}, {8, 20}}), false);   // 8-bit last group: 5 words
+  check_round_trip("exl2_short_last_4", make_synth(8, 56, 32, {{6, 32}, {4, 24}}), false);  // 4-bit last group: 3 words
+  check_round_trip("exl2_short_last_8", make_synth(9, 52, 7, {{8, 32}, {8, 20}}), false);   // 8-bit last group: 5 words
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,6 +232,8 @@ struct BadCase {
   std::vector<std::string> expect;
 };
 
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.what; }
+
 std::string load_error(const BadCase& c) {
   Synth s = make_synth(11, 64, 80, {{6, 32}, {2, 16}, {2, 16}});
   test::SafetensorsWriter w;
@@ -238,7 +241,9 @@ std::string load_error(const BadCase& c) {
   w.add(k_up + ".bias", "F16", {80}, std::vector<uint16_t>(80, float_to_half(0.5f)));
   json config = test::tiny_llama_config(64, 80);
   c.edit(w, config);
-  fs::path dir = test::temp_dir("exl2_malformed");
+  std::string dir_name = "exl2_malformed_" + c.what;
+  std::replace(dir_name.begin(), dir_name.end(), ' ', '_');
+  fs::path dir = test::temp_dir(dir_name);
   test::write_model_dir(dir, config, w);
   try {
     ModelDir md(dir);
@@ -257,12 +262,12 @@ TEST(Exl2Loader, ValidBaseCaseLoads) {
   EXPECT_EQ(load_error({"none", [](auto&, auto&) {}, {}}), "");
 }
 
-TEST(Exl2Loader, MalformedFilesGiveClearErrors) {
+std::vector<BadCase> malformed_cases() {
   const std::string qg = "tensor '" + k_up + ".q_groups'";
   const std::string qi = "tensor '" + k_up + ".q_invperm'";
   const std::string qw = "tensor '" + k_up + ".q_weight'";
   const std::string file = "'output.safetensors'";
-  std::vector<BadCase> cases = {
+  return {
       {"groups not descending", [](auto& w, auto&) { set_groups(w, {6, 0, 2, 6, 3, 7}); },
        {file, qg, "not sorted by bit width descending: group 2 has 3 bits after group 1 with 2"}},
       {"bit width 7", [](auto& w, auto&) { set_groups(w, {7, 0, 2, 6, 2, 7}); },
@@ -329,13 +334,24 @@ TEST(Exl2Loader, MalformedFilesGiveClearErrors) {
       {"config unsupported architecture", [](auto&, auto& c) { c["architectures"] = {"GPT2LMHeadModel"}; },
        {"config.json", "unsupported architecture 'GPT2LMHeadModel'"}},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.what);
-    std::string msg = load_error(c);
-    ASSERT_FALSE(msg.empty()) << "no error";
-    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << "message: " << msg << "\nmissing: " << e;
-  }
 }
+
+class Exl2Malformed : public testing::TestWithParam<BadCase> {};
+
+TEST_P(Exl2Malformed, GivesClearError) {
+  const BadCase& c = GetParam();
+  std::string msg = load_error(c);
+  ASSERT_FALSE(msg.empty()) << "no error";
+  for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << "message: " << msg << "\nmissing: " << e;
+}
+
+INSTANTIATE_TEST_SUITE_P(Exl2Loader, Exl2Malformed, testing::ValuesIn(malformed_cases()),
+                         [](const testing::TestParamInfo<BadCase>& info) {
+                           std::string name = info.param.what;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
 
 TEST(Exl2Loader, TruncatedFileIsRejected) {
   Synth s = make_synth(3, 64, 80, {{6, 32}, {2, 16}, {2, 16}});

@@ -199,6 +199,29 @@ TEST(GptqLoader, MalformedTensorsGiveClearErrors) {
   }
 }
 
+TEST(GptqLoader, RejectsOtherBitWidths) {
+  GptqSynth s(7);
+  test::SafetensorsWriter w;
+  s.add_to(w);
+  fs::path dir = test::temp_dir("gptq_bits");
+  json c = config(false);
+  c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 8}};
+  test::write_model_dir(dir, c, w, "model.safetensors");
+  ModelDir md(dir);
+  try {
+    load_linear(md, k_down, 64, 16);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json': quantization_config.bits is 8; only 4-bit GPTQ"),
+              std::string::npos) << e.what();
+  }
+  c["quantization_config"]["bits"] = 4;
+  fs::path dir4 = test::temp_dir("gptq_bits4");
+  test::write_model_dir(dir4, c, w, "model.safetensors");
+  ModelDir ok(dir4);
+  EXPECT_NO_THROW(load_linear(ok, k_down, 64, 16));
+}
+
 TEST(GptqLoader, RejectsDimensionsNotDivisibleBy8) {
   GptqSynth s(6);
   test::SafetensorsWriter w;
