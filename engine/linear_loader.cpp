@@ -1,39 +1,70 @@
 #include "engine/linear_loader.h"
 
+#include "engine/dense_loader.h"
+#include "engine/exl2_loader.h"
+#include "engine/gptq_loader.h"
 #include "kernels/error.h"
-#include "kernels/half.h"
 
 namespace exl {
 
-LinearWeights load_linear(const ModelDir& dir, std::string_view prefix, int64_t in, int64_t out) {
-  std::string p(prefix);
-  if (p == "lm_head" && !dir.has("lm_head.weight")) p = "model.embed_tokens";
-  int64_t shape[2] = {out, in};
-  auto v = dir.require(p + ".weight", std::nullopt, shape);
-  DenseMatrix m;
-  m.in_features = in;
-  m.out_features = out;
-  m.dtype = v.info->dtype;
-  m.data = v.data.data();
-  if (dir.has(p + ".bias")) {
-    int64_t bshape[1] = {out};
-    m.bias = load_f32(dir, p + ".bias", bshape);
+namespace {
+
+constexpr std::string_view k_head = "lm_head";
+constexpr std::string_view k_tied_head = "model.embed_tokens";
+
+}  // namespace
+
+std::string to_string(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::exl2: return "exl2";
+    case WeightFormat::gptq: return "gptq";
+    case WeightFormat::dense: return "dense";
   }
-  return m;
+  return "?";
 }
 
-std::vector<float> load_f32(const ModelDir& dir, std::string_view name, std::span<const int64_t> shape) {
-  auto v = dir.require(name, std::nullopt, shape);
-  std::vector<float> out(size_t(v.info->numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (v.info->dtype == DType::f32) std::memcpy(&out[i], v.data.data() + 4 * i, 4);
-    else {
-      uint16_t h;
-      std::memcpy(&h, v.data.data() + 2 * i, 2);
-      out[i] = v.info->dtype == DType::f16 ? half_to_float(h) : bf16_to_float(h);
-    }
-  }
-  return out;
+std::optional<WeightFormat> detect_weight_format(const ModelDir& dir, std::string_view prefix) {
+  if (dir.has(cat(prefix, ".q_weight"))) return WeightFormat::exl2;
+  if (dir.has(cat(prefix, ".qweight"))) return WeightFormat::gptq;
+  if (dir.has(cat(prefix, ".weight"))) return WeightFormat::dense;
+  return std::nullopt;
 }
+
+std::optional<std::string> resolve_linear_prefix(const ModelDir& dir, std::string_view prefix) {
+  if (detect_weight_format(dir, prefix)) return std::string(prefix);
+  if (prefix == k_head && detect_weight_format(dir, k_tied_head)) return std::string(k_tied_head);
+  return std::nullopt;
+}
+
+LinearWeights load_linear(const ModelDir& dir, std::string_view prefix, int64_t in_features,
+                          int64_t out_features) {
+  auto resolved = resolve_linear_prefix(dir, prefix);
+  EXL_CHECK(resolved.has_value(), "engine: linear: '", dir.path().string(), "': no weights for layer '", prefix,
+            "' (looked for ", prefix, ".q_weight, .qweight and .weight",
+            prefix == k_head ? cat(", and the tied ", k_tied_head, ".weight") : std::string(), ")");
+  switch (*detect_weight_format(dir, *resolved)) {
+    case WeightFormat::exl2: return load_exl2_matrix(dir, *resolved, in_features, out_features);
+    case WeightFormat::gptq: return load_gptq_matrix(dir, *resolved, in_features, out_features);
+    case WeightFormat::dense: return load_dense_matrix(dir, *resolved, in_features, out_features);
+  }
+  fail("engine: linear: unreachable format");
+}
+
+std::vector<LinearSpec> decoder_layer_linears(const ModelConfig& c, int64_t layer) {
+  const std::string p = cat("model.layers.", layer, ".");
+  const int64_t q_out = c.num_heads * c.head_dim;
+  const int64_t kv_out = c.num_kv_heads * c.head_dim;
+  return {
+      {p + "self_attn.q_proj", c.hidden_size, q_out},
+      {p + "self_attn.k_proj", c.hidden_size, kv_out},
+      {p + "self_attn.v_proj", c.hidden_size, kv_out},
+      {p + "self_attn.o_proj", q_out, c.hidden_size},
+      {p + "mlp.gate_proj", c.hidden_size, c.intermediate_size},
+      {p + "mlp.up_proj", c.hidden_size, c.intermediate_size},
+      {p + "mlp.down_proj", c.intermediate_size, c.hidden_size},
+  };
+}
+
+LinearSpec head_linear(const ModelConfig& c) { return {std::string(k_head), c.hidden_size, c.vocab_size}; }
 
 }  // namespace exl

@@ -1,15 +1,97 @@
+#include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
+#include "engine/model_dir.h"
+#include "engine/model_summary.h"
 #include "runtime/cli_args.h"
 #include "runtime/cli_commands.h"
 
 namespace exl {
 
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string human_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return cat(b, " (", fmt(u ? "%.2f" : "%.0f", v), " ", units[u], ")");
+}
+
+std::string bits_text(const LinearSummary& s) {
+  std::string t;
+  for (auto it = s.rows_per_bits.rbegin(); it != s.rows_per_bits.rend(); ++it)
+    t += cat(t.empty() ? "" : " ", it->first, "b:", it->second);
+  return t;
+}
+
+std::string format_text(const LinearSummary& s) {
+  return s.format == WeightFormat::dense ? cat("dense ", to_string(s.dtype)) : to_string(s.format);
+}
+
+std::string rope_text(const RopeConfig& r) {
+  std::string t = cat(to_string(r.type), ", theta ", r.theta);
+  if (r.type != RopeType::default_) t += cat(", factor ", r.factor);
+  if (r.type == RopeType::llama3)
+    t += cat(", low/high freq factor ", r.low_freq_factor, "/", r.high_freq_factor);
+  if (r.original_max_position_embeddings) t += cat(", original max positions ", r.original_max_position_embeddings);
+  return t;
+}
+
+void print_text(const ModelSummary& s, std::ostream& os) {
+  const ModelConfig& c = s.config;
+  os << "model          " << s.path << "\n"
+     << "architecture   " << c.architecture << " (" << to_string(c.arch) << ")\n"
+     << "layers         " << c.num_layers << "\n"
+     << "dims           hidden " << c.hidden_size << ", intermediate " << c.intermediate_size << ", heads "
+     << c.num_heads << ", kv heads " << c.num_kv_heads << ", head_dim " << c.head_dim << ", vocab "
+     << c.vocab_size << "\n"
+     << "rope           " << rope_text(c.rope) << "\n";
+  if (!c.quant_method.empty())
+    os << "quantization   " << c.quant_method << " (config: bits " << c.quant_bits << ", head_bits "
+       << c.quant_head_bits << ")\n";
+  os << "avg bpw        " << fmt("%.3f", s.avg_bpw_layers) << " (decoder layers)\n"
+     << "head           " << s.head.tensor_prefix << ": " << format_text(s.head) << ", " << s.head_bits
+     << " bits, " << fmt("%.3f", s.head_bpw) << " bpw [" << bits_text(s.head) << "]\n"
+     << "weight bytes   " << human_bytes(s.weight_bytes) << " in " << s.num_tensors << " tensors\n"
+     << "kv cache / 1k  fp16 " << human_bytes(s.kv_cache_per_1k.fp16) << ", q8 "
+     << human_bytes(s.kv_cache_per_1k.q8) << ", q4 " << human_bytes(s.kv_cache_per_1k.q4) << "\n\n";
+  std::string header = "layer  linear            format     in x out          bpw  bits (rows per width)\n";
+  os << header;
+  for (size_t l = 0; l < s.layers.size(); ++l)
+    for (const auto& ls : s.layers[l]) {
+      std::string name = ls.name.substr(ls.name.rfind('.', ls.name.rfind('.') - 1) + 1);
+      char line[160];
+      std::snprintf(line, sizeof line, "%-6zu %-17s %-10s %-15s %6.3f  ", l, name.c_str(), format_text(ls).c_str(),
+                    cat(ls.in_features, " x ", ls.out_features).c_str(), ls.bpw);
+      os << line << bits_text(ls) << (ls.has_bias ? "  +bias" : "") << "\n";
+    }
+}
+
+}  // namespace
+
 int cli_info(std::span<const std::string> args) {
-  static const CommandSpec spec{"info", "not implemented yet", {}, {}};
-  return run_command(spec, args, [](const ParsedArgs&) {
-    std::cerr << "exlagent info: not implemented yet\n";
-    return 1;
+  static const CommandSpec spec{
+      "info",
+      "Describe a model directory: architecture, dims, per-layer weight format and bit widths, average bits per "
+      "weight of the decoder layers and the head, weight bytes and KV-cache bytes per 1k tokens.",
+      {"MODEL_DIR"},
+      {{"--json", "", "print one JSON object instead of the table"}}};
+  return run_command(spec, args, [](const ParsedArgs& a) {
+    ModelDir dir(a.positionals[0]);
+    ModelSummary s = summarize_model(dir);
+    if (a.has("--json"))
+      std::cout << to_json(s).dump(2) << "\n";
+    else
+      print_text(s, std::cout);
+    return 0;
   });
 }
 

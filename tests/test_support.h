@@ -42,7 +42,10 @@ inline void write_file(const std::filesystem::path& p, const std::string& data) 
 
 // A fresh empty directory under the build tree for one test.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  auto d = binary_dir() / "test-tmp" / name;
+  std::string safe = name;
+  for (char& c : safe)
+    if (c == '/') c = '_';
+  auto d = binary_dir() / "test-tmp" / safe;
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
