@@ -1,0 +1,90 @@
+// `exlagent generate`, `logits` and `bench`: the contract forms against the reference outputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "kernels/error.h"
+#include "runtime/cli_commands.h"
+#include "test_support.h"
+
+namespace exl {
+namespace {
+
+struct CliResult {
+  int code;  // -1: threw exl::Error
+  std::string out, err, error;
+};
+
+CliResult run(int (*cmd)(std::span<const std::string>), std::vector<std::string> args) {
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  int code = -1;
+  std::string error;
+  try {
+    code = cmd(args);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  std::fflush(stdout);
+  std::string out = testing::internal::GetCapturedStdout();
+  return {code, out, testing::internal::GetCapturedStderr(), error};
+}
+
+TEST(CliGenerate, Stories260kGreedyAndSeededMatchLlama2c) {
+  EXL_REQUIRE_SHARED("models/stories260K/reference/reference.json");
+  const std::string model = (test::shared_dir() / "models/stories260K-hf").string();
+  auto r = run(cli_generate, {"--model", model, "--temperature", "0", "--max-tokens", "200"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  EXPECT_EQ(r.out, test::read_file(test::shared_dir() / "models/stories260K/reference/expected_greedy_200.txt"));
+  r = run(cli_generate, {"--model", model, "--sampler", "llama2c", "--temperature", "1", "--top-p", "0.9", "--seed",
+                         "133742", "--max-tokens", "256"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  auto ref = nlohmann::json::parse(test::read_file(test::shared_dir() / "models/stories260K/reference/reference.json"));
+  EXPECT_EQ(r.out, ref["cases"][2]["text"].get<std::string>());
+}
+
+TEST(CliGenerate, UsageAndInputErrors) {
+  EXPECT_EQ(run(cli_generate, {"--prompt", "x"}).code, 2);  // --model missing
+  EXPECT_EQ(run(cli_generate, {"--model", "m", "--max-tokens", "abc"}).code, 2);
+  EXPECT_EQ(run(cli_generate, {"--model", "m", "--frobnicate"}).code, 2);
+  auto r = run(cli_generate, {"--model", (test::binary_dir() / "no-such-model").string()});
+  EXPECT_EQ(r.code, -1);
+  EXPECT_NE(r.error.find("not a directory"), std::string::npos) << r.error;
+  EXPECT_EQ(run(cli_generate, {"--help"}).code, 0);
+}
+
+TEST(CliLogits, AllModesMatchTheReference) {
+  EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf_logits_f32.bin");
+  const auto base = test::shared_dir() / "data/exl2-ref/qwen2-bias";
+  const auto out = test::temp_dir("cli_logits") / "l.f32";
+  auto ref = test::read_f32(base / "hf_logits_f32.bin");
+  for (std::string mode : {"prefill", "decode", "chunked:7"}) {
+    auto r = run(cli_logits, {"--model", (base / "hf").string(), "--ids-json",
+                              (test::shared_dir() / "data/exl2-ref/input_ids.json").string(), "--out", out.string(),
+                              "--mode", mode});
+    ASSERT_EQ(r.code, 0) << r.err << r.error;
+    auto got = test::read_f32(out);
+    ASSERT_EQ(got.size(), ref.size()) << mode;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+    EXPECT_LT(std::sqrt(num / den), 1e-4) << mode;
+  }
+  EXPECT_EQ(run(cli_logits, {"--model", "m", "--ids-json", "x", "--out", "y", "--mode", "chunked:0"}).code, 2);
+  EXPECT_EQ(run(cli_logits, {"--model", "m", "--ids-json", "x", "--out", "y", "--cache", "q3"}).code, -1);
+}
+
+TEST(CliBench, JsonReportHasEverySection) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  auto r = run(cli_bench, {"--model", (test::shared_dir() / "models/stories260K-hf").string(), "--prefill", "64",
+                           "--batch", "1,2", "--context", "16", "--decode-steps", "2", "--repeat", "1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prefill"].size(), 1u);
+  EXPECT_EQ(j["decode"].size(), 2u);
+  EXPECT_GT(j["decode"][1]["tokens_per_s"].get<double>(), 0);
+  EXPECT_GE(j["prefix_cache"]["warm_cached_tokens"].get<int>(), 192);
+}
+
+}  // namespace
+}  // namespace exl
