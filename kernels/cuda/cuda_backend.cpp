@@ -58,17 +58,14 @@ class CudaBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override {
     ctx_.make_current();
     EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
-    EXL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    ctx_.sync();
   }
   void download(void* dst, const void* src, size_t bytes) override {
     ctx_.make_current();
     EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
-    EXL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    ctx_.sync();
   }
-  void synchronize() override {
-    ctx_.make_current();
-    EXL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-  }
+  void synchronize() override { ctx_.sync(); }
 
   std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override {
     return cuda::prepare_cuda_linear(ctx_, w);
@@ -101,7 +98,7 @@ class CudaBackend final : public Backend {
     p->device = ctx_.device();
     p->mem = ctx_.alloc(layout.page_bytes() * size_t(num_pages));
     EXL_CUDA_CHECK(cudaMemsetAsync(p->mem.data(), 0, p->mem.bytes(), ctx_.stream()));
-    EXL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    ctx_.sync();
     return p;
   }
 

@@ -25,11 +25,18 @@ CudaContext::~CudaContext() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& a : areas_) a.reset();
   ring_.reset();
+  retired_.clear();
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 void CudaContext::make_current() const { EXL_CUDA_CHECK(cudaSetDevice(device_)); }
+
+void CudaContext::sync() {
+  make_current();
+  EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  retired_.clear();
+}
 
 Buffer CudaContext::alloc(size_t bytes) const {
   if (bytes == 0) return {};
@@ -62,7 +69,7 @@ Buffer CudaContext::upload_new(const void* src, size_t bytes) const {
 void* CudaContext::scratch(Scratch which, size_t bytes) {
   Buffer& a = areas_[int(which)];
   if (a.bytes() < bytes || !a.data()) {
-    EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync();
     a.reset();
     a = alloc(std::max<size_t>(bytes + bytes / 4, 1 << 16));
   }
@@ -72,8 +79,7 @@ void* CudaContext::scratch(Scratch which, size_t bytes) {
 const void* CudaContext::stage(const void* src, size_t bytes) {
   const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   if (!ring_.data() || need * 4 > ring_.bytes()) {
-    EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    ring_.reset();
+    if (ring_.data()) retired_.push_back(std::move(ring_));
     ring_ = alloc(std::max<size_t>(need * 4, size_t(1) << 20));
     ring_used_ = 0;
   }

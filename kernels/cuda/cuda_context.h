@@ -30,6 +30,8 @@ class CudaContext {
   size_t max_shared_per_block() const { return max_smem_optin_; }
 
   void make_current() const;
+  // Waits for everything queued on the stream (and frees staging buffers retired meanwhile).
+  void sync();
   // A device allocation freed with cudaFree; zero bytes gives an empty Buffer.
   Buffer alloc(size_t bytes) const;
   // Copies host bytes to a new device allocation and waits for the copy.
@@ -43,7 +45,8 @@ class CudaContext {
   void* scratch(Scratch which, size_t bytes);
   // Queues a copy of host `src` into a ring of small device buffers and returns its device
   // address, valid for the kernels queued next. The host memory may be reused as soon as this
-  // returns (pageable copies are staged by the driver). An op may stage up to three arrays.
+  // returns (pageable copies are staged by the driver). An op may stage up to three arrays;
+  // growing the ring keeps the old one alive until the next sync().
   const void* stage(const void* src, size_t bytes);
   template <typename T>
   const T* stage(const std::vector<T>& v) {
@@ -58,6 +61,7 @@ class CudaContext {
   Buffer areas_[int(Scratch::count)];
   Buffer ring_;
   size_t ring_used_ = 0;
+  std::vector<Buffer> retired_;
 };
 
 }  // namespace exl::cuda
