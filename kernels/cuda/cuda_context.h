@@ -23,6 +23,10 @@ class CudaContext {
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
 
+  // Elements of W dequantized to fp16 per cuBLAS call on the large-batch path of the quantized
+  // linears; bounds the weights16 scratch (128 MiB by default; tests lower it).
+  int64_t dequant_chunk_elems = int64_t(64) << 20;
+
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }

@@ -33,7 +33,7 @@ void dequant_gemm(CudaContext& ctx, const float* x, float* y, int64_t rows, int6
                   Fill fill) {
   auto* x16 = static_cast<uint16_t*>(ctx.scratch(Scratch::act16, size_t(rows * K) * 2));
   EXL_CUDA_CHECK(to_half(x, x16, rows * K, ctx.stream()));
-  const int64_t nc_max = std::max<int64_t>(128, k_dequant_chunk_elems / K / 128 * 128);
+  const int64_t nc_max = std::max<int64_t>(128, ctx.dequant_chunk_elems / K / 128 * 128);
   const int64_t nc = std::min(nc_max, N);
   auto* wt = static_cast<uint16_t*>(ctx.scratch(Scratch::weights16, size_t(K * nc) * 2));
   const float one = 1.0f, zero = 0.0f;
@@ -92,7 +92,7 @@ class Exl2Linear final : public CudaLinear {
     const float* bias = bias_.f32();
     if (rows <= k_quant_gemv_max_rows) {
       EXL_CUDA_CHECK(fill_bias(y, bias, int(rows), view_.N, ctx.stream()));
-      const int ks = gemv_k_slice(view_.K, view_.N, rows, 2 * ctx.sm_count());
+      const int ks = gemv_k_slice(view_.K, view_.N, rows, 4 * ctx.sm_count());
       EXL_CUDA_CHECK(exl2_gemv(view_, x, y, int(rows), ks, ctx.stream()));
       return;
     }
@@ -156,7 +156,7 @@ class GptqLinear final : public CudaLinear {
     const float* bias = bias_.f32();
     if (rows <= k_quant_gemv_max_rows) {
       EXL_CUDA_CHECK(fill_bias(y, bias, int(rows), view_.N, ctx.stream()));
-      const int ks = gemv_k_slice(view_.K, view_.N, rows, 2 * ctx.sm_count());
+      const int ks = gemv_k_slice(view_.K, view_.N, rows, 4 * ctx.sm_count());
       EXL_CUDA_CHECK(gptq_gemv(view_, x, y, int(rows), ks, ctx.stream()));
       return;
     }
@@ -218,7 +218,7 @@ int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   const int64_t base = ceil_div(N, k_gemv_cols_per_block) * ceil_div(rows, mb);
   const int64_t splits = std::max<int64_t>(1, ceil_div(target_blocks, base));
   int64_t ks = ceil_div(ceil_div(K, splits), 32) * 32;
-  ks = std::clamp<int64_t>(ks, 128, 1024);
+  ks = std::clamp<int64_t>(ks, 64, 1024);
   return int(std::min(ks, ceil_div(K, 32) * 32));
 }
 

@@ -7,6 +7,8 @@
 //   Dense: rows ≤ k_dense_gemv_max_rows use dense_gemv (fp32 accumulation); larger batches use
 //   cuBLAS: f16/bf16 weights with activations converted to the same type (fp32 accumulation),
 //   f32 weights with plain fp32 SGEMM (no TF32).
+// y must not alias x. The gemv kernels add K-slice partial sums with float atomics, so results
+// can differ between runs at fp32 rounding level.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -17,8 +19,6 @@
 namespace exl::cuda {
 
 inline constexpr int64_t k_quant_gemv_max_rows = 16;
-// Elements of the fp16 dequantization scratch per chunk of columns (128 MiB).
-inline constexpr int64_t k_dequant_chunk_elems = int64_t(64) << 20;
 
 class CudaLinear : public PreparedLinear {
  public:
@@ -27,7 +27,8 @@ class CudaLinear : public PreparedLinear {
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 
-// K-slice (rows per gemv block, a multiple of 32) that gives about `target_blocks` blocks.
+// K-slice (rows per gemv block, a multiple of 32 in 64..1024) that gives about `target_blocks`
+// blocks (4 per multiprocessor: enough loads in flight to approach memory bandwidth).
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 
 }  // namespace exl::cuda

@@ -30,6 +30,7 @@ constexpr double k_tol_f16 = 1e-2;
 double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   double scale = 0, err = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
     scale = std::max(scale, std::fabs(double(ref[i])));
     err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
   }
@@ -57,14 +58,16 @@ class CudaBackendTest : public ::testing::Test {
     gpu().download(v.data(), b.data(), n * 4);
     return v;
   }
-  // y = x · Wᵀ on the GPU for `rows` rows of x.
-  std::vector<float> gpu_linear(const LinearWeights& w, const std::vector<float>& x, int64_t rows) {
+  // y = x · Wᵀ on the GPU for `rows` rows of x, stored `x_offset` floats into its buffer.
+  std::vector<float> gpu_linear(const LinearWeights& w, const std::vector<float>& x, int64_t rows,
+                                size_t x_offset = 0) {
     auto p = gpu().prepare_linear(w);
     EXPECT_EQ(p->in_features, in_features(w));
     EXPECT_EQ(p->out_features, out_features(w));
-    Buffer dx = to_gpu(x);
+    Buffer dx = gpu().alloc((x.size() + x_offset) * 4);
+    gpu().upload(dx.f32() + x_offset, x.data(), x.size() * 4);
     Buffer dy = gpu().alloc(size_t(rows * out_features(w)) * 4);
-    gpu().linear(*p, dx.f32(), dy.f32(), rows);
+    gpu().linear(*p, dx.f32() + x_offset, dy.f32(), rows);
     return from_gpu(dy, size_t(rows * out_features(w)));
   }
 
@@ -168,9 +171,33 @@ TEST_F(CudaBackendTest, LinearDenseEveryDtype) {
         const double tol = rows <= 8 || dt == DType::f32 ? k_tol_f32 : k_tol_f16;
         EXPECT_LT(rel_err(gpu_linear(m, x, rows), ref), tol)
             << to_string(dt) << " K=" << K << " N=" << N << " rows=" << rows;
+        EXPECT_LT(rel_err(gpu_linear(m, x, rows, 1), ref), tol)  // unaligned activations
+            << to_string(dt) << " K=" << K << " N=" << N << " rows=" << rows << " offset 1";
       }
     }
 }
+
+#ifdef EXL_HAVE_CUDA
+TEST_F(CudaBackendTest, LinearLargeBatchDequantizesInColumnChunks) {
+  cuda::CudaContext ctx(0);
+  ctx.dequant_chunk_elems = 256 * 128;  // 128 columns per chunk at K = 256
+  auto e = test::random_exl2(256, 300, {{6, 128}, {4, 96}, {2, 32}}, 700, true);
+  auto g = test::random_gptq(256, 296, 64, true, 701);
+  const int64_t rows = 20;
+  auto x = test::random_floats(size_t(rows * 256), 702);
+  for (const LinearWeights& w : {LinearWeights(e.m), LinearWeights(g.m)}) {
+    const int64_t N = out_features(w);
+    std::vector<float> ref(size_t(rows * N)), got(ref.size());
+    cpu::linear(tp_, w, x.data(), ref.data(), rows);
+    auto lin = cuda::prepare_cuda_linear(ctx, w);
+    Buffer dx = ctx.upload_new(x), dy = ctx.alloc(got.size() * 4);
+    lin->run(ctx, dx.f32(), dy.f32(), rows);
+    ctx.sync();
+    ASSERT_EQ(cudaMemcpy(got.data(), dy.data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_LT(rel_err(got, ref), k_tol_f16) << "N=" << N;
+  }
+}
+#endif
 
 // ---- element-wise ops ---------------------------------------------------------------------------
 
@@ -496,9 +523,9 @@ TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
   for (int64_t K : {32, 96, 1000, 4096, 14336})
     for (int64_t N : {8, 512, 4096, 128256})
       for (int64_t rows : {1, 4, 16}) {
-        const int ks = cuda::gemv_k_slice(K, N, rows, 264);
+        const int ks = cuda::gemv_k_slice(K, N, rows, 528);
         EXPECT_EQ(ks % 32, 0);
-        EXPECT_GE(ks, std::min<int64_t>(128, (K + 31) / 32 * 32));
+        EXPECT_GE(ks, std::min<int64_t>(64, (K + 31) / 32 * 32));
         EXPECT_LE(ks, 1024);
       }
 }
