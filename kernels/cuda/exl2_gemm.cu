@@ -141,12 +141,40 @@ __global__ void __launch_bounds__(k_gemv_threads) exl2_gemv_kernel(Exl2DeviceVie
   }
 }
 
+// 32 rows of one group starting at a word boundary: the block's words are loaded once.
+template <int BITS>
+__device__ void reconstruct_block(const Exl2DeviceView& w, const Exl2GroupDesc& gd, int g, int n, int c, int j0,
+                                  int nc, __half* __restrict__ out) {
+  const uint32_t* wp = w.q_weight + size_t(gd.qrow_start + (((j0 - gd.row_start) * BITS) >> 5)) * w.Np + n;
+  uint32_t words[BITS];
+#pragma unroll
+  for (int b = 0; b < BITS; ++b) words[b] = __ldg(wp + size_t(b) * w.Np);
+  const float s = exl2_scale(w.q_scale + size_t(g) * (w.Np / 8), n, __half2float(__ushort_as_half(w.q_scale_max[g])));
+#pragma unroll
+  for (int r = 0; r < 32; ++r)
+    out[size_t(w.perm[j0 + r]) * nc + c] =
+        __float2half_rn(float(int(exl2_block_value<BITS>(words, r)) - (1 << (BITS - 1))) * s);
+}
+
 __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, __half* __restrict__ out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= nc) return;
   const int n = n0 + c;
-  const int j_end = min(w.K, int(blockIdx.y + 1) * 32);
-  for (int j = blockIdx.y * 32; j < j_end; ++j) {
+  const int j0 = blockIdx.y * 32;
+  const int j_end = min(w.K, j0 + 32);
+  const int g0 = w.group_of_row[j0];
+  const Exl2GroupDesc g0d = w.groups[g0];
+  if (j_end - j0 == 32 && g0d.row_start + g0d.rows >= j_end && (((j0 - g0d.row_start) * g0d.bits) & 31) == 0) {
+    switch (g0d.bits) {
+      case 2: reconstruct_block<2>(w, g0d, g0, n, c, j0, nc, out); return;
+      case 3: reconstruct_block<3>(w, g0d, g0, n, c, j0, nc, out); return;
+      case 4: reconstruct_block<4>(w, g0d, g0, n, c, j0, nc, out); return;
+      case 5: reconstruct_block<5>(w, g0d, g0, n, c, j0, nc, out); return;
+      case 6: reconstruct_block<6>(w, g0d, g0, n, c, j0, nc, out); return;
+      default: reconstruct_block<8>(w, g0d, g0, n, c, j0, nc, out); return;
+    }
+  }
+  for (int j = j0; j < j_end; ++j) {
     const int g = w.group_of_row[j];
     const Exl2GroupDesc gd = w.groups[g];
     const uint32_t q = exl2_value(w.q_weight, w.Np, n, gd, j);
