@@ -14,15 +14,20 @@ __device__ __forceinline__ Cols4 load4(const uint32_t* p) {
   return {{u.x, u.y, u.z, u.w}};
 }
 
+// float(q) − zero for a small unsigned q without an int→float conversion (a slow unit): the bits
+// 0x4B000000 | q are the float 2^23 + q; `z23` is 2^23 + zero. Exact.
+__device__ __forceinline__ float q_minus(uint32_t q, float z23) { return __uint_as_float(0x4B000000u | q) - z23; }
+
 // Accumulates rows [r0, r0+cnt) of one group (r0 relative to the group) for 4 columns.
 // xs points at the shared activations of the first of those rows; rows of xs are xs_stride apart.
 template <int BITS, int MB>
 __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_start, int r0, int cnt, const float* xs,
                                int xs_stride, float (&acc)[MB][4]) {
-  constexpr int Z = 1 << (BITS - 1);
+  constexpr float Z23 = 8388608.0f + float(1 << (BITS - 1));
   int bit = r0 * BITS;
   int i = 0;
-  if ((bit & 31) == 0) {
+  // Whole 32-row blocks from a word boundary; activations read 4 rows at a time when aligned.
+  if ((bit & 31) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0 && (xs_stride & 3) == 0) {
     for (; i + 32 <= cnt; i += 32, bit += 32 * BITS) {
       const uint32_t* wp = qw + size_t(qrow_start + (bit >> 5)) * np + n0;
       uint32_t w[4][BITS];
@@ -33,15 +38,22 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
         for (int c = 0; c < 4; ++c) w[c][b] = c4.v[c];
       }
 #pragma unroll
-      for (int r = 0; r < 32; ++r) {
-        float wv[4];
+      for (int r4 = 0; r4 < 32; r4 += 4) {
+        float wv[4][4];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) wv[c] = float(int(exl2_block_value<BITS>(w[c], r)) - Z);
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
 #pragma unroll
         for (int m = 0; m < MB; ++m) {
-          const float xv = xs[m * xs_stride + i + r];
+          const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + i + r4);
 #pragma unroll
-          for (int c = 0; c < 4; ++c) acc[m][c] = fmaf(wv[c], xv, acc[m][c]);
+          for (int c = 0; c < 4; ++c) {
+            acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
+            acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
+            acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
+            acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
+          }
         }
       }
     }
@@ -67,7 +79,7 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
     float wv[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      wv[c] = float(int(uint32_t(buf[c]) & ((1u << BITS) - 1u)) - Z);
+      wv[c] = q_minus(uint32_t(buf[c]) & ((1u << BITS) - 1u), Z23);
       buf[c] >>= BITS;
     }
     have -= BITS;

@@ -8,8 +8,11 @@ namespace {
 
 struct GroupParams {
   float scale[4];
-  int zero[4];
+  float zero23[4];  // 2^23 + zero (see q_minus)
 };
+
+// float(q) − zero without an int→float conversion: 0x4B000000 | q is the float 2^23 + q. Exact.
+__device__ __forceinline__ float q_minus(uint32_t q, float z23) { return __uint_as_float(0x4B000000u | q) - z23; }
 
 __device__ __forceinline__ GroupParams gptq_group_params(const GptqDeviceView& w, int g, int n0) {
   GroupParams p;
@@ -18,7 +21,7 @@ __device__ __forceinline__ GroupParams gptq_group_params(const GptqDeviceView& w
   const uint32_t s[4] = {sw.x & 0xffffu, sw.x >> 16, sw.y & 0xffffu, sw.y >> 16};
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
-    p.zero[c] = int((zw >> (4 * ((n0 & 7) + c))) & 15u) + w.zero_add;
+    p.zero23[c] = 8388608.0f + float(int((zw >> (4 * ((n0 & 7) + c))) & 15u) + w.zero_add);
     p.scale[c] = __half2float(__ushort_as_half(static_cast<unsigned short>(s[c])));
   }
   return p;
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(k_gemv_threads) gptq_gemv_kernel(GptqDeviceVie
       }
       float wv[4];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) wv[c] = float(int((wd[c] >> (4 * i)) & 15u) - gp.zero[c]) * gp.scale[c];
+      for (int c = 0; c < 4; ++c) wv[c] = q_minus((wd[c] >> (4 * i)) & 15u, gp.zero23[c]) * gp.scale[c];
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
         const float xv = xs[m * k_slice + j];
