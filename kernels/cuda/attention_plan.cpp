@@ -1,0 +1,84 @@
+#include "kernels/cuda/attention_plan.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/error.h"
+
+namespace exl::cuda {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages) {
+  EXL_CHECK(n_kv_heads > 0 && n_heads > 0 && n_heads % n_kv_heads == 0, "kernels: cuda: attention: ", n_heads,
+            " query heads are not a multiple of ", n_kv_heads, " kv heads");
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqAttn& s = seqs[i];
+    EXL_CHECK(s.token_begin >= 0 && s.n_tokens >= 0 && s.pos_start >= 0, "kernels: cuda: attention: sequence ", i,
+              ": negative token_begin, n_tokens or pos_start");
+    const int64_t ctx = s.pos_start + s.n_tokens;
+    EXL_CHECK(ctx < std::numeric_limits<int32_t>::max() && s.token_begin + s.n_tokens < std::numeric_limits<int32_t>::max(),
+              "kernels: cuda: attention: sequence ", i, ": positions beyond int32");
+    EXL_CHECK(int64_t(s.page_table.size()) * page_size >= ctx, "kernels: cuda: attention: sequence ", i,
+              ": page table holds ", s.page_table.size(), " pages of ", page_size, " slots, fewer than its ", ctx,
+              " positions");
+    const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
+    for (int64_t p = 0; p < used; ++p)
+      EXL_CHECK(s.page_table[size_t(p)] >= 0 && s.page_table[size_t(p)] < num_pages, "kernels: cuda: attention: sequence ",
+                i, ": page ", s.page_table[size_t(p)], " is outside the pool of ", num_pages, " pages");
+  }
+}
+
+}  // namespace
+
+AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
+                        int window, int target_blocks) {
+  validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
+  const int group = n_heads / n_kv_heads;
+  AttnPlan plan;
+  int64_t base_blocks = 0, max_ctx = 0, n_tokens = 0;
+  for (const SeqAttn& s : seqs) {
+    if (s.n_tokens == 0) continue;
+    base_blocks += n_kv_heads * ceil_div(s.n_tokens * group, k_attn_rows);
+    max_ctx = std::max(max_ctx, s.pos_start + s.n_tokens);
+    n_tokens = std::max(n_tokens, s.token_begin + s.n_tokens);
+  }
+  plan.n_tokens = int(n_tokens);
+  const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);
+  plan.part_size = int(direct_part);
+  if (base_blocks > 0 && base_blocks < target_blocks && max_ctx > k_attn_min_part) {
+    const int64_t want = ceil_div(target_blocks, base_blocks);
+    const int64_t part = std::max<int64_t>(k_attn_min_part, ceil_div(ceil_div(max_ctx, want), k_attn_tile) * k_attn_tile);
+    if (part < max_ctx) {
+      plan.part_size = int(part);
+      plan.direct = false;
+      plan.max_parts = int(ceil_div(max_ctx, part));
+    }
+  }
+
+  plan.token_pos.assign(size_t(n_tokens), -1);
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const SeqAttn& s = seqs[si];
+    const int64_t ctx = s.pos_start + s.n_tokens;
+    plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(plan.pages.size())});
+    const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
+    plan.pages.insert(plan.pages.end(), s.page_table.begin(), s.page_table.begin() + used);
+    for (int64_t t = 0; t < s.n_tokens; ++t) plan.token_pos[size_t(s.token_begin + t)] = int32_t(s.pos_start + t);
+    const int64_t rows = s.n_tokens * group;
+    for (int h = 0; h < n_kv_heads; ++h)
+      for (int64_t r0 = 0; r0 < rows; r0 += k_attn_rows) {
+        const int64_t pos_first = s.pos_start + r0 / group;
+        const int64_t pos_last = s.pos_start + (std::min(rows, r0 + k_attn_rows) - 1) / group;
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos_first - window + 1) : 0;
+        const int64_t p_begin = plan.direct ? 0 : lo / plan.part_size;
+        const int64_t p_end = plan.direct ? 0 : pos_last / plan.part_size;
+        for (int64_t p = p_begin; p <= p_end; ++p)
+          plan.works.push_back({int32_t(si), int32_t(h), int32_t(r0), int32_t(p)});
+      }
+  }
+  return plan;
+}
+
+}  // namespace exl::cuda

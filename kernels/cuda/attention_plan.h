@@ -1,0 +1,35 @@
+// Host-side planning of one paged attention call on the GPU: validates the batch, flattens the
+// sequences and page tables into device-ready arrays, and splits the work into AttnWork blocks
+// (paged_attention.h). Positions are split into partitions only when the batch alone would not
+// fill the device (decode, short prompts), which is the flash-decoding scheme; otherwise every
+// block covers its rows' whole context and writes the output directly. Host code only.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/paged_attention.h"
+
+namespace exl::cuda {
+
+struct AttnPlan {
+  std::vector<AttnSeqDesc> seqs;
+  std::vector<int32_t> pages;      // every sequence's page table, concatenated
+  std::vector<AttnWork> works;
+  std::vector<int32_t> token_pos;  // [n_tokens] position of each query row, −1 where no sequence has it
+  int n_tokens = 0;                // 1 + the last query row any sequence uses
+  int part_size = 0;               // positions per partition, a multiple of k_attn_tile
+  int max_parts = 1;
+  bool direct = true;
+};
+
+// Smallest partition when splitting; below it the combine pass costs more than it saves.
+inline constexpr int k_attn_min_part = 128;
+
+// `target_blocks`: how many blocks keep the device busy (about 2 per multiprocessor).
+// Throws exl::Error on an inconsistent batch (page table too short, page id out of range, ...).
+AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
+                        int window, int target_blocks);
+
+}  // namespace exl::cuda

@@ -1,0 +1,245 @@
+// The CUDA backend (kernels/cuda_backend.h): validates host-side arguments, stages host metadata
+// (ids, positions, slots, page tables) and queues the kernels of kernels/cuda/ on one stream.
+#include "kernels/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_linear.h"
+#include "kernels/cuda/norm_rope_act.h"
+#include "kernels/cuda/paged_attention.h"
+
+namespace exl {
+
+namespace {
+
+using cuda::CudaContext;
+
+struct CudaEmbedding : PreparedEmbedding {
+  Buffer table;
+  cuda::DenseType type = cuda::DenseType::f16;
+};
+
+struct CudaKvPool : KvPool {
+  Buffer mem;
+  int device = 0;
+};
+
+cuda::KvDeviceLayout device_layout(const KvLayout& L, int layer) {
+  cuda::KvDeviceLayout d;
+  d.n_kv_heads = L.n_kv_heads;
+  d.head_dim = L.head_dim;
+  d.page_size = L.page_size;
+  d.format = int(L.format);
+  d.block = L.block();
+  d.layer = layer;
+  d.page_bytes = int64_t(L.page_bytes());
+  d.vec_bytes = int64_t(L.vec_bytes());
+  d.vec_scale_bytes = int64_t(L.vec_scale_bytes());
+  d.scales_offset = int64_t(L.scale_offset(0));
+  return d;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : ctx_(device) {
+    cudaDeviceProp p{};
+    EXL_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    name_ = cat("cuda (", p.name, ", sm_", p.major, p.minor, ", device ", device, ")");
+  }
+  ~CudaBackend() override { cudaStreamSynchronize(ctx_.stream()); }
+
+  std::string name() const override { return name_; }
+
+  Buffer alloc(size_t bytes) override { return ctx_.alloc(std::max<size_t>(bytes, 1)); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    ctx_.make_current();
+    EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
+    ctx_.sync();
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    ctx_.make_current();
+    EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
+    ctx_.sync();
+  }
+  void synchronize() override { ctx_.sync(); }
+
+  std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override {
+    return cuda::prepare_cuda_linear(ctx_, w);
+  }
+
+  std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) override {
+    EXL_CHECK(e.dtype == DType::f32 || e.dtype == DType::f16 || e.dtype == DType::bf16,
+              "kernels: cuda: embedding: unsupported table dtype ", to_string(e.dtype));
+    EXL_CHECK(e.vocab > 0 && e.dim > 0, "kernels: cuda: embedding: empty table [", e.vocab, ", ", e.dim, "]");
+    auto p = std::make_unique<CudaEmbedding>();
+    p->vocab = e.vocab;
+    p->dim = e.dim;
+    p->type = e.dtype == DType::f32 ? cuda::DenseType::f32
+              : e.dtype == DType::f16 ? cuda::DenseType::f16
+                                      : cuda::DenseType::bf16;
+    p->table = ctx_.upload_new(e.data, size_t(e.vocab * e.dim) * dtype_size(e.dtype));
+    return p;
+  }
+
+  std::unique_ptr<KvPool> alloc_kv_pool(const KvLayout& layout, int num_pages) override {
+    EXL_CHECK(layout.n_layers > 0 && layout.n_kv_heads > 0 && layout.page_size > 0 && num_pages > 0,
+              "kernels: cuda: kv pool: empty layout or no pages");
+    EXL_CHECK(layout.head_dim > 0 && layout.head_dim <= cuda::k_attn_max_head_dim, "kernels: cuda: kv pool: head_dim ",
+              layout.head_dim, " is outside 1..", cuda::k_attn_max_head_dim);
+    EXL_CHECK(int64_t(num_pages) * layout.page_size < (int64_t(1) << 31), "kernels: cuda: kv pool: ", num_pages,
+              " pages of ", layout.page_size, " slots exceed int32 slot ids");
+    auto p = std::make_unique<CudaKvPool>();
+    p->layout = layout;
+    p->num_pages = num_pages;
+    p->device = ctx_.device();
+    p->mem = ctx_.alloc(layout.page_bytes() * size_t(num_pages));
+    EXL_CUDA_CHECK(cudaMemsetAsync(p->mem.data(), 0, p->mem.bytes(), ctx_.stream()));
+    ctx_.sync();
+    return p;
+  }
+
+  void embedding(const PreparedEmbedding& pe, std::span<const int32_t> ids, float* out) override {
+    const auto& e = static_cast<const CudaEmbedding&>(pe);
+    for (size_t i = 0; i < ids.size(); ++i)
+      EXL_CHECK(ids[i] >= 0 && ids[i] < e.vocab, "kernels: cuda: embedding: token id ", ids[i], " at ", i,
+                " is outside the vocabulary of ", e.vocab);
+    if (ids.empty()) return;
+    ctx_.make_current();
+    const auto* d_ids = static_cast<const int32_t*>(ctx_.stage(ids.data(), ids.size_bytes()));
+    EXL_CUDA_CHECK(cuda::embedding(e.type, e.table.data(), e.dim, d_ids, int64_t(ids.size()), out, ctx_.stream()));
+  }
+
+  void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
+    ctx_.make_current();
+    EXL_CUDA_CHECK(cuda::rms_norm(x, w, y, rows, dim, eps, ctx_.stream()));
+  }
+
+  void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override {
+    if (rows == 0) return;
+    ctx_.make_current();
+    static_cast<const cuda::CudaLinear&>(w).run(ctx_, x, y, rows);
+  }
+
+  void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
+            const RopeTable& table) override {
+    EXL_CHECK(head_dim > 0 && head_dim % 2 == 0 && table.inv_freq.size() == size_t(head_dim / 2),
+              "kernels: cuda: rope: head_dim ", head_dim, " does not match a table of ", table.inv_freq.size(),
+              " frequencies");
+    EXL_CHECK(positions.size() >= size_t(rows), "kernels: cuda: rope: ", positions.size(), " positions for ", rows,
+              " rows");
+    if (rows == 0) return;
+    ctx_.make_current();
+    const auto* d_pos = static_cast<const int32_t*>(ctx_.stage(positions.data(), size_t(rows) * sizeof(int32_t)));
+    const auto* d_freq = ctx_.stage(table.inv_freq);
+    EXL_CUDA_CHECK(cuda::rope(x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor, ctx_.stream()));
+  }
+
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    ctx_.make_current();
+    EXL_CUDA_CHECK(cuda::swiglu(gate, up, out, n, ctx_.stream()));
+  }
+
+  void add(float* x, const float* y, int64_t n) override {
+    ctx_.make_current();
+    EXL_CUDA_CHECK(cuda::add(x, y, n, ctx_.stream()));
+  }
+
+  void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
+    auto& p = checked_pool(pool);
+    EXL_CHECK(layer >= 0 && layer < p.layout.n_layers, "kernels: cuda: kv_write: layer ", layer, " outside 0..",
+              p.layout.n_layers - 1);
+    const int64_t n_slots = int64_t(p.num_pages) * p.layout.page_size;
+    for (size_t i = 0; i < slots.size(); ++i)
+      EXL_CHECK(slots[i] >= 0 && slots[i] < n_slots, "kernels: cuda: kv_write: slot ", slots[i], " at ", i,
+                " is outside the pool's ", n_slots, " slots");
+    if (slots.empty()) return;
+    ctx_.make_current();
+    const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
+    EXL_CUDA_CHECK(cuda::kv_write(static_cast<uint8_t*>(p.mem.data()), device_layout(p.layout, layer), k, v, d_slots,
+                                  int(slots.size()), ctx_.stream()));
+  }
+
+  void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
+                 int n_heads, float scale, int sliding_window) override;
+
+ private:
+  const CudaKvPool& checked_pool(const KvPool& pool) const {
+    const auto* p = dynamic_cast<const CudaKvPool*>(&pool);
+    EXL_CHECK(p != nullptr && p->device == ctx_.device(), "kernels: cuda: kv pool was not made by this backend");
+    return *p;
+  }
+  CudaKvPool& checked_pool(KvPool& pool) const {
+    return const_cast<CudaKvPool&>(checked_pool(static_cast<const KvPool&>(pool)));
+  }
+
+  CudaContext ctx_;
+  std::string name_;
+};
+
+// Packs an array into the int32 staging vector at a 16-byte aligned offset; returns the offset.
+template <typename T>
+size_t pack(std::vector<int32_t>& buf, const std::vector<T>& v) {
+  static_assert(sizeof(T) % sizeof(int32_t) == 0);
+  buf.resize((buf.size() + 3) / 4 * 4);
+  const size_t off = buf.size();
+  buf.resize(off + v.size() * sizeof(T) / sizeof(int32_t));
+  if (!v.empty()) std::memcpy(buf.data() + off, v.data(), v.size() * sizeof(T));
+  return off;
+}
+
+void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
+                            int n_heads, float scale, int sliding_window) {
+  const auto& p = checked_pool(pool);
+  const KvLayout& L = p.layout;
+  EXL_CHECK(layer >= 0 && layer < L.n_layers, "kernels: cuda: attention: layer ", layer, " outside 0..",
+            L.n_layers - 1);
+  const cuda::AttnPlan plan =
+      cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window, 2 * ctx_.sm_count());
+  if (plan.works.empty()) return;
+  ctx_.make_current();
+  std::vector<int32_t> meta;
+  const size_t o_seqs = pack(meta, plan.seqs), o_pages = pack(meta, plan.pages), o_works = pack(meta, plan.works),
+               o_pos = pack(meta, plan.token_pos);
+  const auto* d_meta = static_cast<const int32_t*>(ctx_.stage(meta));
+
+  cuda::AttnArgs a;
+  a.pool = static_cast<const uint8_t*>(p.mem.data());
+  a.layout = device_layout(L, layer);
+  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + o_seqs);
+  a.pages = d_meta + o_pages;
+  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + o_works);
+  a.n_works = int(plan.works.size());
+  a.q = q;
+  a.out = out;
+  a.n_heads = n_heads;
+  a.scale = scale;
+  a.window = sliding_window;
+  a.part_size = plan.part_size;
+  a.direct = plan.direct;
+  a.max_parts = plan.max_parts;
+  if (!plan.direct) {
+    const size_t n_part_rows = size_t(plan.n_tokens) * size_t(n_heads) * size_t(plan.max_parts);
+    auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, n_part_rows * (2 + size_t(L.head_dim)) * 4));
+    a.part_max = base;
+    a.part_sum = base + n_part_rows;
+    a.part_acc = base + 2 * n_part_rows;
+  }
+  EXL_CUDA_CHECK(cuda::attention(a, ctx_.stream()));
+  if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + o_pos, plan.n_tokens, ctx_.stream()));
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+void* cuda_kv_pool_data(KvPool& pool) {
+  auto* p = dynamic_cast<CudaKvPool*>(&pool);
+  EXL_CHECK(p != nullptr, "kernels: cuda: kv pool was not made by a CUDA backend");
+  return p->mem.data();
+}
+
+}  // namespace exl

@@ -1,0 +1,93 @@
+#include "kernels/cuda/cuda_context.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace exl::cuda {
+
+CudaContext::CudaContext(int device) : device_(device) {
+  int n = 0;
+  EXL_CUDA_CHECK(cudaGetDeviceCount(&n));
+  EXL_CHECK(device >= 0 && device < n, "kernels: cuda: device ", device, " does not exist (", n, " CUDA devices)");
+  make_current();
+  EXL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  int smem = 0;
+  EXL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  max_smem_optin_ = size_t(smem);
+  EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
+  EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+}
+
+CudaContext::~CudaContext() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& a : areas_) a.reset();
+  ring_.reset();
+  retired_.clear();
+  if (cublas_) cublasDestroy(cublas_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaContext::make_current() const { EXL_CUDA_CHECK(cudaSetDevice(device_)); }
+
+void CudaContext::sync() {
+  make_current();
+  EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  retired_.clear();
+}
+
+Buffer CudaContext::alloc(size_t bytes) const {
+  if (bytes == 0) return {};
+  make_current();
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("kernels: cuda: cannot allocate ", bytes, " bytes on device ", device_, " (", free_b, " of ", total_b,
+         " bytes free): ", cudaGetErrorString(err));
+  }
+  const int dev = device_;
+  return Buffer(p, bytes, [dev](void* q) {
+    cudaSetDevice(dev);
+    cudaFree(q);
+  });
+}
+
+Buffer CudaContext::upload_new(const void* src, size_t bytes) const {
+  Buffer b = alloc(bytes);
+  if (bytes) {
+    EXL_CUDA_CHECK(cudaMemcpyAsync(b.data(), src, bytes, cudaMemcpyHostToDevice, stream_));
+    EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  return b;
+}
+
+void* CudaContext::scratch(Scratch which, size_t bytes) {
+  Buffer& a = areas_[int(which)];
+  if (a.bytes() < bytes || !a.data()) {
+    sync();
+    a.reset();
+    a = alloc(std::max<size_t>(bytes + bytes / 4, 1 << 16));
+  }
+  return a.data();
+}
+
+const void* CudaContext::stage(const void* src, size_t bytes) {
+  const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  if (!ring_.data() || need * 4 > ring_.bytes()) {
+    if (ring_.data()) retired_.push_back(std::move(ring_));
+    ring_ = alloc(std::max<size_t>(need * 4, size_t(1) << 20));
+    ring_used_ = 0;
+  }
+  if (ring_used_ + need > ring_.bytes()) ring_used_ = 0;
+  void* dst = static_cast<char*>(ring_.data()) + ring_used_;
+  ring_used_ += need;
+  if (bytes) EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  return dst;
+}
+
+}  // namespace exl::cuda

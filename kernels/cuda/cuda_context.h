@@ -1,0 +1,71 @@
+// Per-backend CUDA state shared by the host-side op implementations: the device, one stream, the
+// cuBLAS handle, and growable scratch areas. Owned and used by one thread (the backend's).
+// Host code only (.cpp). Every call that reaches the driver makes `device` current first.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace exl::cuda {
+
+// Scratch areas; an op may use any of them, and the next op on the stream may reuse them.
+enum class Scratch : int { act16, weights16, partials, count };
+
+class CudaContext {
+ public:
+  explicit CudaContext(int device);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  // Elements of W dequantized to fp16 per cuBLAS call on the large-batch path of the quantized
+  // linears; bounds the weights16 scratch (128 MiB by default; tests lower it).
+  int64_t dequant_chunk_elems = int64_t(64) << 20;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  int sm_count() const { return sm_count_; }
+  size_t max_shared_per_block() const { return max_smem_optin_; }
+
+  void make_current() const;
+  // Waits for everything queued on the stream (and frees staging buffers retired meanwhile).
+  void sync();
+  // A device allocation freed with cudaFree; zero bytes gives an empty Buffer.
+  Buffer alloc(size_t bytes) const;
+  // Copies host bytes to a new device allocation and waits for the copy.
+  Buffer upload_new(const void* src, size_t bytes) const;
+  template <typename T>
+  Buffer upload_new(const std::vector<T>& v) const {
+    return upload_new(v.data(), v.size() * sizeof(T));
+  }
+  // At least `bytes` bytes of scratch area `which`, valid until the next call for the same area.
+  // Growing waits for the stream, so that no queued kernel still reads the old area.
+  void* scratch(Scratch which, size_t bytes);
+  // Queues a copy of host `src` into a ring of small device buffers and returns its device
+  // address, valid for the kernels queued next. The host memory may be reused as soon as this
+  // returns (pageable copies are staged by the driver). An op may stage up to three arrays;
+  // growing the ring keeps the old one alive until the next sync().
+  const void* stage(const void* src, size_t bytes);
+  template <typename T>
+  const T* stage(const std::vector<T>& v) {
+    return static_cast<const T*>(stage(v.data(), v.size() * sizeof(T)));
+  }
+ private:
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  int sm_count_ = 1;
+  size_t max_smem_optin_ = 48 * 1024;
+  Buffer areas_[int(Scratch::count)];
+  Buffer ring_;
+  size_t ring_used_ = 0;
+  std::vector<Buffer> retired_;
+};
+
+}  // namespace exl::cuda

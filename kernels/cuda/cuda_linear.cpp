@@ -1,0 +1,232 @@
+#include "kernels/cuda/cuda_linear.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dense_gemm.h"
+#include "kernels/cuda/exl2_gemm.h"
+#include "kernels/cuda/gptq_gemm.h"
+
+namespace exl::cuda {
+
+namespace {
+
+constexpr int64_t k_int_max = std::numeric_limits<int32_t>::max();
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_dims(const char* fmt, int64_t K, int64_t N) {
+  EXL_CHECK(K > 0 && N > 0 && K < k_int_max && N < k_int_max, "kernels: cuda: ", fmt, " linear: shape [", N, ", ",
+            K, "] is empty or exceeds int32");
+}
+
+Buffer upload_bias(const CudaContext& ctx, const std::vector<float>& bias) {
+  return bias.empty() ? Buffer() : ctx.upload_new(bias);
+}
+
+// y[rows, N] (ldy = N) = x · W(columns chunk)ᵀ where `fill` writes W's columns [n0, n0+nc) as fp16
+// [K, nc] into the scratch; bias added at the end.
+template <typename Fill>
+void dequant_gemm(CudaContext& ctx, const float* x, float* y, int64_t rows, int64_t K, int64_t N, const float* bias,
+                  Fill fill) {
+  auto* x16 = static_cast<uint16_t*>(ctx.scratch(Scratch::act16, size_t(rows * K) * 2));
+  EXL_CUDA_CHECK(to_half(x, x16, rows * K, ctx.stream()));
+  const int64_t nc_max = std::max<int64_t>(128, ctx.dequant_chunk_elems / K / 128 * 128);
+  const int64_t nc = std::min(nc_max, N);
+  auto* wt = static_cast<uint16_t*>(ctx.scratch(Scratch::weights16, size_t(K * nc) * 2));
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t n0 = 0; n0 < N; n0 += nc) {
+    const int64_t cur = std::min(nc, N - n0);
+    fill(int(n0), int(cur), wt);
+    EXL_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, int(cur), int(rows), int(K), &one, wt,
+                                  CUDA_R_16F, int(cur), x16, CUDA_R_16F, int(K), &zero, y + n0, CUDA_R_32F, int(N),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  if (bias) EXL_CUDA_CHECK(add_bias(y, bias, int(rows), int(N), ctx.stream()));
+}
+
+class Exl2Linear final : public CudaLinear {
+ public:
+  Exl2Linear(CudaContext& ctx, const Exl2Matrix& m) {
+    const int64_t K = m.in_features, N = m.out_features, Np = m.padded_out, G = int64_t(m.groups.size());
+    check_dims("exl2", K, N);
+    EXL_CHECK(Np >= N && Np % 32 == 0 && G > 0 && m.q_rows > 0 && int64_t(m.perm.size()) == K,
+              "kernels: cuda: exl2 linear: inconsistent matrix [", N, ", ", K, "]");
+    in_features = K;
+    out_features = N;
+    std::vector<Exl2GroupDesc> groups;
+    std::vector<int32_t> group_of_row(static_cast<size_t>(K), -1);
+    for (int64_t g = 0; g < G; ++g) {
+      const Exl2Group& gr = m.groups[size_t(g)];
+      EXL_CHECK(gr.row_start >= 0 && gr.rows > 0 && gr.row_start + gr.rows <= K,
+                "kernels: cuda: exl2 linear: group ", g, " rows out of range");
+      EXL_CHECK(gr.bits >= 2 && gr.bits <= 8 && gr.bits != 7, "kernels: cuda: exl2 linear: group ", g, " has ",
+                gr.bits, " bits");
+      groups.push_back({gr.bits, int32_t(gr.row_start), int32_t(gr.rows), int32_t(gr.qrow_start)});
+      std::fill(group_of_row.begin() + gr.row_start, group_of_row.begin() + gr.row_start + gr.rows, int32_t(g));
+    }
+    EXL_CHECK(std::find(group_of_row.begin(), group_of_row.end(), -1) == group_of_row.end(),
+              "kernels: cuda: exl2 linear: groups do not cover all ", K, " rows");
+    q_weight_ = ctx.upload_new(m.q_weight, size_t(m.q_rows * Np) * 4);
+    q_scale_ = ctx.upload_new(m.q_scale, size_t(G * (Np / 8)) * 4);
+    q_scale_max_ = ctx.upload_new(m.q_scale_max, size_t(G) * 2);
+    groups_ = ctx.upload_new(groups);
+    group_of_row_ = ctx.upload_new(group_of_row);
+    perm_ = ctx.upload_new(m.perm);
+    bias_ = upload_bias(ctx, m.bias);
+    view_.q_weight = static_cast<const uint32_t*>(q_weight_.data());
+    view_.q_scale = static_cast<const uint32_t*>(q_scale_.data());
+    view_.q_scale_max = static_cast<const uint16_t*>(q_scale_max_.data());
+    view_.groups = static_cast<const Exl2GroupDesc*>(groups_.data());
+    view_.group_of_row = static_cast<const int32_t*>(group_of_row_.data());
+    view_.perm = static_cast<const int32_t*>(perm_.data());
+    view_.n_groups = int(G);
+    view_.K = int(K);
+    view_.N = int(N);
+    view_.Np = int(Np);
+  }
+
+  void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
+    const float* bias = bias_.f32();
+    if (rows <= k_quant_gemv_max_rows) {
+      EXL_CUDA_CHECK(fill_bias(y, bias, int(rows), view_.N, ctx.stream()));
+      const int ks = gemv_k_slice(view_.K, view_.N, rows, 4 * ctx.sm_count());
+      EXL_CUDA_CHECK(exl2_gemv(view_, x, y, int(rows), ks, ctx.stream()));
+      return;
+    }
+    dequant_gemm(ctx, x, y, rows, view_.K, view_.N, bias, [&](int n0, int nc, uint16_t* wt) {
+      EXL_CUDA_CHECK(exl2_reconstruct(view_, n0, nc, wt, ctx.stream()));
+    });
+  }
+
+ private:
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, bias_;
+  Exl2DeviceView view_;
+};
+
+class GptqLinear final : public CudaLinear {
+ public:
+  GptqLinear(CudaContext& ctx, const GptqMatrix& m) {
+    const int64_t K = m.in_features, N = m.out_features, G = m.num_groups;
+    check_dims("gptq", K, N);
+    EXL_CHECK(K % 8 == 0 && N % 8 == 0 && G > 0 && int64_t(m.g_idx.size()) == K,
+              "kernels: cuda: gptq linear: inconsistent matrix [", N, ", ", K, "]");
+    in_features = K;
+    out_features = N;
+    for (int64_t k = 0; k < K; ++k)
+      EXL_CHECK(m.g_idx[size_t(k)] >= 0 && m.g_idx[size_t(k)] < G, "kernels: cuda: gptq linear: g_idx[", k, "] = ",
+                m.g_idx[size_t(k)], " is outside ", G, " groups");
+    std::vector<int32_t> perm(static_cast<size_t>(K));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) { return m.g_idx[size_t(a)] < m.g_idx[size_t(b)]; });
+    std::vector<int32_t> row_group(static_cast<size_t>(K));
+    for (int64_t j = 0; j < K; ++j) row_group[size_t(j)] = m.g_idx[size_t(perm[size_t(j)])];
+    const bool identity = std::is_sorted(m.g_idx.begin(), m.g_idx.end());
+    if (identity) {
+      qweight_ = ctx.upload_new(m.qweight, size_t(K / 8 * N) * 4);
+    } else {
+      std::vector<uint32_t> sorted(size_t(K / 8 * N), 0);
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t src = perm[size_t(j)];
+        for (int64_t n = 0; n < N; ++n) {
+          const uint32_t q = (m.qweight[(src / 8) * N + n] >> (4 * (src % 8))) & 15u;
+          sorted[size_t((j / 8) * N + n)] |= q << (4 * (j % 8));
+        }
+      }
+      qweight_ = ctx.upload_new(sorted);
+    }
+    qzeros_ = ctx.upload_new(m.qzeros, size_t(G * (N / 8)) * 4);
+    scales_ = ctx.upload_new(m.scales, size_t(G * N) * 2);
+    row_group_ = ctx.upload_new(row_group);
+    perm_ = ctx.upload_new(perm);
+    bias_ = upload_bias(ctx, m.bias);
+    view_.qweight = static_cast<const uint32_t*>(qweight_.data());
+    view_.qzeros = static_cast<const uint32_t*>(qzeros_.data());
+    view_.scales = static_cast<const uint16_t*>(scales_.data());
+    view_.row_group = static_cast<const int32_t*>(row_group_.data());
+    view_.perm = static_cast<const int32_t*>(perm_.data());
+    view_.zero_add = m.zeros_v2 ? 0 : 1;
+    view_.K = int(K);
+    view_.N = int(N);
+  }
+
+  void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
+    const float* bias = bias_.f32();
+    if (rows <= k_quant_gemv_max_rows) {
+      EXL_CUDA_CHECK(fill_bias(y, bias, int(rows), view_.N, ctx.stream()));
+      const int ks = gemv_k_slice(view_.K, view_.N, rows, 4 * ctx.sm_count());
+      EXL_CUDA_CHECK(gptq_gemv(view_, x, y, int(rows), ks, ctx.stream()));
+      return;
+    }
+    dequant_gemm(ctx, x, y, rows, view_.K, view_.N, bias, [&](int n0, int nc, uint16_t* wt) {
+      EXL_CUDA_CHECK(gptq_reconstruct(view_, n0, nc, wt, ctx.stream()));
+    });
+  }
+
+ private:
+  Buffer qweight_, qzeros_, scales_, row_group_, perm_, bias_;
+  GptqDeviceView view_;
+};
+
+class DenseLinear final : public CudaLinear {
+ public:
+  DenseLinear(CudaContext& ctx, const DenseMatrix& m) {
+    const int64_t K = m.in_features, N = m.out_features;
+    check_dims("dense", K, N);
+    EXL_CHECK(m.dtype == DType::f32 || m.dtype == DType::f16 || m.dtype == DType::bf16,
+              "kernels: cuda: dense linear: unsupported weight dtype ", to_string(m.dtype));
+    in_features = K;
+    out_features = N;
+    type_ = m.dtype == DType::f32 ? DenseType::f32 : m.dtype == DType::f16 ? DenseType::f16 : DenseType::bf16;
+    w_ = ctx.upload_new(m.data, size_t(K * N) * dtype_size(m.dtype));
+    bias_ = upload_bias(ctx, m.bias);
+  }
+
+  void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
+    const int K = int(in_features), N = int(out_features);
+    const float* bias = bias_.f32();
+    if (rows <= k_dense_gemv_max_rows) {
+      EXL_CUDA_CHECK(dense_gemv(type_, w_.data(), bias, x, y, int(rows), K, N, ctx.stream()));
+      return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    if (type_ == DenseType::f32) {
+      EXL_CUBLAS_CHECK(cublasSgemm(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, int(rows), K, &one,
+                                   w_.f32(), K, x, K, &zero, y, N));
+    } else {
+      auto* x16 = static_cast<uint16_t*>(ctx.scratch(Scratch::act16, size_t(rows * K) * 2));
+      if (type_ == DenseType::f16) EXL_CUDA_CHECK(to_half(x, x16, rows * K, ctx.stream()));
+      else EXL_CUDA_CHECK(to_bf16(x, x16, rows * K, ctx.stream()));
+      const cudaDataType_t t = type_ == DenseType::f16 ? CUDA_R_16F : CUDA_R_16BF;
+      EXL_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, N, int(rows), K, &one, w_.data(), t, K,
+                                    x16, t, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    if (bias) EXL_CUDA_CHECK(add_bias(y, bias, int(rows), N, ctx.stream()));
+  }
+
+ private:
+  DenseType type_ = DenseType::f16;
+  Buffer w_, bias_;
+};
+
+}  // namespace
+
+int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
+  const int64_t mb = gemv_rows_per_block(int(std::min<int64_t>(rows, 8)));
+  const int64_t base = ceil_div(N, k_gemv_cols_per_block) * ceil_div(rows, mb);
+  const int64_t splits = std::max<int64_t>(1, ceil_div(target_blocks, base));
+  int64_t ks = ceil_div(ceil_div(K, splits), 32) * 32;
+  ks = std::clamp<int64_t>(ks, 64, 1024);
+  return int(std::min(ks, ceil_div(K, 32) * 32));
+}
+
+std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w) {
+  ctx.make_current();
+  if (const auto* e = std::get_if<Exl2Matrix>(&w)) return std::make_unique<Exl2Linear>(ctx, *e);
+  if (const auto* g = std::get_if<GptqMatrix>(&w)) return std::make_unique<GptqLinear>(ctx, *g);
+  return std::make_unique<DenseLinear>(ctx, std::get<DenseMatrix>(w));
+}
+
+}  // namespace exl::cuda

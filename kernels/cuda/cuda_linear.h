@@ -1,0 +1,34 @@
+// Linear layers of the CUDA backend: weights uploaded in their packed form plus derived tables,
+// and the choice of kernel per call. Host code only.
+//   EXL2 / GPTQ: rows ≤ k_quant_gemv_max_rows use the gemv kernels (weights decoded in registers,
+//   fp32 accumulation). Larger batches dequantize column chunks of W to an fp16 scratch [K, nc]
+//   and multiply with cublasGemmEx (fp16 inputs, activations converted to fp16 and saturated at
+//   ±65504, fp32 accumulation and output): tensor cores, at fp16 input precision.
+//   Dense: rows ≤ k_dense_gemv_max_rows use dense_gemv (fp32 accumulation); larger batches use
+//   cuBLAS: f16/bf16 weights with activations converted to the same type (fp32 accumulation),
+//   f32 weights with plain fp32 SGEMM (no TF32).
+// y must not alias x. The gemv kernels add K-slice partial sums with float atomics, so results
+// can differ between runs at fp32 rounding level.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_context.h"
+
+namespace exl::cuda {
+
+inline constexpr int64_t k_quant_gemv_max_rows = 16;
+
+class CudaLinear : public PreparedLinear {
+ public:
+  virtual void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const = 0;
+};
+
+std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
+
+// K-slice (rows per gemv block, a multiple of 32 in 64..1024) that gives about `target_blocks`
+// blocks (4 per multiprocessor: enough loads in flight to approach memory bandwidth).
+int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
+
+}  // namespace exl::cuda

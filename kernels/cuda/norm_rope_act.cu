@@ -1,0 +1,131 @@
+#include <cuda_fp16.h>
+
+#include "kernels/cuda/norm_rope_act.h"
+
+namespace exl::cuda {
+namespace {
+
+constexpr int k_row_threads = 256;
+
+__global__ void __launch_bounds__(k_row_threads)
+    rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {
+  __shared__ double partial[k_row_threads / 32];
+  __shared__ float inv_s;
+  const float* xr = x + blockIdx.x * dim;
+  float* yr = y + blockIdx.x * dim;
+  double ss = 0;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int i = 0; i < k_row_threads / 32; ++i) t += partial[i];
+    inv_s = float(1.0 / sqrt(t / double(dim) + double(eps)));
+  }
+  __syncthreads();
+  const float inv = inv_s;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = w[d] * (xr[d] * inv);
+}
+
+__global__ void rope_kernel(float* x, int n_heads, int head_dim, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, float attn_factor) {
+  extern __shared__ float cs[];  // [half] cos, then [half] sin
+  const int half = head_dim / 2;
+  float* sn = cs + half;
+  const int r = blockIdx.x;
+  const double pos = double(positions[r]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double s, c;
+    sincos(pos * double(inv_freq[i]), &s, &c);
+    cs[i] = float(c * double(attn_factor));
+    sn[i] = float(s * double(attn_factor));
+  }
+  __syncthreads();
+  float* xr = x + size_t(r) * n_heads * head_dim;
+  for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+    const int h = k / half, i = k - h * half;
+    float* v = xr + size_t(h) * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * cs[i] - b * sn[i];
+    v[i + half] = b * cs[i] + a * sn[i];
+  }
+}
+
+__global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* __restrict__ out,
+                              int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
+template <DenseType T>
+__global__ void embedding_kernel(const void* __restrict__ table, int64_t dim, const int32_t* __restrict__ ids,
+                                 float* __restrict__ out) {
+  const int64_t row = ids[blockIdx.x];
+  float* o = out + blockIdx.x * dim;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    if constexpr (T == DenseType::f32) {
+      o[d] = static_cast<const float*>(table)[row * dim + d];
+    } else {
+      const uint16_t v = static_cast<const uint16_t*>(table)[row * dim + d];
+      if constexpr (T == DenseType::f16) o[d] = __half2float(__ushort_as_half(v));
+      else o[d] = __uint_as_float(uint32_t(v) << 16);
+    }
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t b = (n + 255) / 256;
+  return unsigned(b < 65536 ? (b > 0 ? b : 1) : 65536);
+}
+
+}  // namespace
+
+cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps,
+                     cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  rms_norm_kernel<<<unsigned(rows), k_row_threads, 0, stream>>>(x, w, y, dim, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_t* positions, const float* inv_freq,
+                 float attn_factor, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
+  rope_kernel<<<unsigned(rows), 128, smem, stream>>>(x, n_heads, head_dim, positions, inv_freq, attn_factor);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  swiglu_kernel<<<grid_for(n), 256, 0, stream>>>(gate, up, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  add_kernel<<<grid_for(n), 256, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t embedding(DenseType type, const void* table, int64_t dim, const int32_t* ids, int64_t n_ids, float* out,
+                      cudaStream_t stream) {
+  if (n_ids == 0) return cudaSuccess;
+  const unsigned grid = unsigned(n_ids);
+  switch (type) {
+    case DenseType::f32: embedding_kernel<DenseType::f32><<<grid, 128, 0, stream>>>(table, dim, ids, out); break;
+    case DenseType::f16: embedding_kernel<DenseType::f16><<<grid, 128, 0, stream>>>(table, dim, ids, out); break;
+    case DenseType::bf16: embedding_kernel<DenseType::bf16><<<grid, 128, 0, stream>>>(table, dim, ids, out); break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace exl::cuda

@@ -1,0 +1,27 @@
+// Element-wise and per-row ops on the GPU (kernels in norm_rope_act.cu), float32 activations.
+// Integer arguments (ids, positions) and tables are device pointers, staged by the caller.
+// Semantics are exactly those of kernels/cpu/elementwise.cpp:
+//   - rms_norm: one block per row, sum of squares in double; x and y may alias;
+//   - rope: rotate_half pairs (i, i+D/2); cos/sin of pos·inv_freq[i] evaluated in double, times
+//     attn_factor, rounded to float once per row (so long positions lose nothing);
+//   - swiglu: silu(gate)·up; add: x += y;
+//   - embedding: rows of an f32/f16/bf16 table to float.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/dense_gemm.h"
+
+namespace exl::cuda {
+
+cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps,
+                     cudaStream_t stream);
+cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_t* positions, const float* inv_freq,
+                 float attn_factor, cudaStream_t stream);
+cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream);
+cudaError_t embedding(DenseType type, const void* table, int64_t dim, const int32_t* ids, int64_t n_ids, float* out,
+                      cudaStream_t stream);
+
+}  // namespace exl::cuda

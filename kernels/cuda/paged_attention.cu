@@ -1,0 +1,285 @@
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/paged_attention.h"
+
+namespace exl::cuda {
+namespace {
+
+constexpr int k_warps = 4;
+constexpr int k_rows_per_warp = k_attn_rows / k_warps;
+constexpr int k_max_blocks_per_vec = 8;
+constexpr float k_neg_inf = -__builtin_huge_valf();
+
+__device__ __forceinline__ int64_t vec_index(const KvDeviceLayout& L, int kv, int head, int slot) {
+  return ((int64_t(L.layer) * 2 + kv) * L.n_kv_heads + head) * L.page_size + slot;
+}
+
+// Scales are read and written bytewise: the scale area need not be 2-byte aligned for every layout.
+__device__ __forceinline__ float load_scale(const uint8_t* p) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8))));
+}
+
+__device__ __forceinline__ float load_kv(const uint8_t* pool, const KvDeviceLayout& L, int page, int64_t vec, int d) {
+  const uint8_t* page_base = pool + int64_t(page) * L.page_bytes;
+  const uint8_t* data = page_base + vec * L.vec_bytes;
+  switch (L.format) {
+    case 0: return reinterpret_cast<const float*>(data)[d];
+    case 1: return __half2float(reinterpret_cast<const __half*>(data)[d]);
+    case 2: {
+      const float s = load_scale(page_base + L.scales_offset + vec * L.vec_scale_bytes + 2 * (d / L.block));
+      return float(int(int8_t(data[d]))) * s;
+    }
+    default: {
+      const float s = load_scale(page_base + L.scales_offset + vec * L.vec_scale_bytes + 2 * (d / L.block));
+      return float(int((data[d >> 1] >> (4 * (d & 1))) & 15) - 8) * s;
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ int quantize(float x, float inv, float qmax) {
+  return int(fminf(fmaxf(rintf(x * inv), -qmax), qmax));
+}
+
+// One warp per (token, K or V, head) vector.
+__global__ void kv_write_kernel(uint8_t* pool, KvDeviceLayout L, const float* __restrict__ k,
+                                const float* __restrict__ v, const int32_t* __restrict__ slots) {
+  __shared__ float inv_s[k_max_blocks_per_vec];
+  const int t = blockIdx.x;
+  const int kv = blockIdx.y / L.n_kv_heads, h = blockIdx.y % L.n_kv_heads;
+  const int D = L.head_dim, lane = threadIdx.x;
+  const float* src = (kv == 0 ? k : v) + (int64_t(t) * L.n_kv_heads + h) * D;
+  const int slot = slots[t];
+  const int page = slot / L.page_size, off = slot % L.page_size;
+  const int64_t vec = vec_index(L, kv, h, off);
+  uint8_t* page_base = pool + int64_t(page) * L.page_bytes;
+  uint8_t* data = page_base + vec * L.vec_bytes;
+  if (L.format == 0) {
+    for (int d = lane; d < D; d += 32) reinterpret_cast<float*>(data)[d] = src[d];
+    return;
+  }
+  if (L.format == 1) {
+    for (int d = lane; d < D; d += 32) reinterpret_cast<__half*>(data)[d] = __float2half_rn(src[d]);
+    return;
+  }
+  const float qmax = L.format == 2 ? 127.0f : 7.0f;
+  const int B = L.block, nb = D / B;
+  uint8_t* scales = page_base + L.scales_offset + vec * L.vec_scale_bytes;
+  for (int b = 0; b < nb; ++b) {
+    float amax = 0.0f;
+    for (int i = lane; i < B; i += 32) amax = fmaxf(amax, fabsf(src[b * B + i]));
+    amax = warp_max(amax);
+    const __half sh = __float2half_rn(amax / qmax);
+    const float s = __half2float(sh);
+    if (lane == 0) {
+      const unsigned short bits = __half_as_ushort(sh);
+      scales[2 * b] = uint8_t(bits & 0xff);
+      scales[2 * b + 1] = uint8_t(bits >> 8);
+      inv_s[b] = s > 0.0f ? 1.0f / s : 0.0f;
+    }
+  }
+  __syncwarp();
+  if (L.format == 2) {
+    for (int d = lane; d < D; d += 32) data[d] = uint8_t(int8_t(quantize(src[d], inv_s[d / B], qmax)));
+    return;
+  }
+  for (int i = lane; i < (D + 1) / 2; i += 32) {
+    const int d0 = 2 * i, d1 = 2 * i + 1;
+    const uint8_t lo = uint8_t(quantize(src[d0], inv_s[d0 / B], qmax) + 8);
+    const uint8_t hi = d1 < D ? uint8_t(quantize(src[d1], inv_s[d1 / B], qmax) + 8) : uint8_t(data[i] >> 4);
+    data[i] = uint8_t(lo | (hi << 4));
+  }
+}
+
+template <int C>  // C = per-lane accumulator slots, ceil(D/32) ≤ C
+__global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
+  extern __shared__ float sm[];
+  const KvDeviceLayout& L = a.layout;
+  const int D = L.head_dim;
+  float* Kt = sm;                               // [tile][D+1]
+  float* Vt = Kt + k_attn_tile * (D + 1);       // [tile][D]
+  float* Qs = Vt + k_attn_tile * D;             // [rows][D]
+  float* Ps = Qs + k_attn_rows * D;             // [warps][tile]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  const AttnWork wk = a.works[blockIdx.x];
+  const AttnSeqDesc sq = a.seqs[wk.seq];
+  const int group = a.n_heads / L.n_kv_heads;
+  const int rows_here = min(k_attn_rows, sq.n_tokens * group - wk.row_begin);
+
+  for (int i = threadIdx.x; i < rows_here * D; i += blockDim.x) {
+    const int r = i / D, d = i - r * D;
+    const int row = wk.row_begin + r, t = row / group, head = wk.kv_head * group + row % group;
+    Qs[i] = a.q[(int64_t(sq.token_begin + t) * a.n_heads + head) * D + d];
+  }
+  const int pos_first = sq.pos_start + wk.row_begin / group;
+  const int pos_last = sq.pos_start + (wk.row_begin + rows_here - 1) / group;
+  const int lo_block = a.window > 0 ? max(0, pos_first - a.window + 1) : 0;
+  const int pb = max(wk.part * a.part_size, lo_block);
+  const int pe = min(wk.part * a.part_size + a.part_size, pos_last + 1);
+
+  float m[k_rows_per_warp], l[k_rows_per_warp], acc[k_rows_per_warp][C];
+#pragma unroll
+  for (int i = 0; i < k_rows_per_warp; ++i) {
+    m[i] = k_neg_inf;
+    l[i] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[i][c] = 0.0f;
+  }
+  const int32_t* pages = a.pages + sq.page_offset;
+
+  for (int t0 = pb; t0 < pe; t0 += k_attn_tile) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < k_attn_tile * D; i += blockDim.x) {
+      const int j = i / D, d = i - j * D, pos = t0 + j;
+      float kx = 0.0f, vx = 0.0f;
+      if (pos < pe) {
+        const int page = pages[pos / L.page_size], slot = pos % L.page_size;
+        kx = load_kv(a.pool, L, page, vec_index(L, 0, wk.kv_head, slot), d);
+        vx = load_kv(a.pool, L, page, vec_index(L, 1, wk.kv_head, slot), d);
+      }
+      Kt[j * (D + 1) + d] = kx;
+      Vt[j * D + d] = vx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < k_rows_per_warp; ++i) {
+      const int r = warp + k_warps * i;
+      if (r >= rows_here) break;
+      const int pos_r = sq.pos_start + (wk.row_begin + r) / group;
+      const int lo_r = a.window > 0 ? max(0, pos_r - a.window + 1) : 0;
+      const int pj = t0 + lane;
+      const bool valid = pj < pe && pj <= pos_r && pj >= lo_r;
+      float s = k_neg_inf;
+      if (valid) {
+        const float* qr = Qs + r * D;
+        const float* kr = Kt + lane * (D + 1);
+        float dot = 0.0f;
+        for (int d = 0; d < D; ++d) dot = fmaf(qr[d], kr[d], dot);
+        s = dot * a.scale;
+      }
+      const float tile_max = warp_max(s);
+      if (tile_max == k_neg_inf) continue;
+      const float m_new = fmaxf(m[i], tile_max);
+      const float corr = expf(m[i] - m_new);
+      const float p = valid ? expf(s - m_new) : 0.0f;
+      l[i] = l[i] * corr + warp_sum(p);
+      m[i] = m_new;
+      Ps[warp * k_attn_tile + lane] = p;
+      __syncwarp();
+      const float* pw = Ps + warp * k_attn_tile;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) {
+          float x = acc[i][c] * corr;
+          for (int j = 0; j < k_attn_tile; ++j) x = fmaf(pw[j], Vt[j * D + d], x);
+          acc[i][c] = x;
+        }
+      }
+      __syncwarp();
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < k_rows_per_warp; ++i) {
+    const int r = warp + k_warps * i;
+    if (r >= rows_here) break;
+    const int row = wk.row_begin + r;
+    const int64_t orow = int64_t(sq.token_begin + row / group) * a.n_heads + wk.kv_head * group + row % group;
+    if (a.direct) {
+      const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) a.out[orow * D + d] = acc[i][c] * inv;
+      }
+    } else {
+      const int64_t pidx = orow * a.max_parts + wk.part;
+      if (lane == 0) {
+        a.part_max[pidx] = m[i];
+        a.part_sum[pidx] = l[i];
+      }
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) a.part_acc[pidx * D + d] = acc[i][c];
+      }
+    }
+  }
+}
+
+// One block per (token, head) row.
+__global__ void attention_combine_kernel(AttnArgs a, const int32_t* __restrict__ token_pos) {
+  const int64_t orow = blockIdx.x;
+  const int D = a.layout.head_dim;
+  const int pos = token_pos[orow / a.n_heads];
+  if (pos < 0) return;
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int p0 = lo / a.part_size, p1 = pos / a.part_size;
+  const int64_t base = orow * a.max_parts;
+  float mx = k_neg_inf;
+  for (int p = p0; p <= p1; ++p)
+    if (a.part_sum[base + p] > 0.0f) mx = fmaxf(mx, a.part_max[base + p]);
+  float total = 0.0f;
+  for (int p = p0; p <= p1; ++p)
+    if (a.part_sum[base + p] > 0.0f) total += a.part_sum[base + p] * expf(a.part_max[base + p] - mx);
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int p = p0; p <= p1; ++p)
+      if (a.part_sum[base + p] > 0.0f) o += a.part_acc[(base + p) * D + d] * expf(a.part_max[base + p] - mx);
+    a.out[orow * D + d] = o * inv;
+  }
+}
+
+template <int C>
+cudaError_t launch_attention(const AttnArgs& a, cudaStream_t stream) {
+  const size_t smem = attention_smem_bytes(a.layout.head_dim);
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(attention_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  attention_kernel<C><<<unsigned(a.n_works), k_warps * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t kv_write(uint8_t* pool, const KvDeviceLayout& layout, const float* k, const float* v,
+                     const int32_t* slots, int n_tokens, cudaStream_t stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  const dim3 grid(unsigned(n_tokens), unsigned(2 * layout.n_kv_heads));
+  kv_write_kernel<<<grid, 32, 0, stream>>>(pool, layout, k, v, slots);
+  return cudaGetLastError();
+}
+
+cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
+  if (a.n_works == 0) return cudaSuccess;
+  const int c = (a.layout.head_dim + 31) / 32;
+  if (c <= 2) return launch_attention<2>(a, stream);
+  if (c <= 4) return launch_attention<4>(a, stream);
+  return launch_attention<8>(a, stream);
+}
+
+cudaError_t attention_combine(const AttnArgs& a, const int32_t* token_pos, int n_tokens, cudaStream_t stream) {
+  const int64_t rows = int64_t(n_tokens) * a.n_heads;
+  if (rows == 0) return cudaSuccess;
+  attention_combine_kernel<<<unsigned(rows), 128, 0, stream>>>(a, token_pos);
+  return cudaGetLastError();
+}
+
+}  // namespace exl::cuda

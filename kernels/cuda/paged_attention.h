@@ -1,0 +1,73 @@
+// Paged KV cache writes and causal attention on the GPU (kernels in paged_attention.cu). The
+// pool's bytes follow kernels/kv_layout.h exactly, so pages are interchangeable with the CPU's.
+//
+// Attention work is split by the host (attention_plan.h) into blocks, each one AttnWork: up to
+// k_attn_rows query rows of one sequence that share a kv head (row r = token r / group, query
+// head kv_head·group + r % group), over one partition of `part_size` positions. Each block keeps
+// an online softmax per row (running max, sum and weighted V in fp32) while it streams K/V tiles
+// of k_attn_tile positions, decoded from the cache format into shared memory. When every row
+// fits in one partition (`direct`), blocks write normalized output; otherwise they write
+// partials (max, sum, acc) that attention_combine merges per row (flash-decoding).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace exl::cuda {
+
+inline constexpr int k_attn_rows = 16;       // query rows per block (4 warps × 4 rows)
+inline constexpr int k_attn_tile = 32;       // positions per K/V tile
+inline constexpr int k_attn_max_head_dim = 256;
+
+// The pool's geometry for one layer (byte sizes from KvLayout).
+struct KvDeviceLayout {
+  int n_kv_heads = 0, head_dim = 0, page_size = 0;
+  int format = 0;  // KvFormat: 0 f32, 1 fp16, 2 q8, 3 q4
+  int block = 0;   // elements per scale
+  int layer = 0;
+  int64_t page_bytes = 0, vec_bytes = 0, vec_scale_bytes = 0, scales_offset = 0;  // scales_offset = n_vecs·vec_bytes
+};
+
+struct AttnSeqDesc {
+  int32_t token_begin, n_tokens, pos_start, page_offset;  // page_offset into the pages array
+};
+struct AttnWork {
+  int32_t seq, kv_head, row_begin, part;
+};
+
+struct AttnArgs {
+  const uint8_t* pool = nullptr;
+  KvDeviceLayout layout;
+  const AttnSeqDesc* seqs = nullptr;
+  const int32_t* pages = nullptr;
+  const AttnWork* works = nullptr;
+  int n_works = 0;
+  const float* q = nullptr;  // [T, n_heads, D]
+  float* out = nullptr;      // [T, n_heads, D]
+  int n_heads = 0;
+  float scale = 1.0f;
+  int window = 0;
+  int part_size = 0;
+  bool direct = true;
+  // Partials when !direct: [T, n_heads, max_parts] (max, sum) and [T, n_heads, max_parts, D].
+  float* part_max = nullptr;
+  float* part_sum = nullptr;
+  float* part_acc = nullptr;
+  int max_parts = 1;
+};
+
+// Shared memory bytes one attention block needs for head_dim D.
+inline size_t attention_smem_bytes(int D) {
+  return size_t(k_attn_tile * (D + 1) + k_attn_tile * D + k_attn_rows * D + 4 * k_attn_tile) * sizeof(float);
+}
+
+// Stores k, v [n_tokens, kv_heads·D] into cache slots (page·page_size + offset).
+cudaError_t kv_write(uint8_t* pool, const KvDeviceLayout& layout, const float* k, const float* v,
+                     const int32_t* slots, int n_tokens, cudaStream_t stream);
+
+cudaError_t attention(const AttnArgs& args, cudaStream_t stream);
+
+// Merges partials into out; token_pos[T] is each query row's position.
+cudaError_t attention_combine(const AttnArgs& args, const int32_t* token_pos, int n_tokens, cudaStream_t stream);
+
+}  // namespace exl::cuda

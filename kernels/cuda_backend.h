@@ -1,0 +1,21 @@
+// The CUDA backend: the Backend interface (kernels/backend.h) on one NVIDIA GPU, float32
+// activations in device memory, quantized weights kept packed on the device. Kernels live in
+// kernels/cuda/ (see the headers there for each family's algorithm and precision). Builds
+// without CUDA provide stubs that throw.
+#pragma once
+#include <memory>
+
+#include "kernels/backend.h"
+
+namespace exl {
+
+// A backend on CUDA device `device`. Throws exl::Error when the build has no CUDA backend or the
+// device does not exist. Every op is queued on one stream; download() and synchronize() wait.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+// Device address of the bytes of a pool made by a CUDA backend's alloc_kv_pool
+// (num_pages · layout.page_bytes(), kv_layout.h's format), for copying pages between backends
+// and for tests. Throws exl::Error for a pool of another backend.
+void* cuda_kv_pool_data(KvPool& pool);
+
+}  // namespace exl

@@ -1,0 +1,535 @@
+// The CUDA backend against the CPU backend (kernels/cpu/ops.h) on random inputs: every op, odd and
+// even sizes, every EXL2 width and mixes, GPTQ, dense dtypes, KV writes byte for byte, and paged
+// attention over scattered page tables in every cache format. Tests that need a GPU skip with a
+// message when none is present; the host-side planning tests run everywhere CUDA is compiled.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_device.h"
+#include "kernels/error.h"
+#include "random_weights.h"
+
+#ifdef EXL_HAVE_CUDA
+#include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/cuda_linear.h"
+#endif
+
+namespace exl {
+namespace {
+
+// Tolerances (max abs error / max abs reference): fp32-accumulating kernels vs fp16-input GEMMs.
+constexpr double k_tol_f32 = 1e-3;
+constexpr double k_tol_f16 = 1e-2;
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    scale = std::max(scale, std::fabs(double(ref[i])));
+    err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (cuda_device_count() > 0) gpu_ = make_cuda_backend(0);
+  }
+  static void TearDownTestSuite() { gpu_.reset(); }
+  void SetUp() override {
+    if (!gpu_) GTEST_SKIP() << "needs a CUDA GPU; " << cuda_device_description();
+  }
+
+  Backend& gpu() { return *gpu_; }
+  Buffer to_gpu(const std::vector<float>& v) {
+    Buffer b = gpu().alloc(v.size() * 4);
+    gpu().upload(b.data(), v.data(), v.size() * 4);
+    return b;
+  }
+  std::vector<float> from_gpu(const Buffer& b, size_t n) {
+    std::vector<float> v(n);
+    gpu().download(v.data(), b.data(), n * 4);
+    return v;
+  }
+  // y = x · Wᵀ on the GPU for `rows` rows of x, stored `x_offset` floats into its buffer.
+  std::vector<float> gpu_linear(const LinearWeights& w, const std::vector<float>& x, int64_t rows,
+                                size_t x_offset = 0) {
+    auto p = gpu().prepare_linear(w);
+    EXPECT_EQ(p->in_features, in_features(w));
+    EXPECT_EQ(p->out_features, out_features(w));
+    Buffer dx = gpu().alloc((x.size() + x_offset) * 4);
+    gpu().upload(dx.f32() + x_offset, x.data(), x.size() * 4);
+    Buffer dy = gpu().alloc(size_t(rows * out_features(w)) * 4);
+    gpu().linear(*p, dx.f32() + x_offset, dy.f32(), rows);
+    return from_gpu(dy, size_t(rows * out_features(w)));
+  }
+
+  static std::unique_ptr<Backend> gpu_;
+  ThreadPool tp_{2};
+};
+std::unique_ptr<Backend> CudaBackendTest::gpu_;
+
+TEST(CudaBackendFactory, ThrowsClearlyWithoutDevice) {
+  if (cuda_device_count() > 0) {
+    EXPECT_THROW(make_cuda_backend(cuda_device_count()), Error);
+    return;
+  }
+  try {
+    make_cuda_backend(0);
+    FAIL() << "make_cuda_backend succeeded without a device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernels: cuda"), std::string::npos) << e.what();
+  }
+}
+
+// ---- linear -------------------------------------------------------------------------------------
+
+struct Exl2Case {
+  int64_t K, N;
+  std::vector<std::pair<int, int64_t>> groups;
+};
+
+TEST_F(CudaBackendTest, LinearExl2EveryWidthAndMix) {
+  const std::vector<Exl2Case> cases = {
+      {32, 1, {{8, 32}}},
+      {64, 33, {{6, 32}, {5, 32}}},
+      {128, 70, {{4, 64}, {3, 64}}},
+      {96, 40, {{2, 16}, {2, 80}}},
+      {256, 96, {{8, 32}, {6, 32}, {5, 64}, {4, 64}, {3, 32}, {2, 32}}},
+      {160, 7, {{3, 128}, {3, 32}}},
+      {208, 31, {{4, 128}, {2, 80}}},
+      {512, 130, {{6, 256}, {4, 256}}},  // groups spanning gemv K-slices
+      {1024, 517, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}},
+      {2048, 64, {{4, 2048}}},
+  };
+  uint32_t seed = 1;
+  for (const auto& c : cases)
+    for (bool bias : {false, true}) {
+      auto w = test::random_exl2(c.K, c.N, c.groups, seed++, bias);
+      for (int64_t rows : {1, 2, 3, 8, 13, 40}) {
+        auto x = test::random_floats(size_t(rows * c.K), seed++);
+        std::vector<float> ref(size_t(rows * c.N));
+        cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
+        const double tol = rows <= 16 ? k_tol_f32 : k_tol_f16;
+        EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), tol)
+            << "K=" << c.K << " N=" << c.N << " rows=" << rows << " bias=" << bias;
+      }
+    }
+}
+
+TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
+  // Independent of the CPU kernel: the element-wise double reference of random_weights.h.
+  auto w = test::random_exl2(384, 100, {{8, 32}, {5, 96}, {3, 128}, {2, 128}}, 77, true);
+  const auto wd = test::naive_dequant(w.m);
+  for (int64_t rows : {1, 5, 33}) {
+    auto x = test::random_floats(size_t(rows * 384), 78 + uint32_t(rows));
+    const auto refd = test::naive_linear(wd, w.m.bias, x, rows, 384, 100);
+    const std::vector<float> ref(refd.begin(), refd.end());
+    EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), rows <= 16 ? k_tol_f32 : k_tol_f16) << rows;
+  }
+}
+
+TEST_F(CudaBackendTest, LinearGptqV1V2ActOrder) {
+  uint32_t seed = 100;
+  for (bool act : {false, true})
+    for (bool v2 : {false, true})
+      for (auto [K, N, gs] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+               {64, 8, 32}, {256, 40, 128}, {96, 24, 32}, {1024, 264, 128}}) {
+        auto w = test::random_gptq(K, N, gs, act, seed++);
+        w.m.zeros_v2 = v2;
+        if (seed % 2) w.m.bias = test::random_floats(size_t(N), seed);
+        for (int64_t rows : {1, 8, 40}) {
+          auto x = test::random_floats(size_t(rows * K), seed++);
+          std::vector<float> ref(size_t(rows * N));
+          cpu::linear_gptq(tp_, w.m, x.data(), ref.data(), rows);
+          EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), rows <= 16 ? k_tol_f32 : k_tol_f16)
+              << "K=" << K << " N=" << N << " act=" << act << " v2=" << v2 << " rows=" << rows;
+        }
+      }
+}
+
+TEST_F(CudaBackendTest, LinearDenseEveryDtype) {
+  uint32_t seed = 200;
+  for (auto [K, N] : std::vector<std::pair<int64_t, int64_t>>{{77, 45}, {128, 96}, {256, 33}})
+    for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      auto wf = test::random_floats(size_t(N * K), seed++);
+      std::vector<uint16_t> h(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) h[i] = dt == DType::f16 ? float_to_half(wf[i]) : float_to_bf16(wf[i]);
+      DenseMatrix m{K, N, dt, dt == DType::f32 ? static_cast<const void*>(wf.data()) : h.data(),
+                    test::random_floats(size_t(N), seed++)};
+      for (int64_t rows : {1, 3, 8, 40}) {
+        auto x = test::random_floats(size_t(rows * K), seed++);
+        std::vector<float> ref(size_t(rows * N));
+        cpu::linear_dense(tp_, m, x.data(), ref.data(), rows);
+        const double tol = rows <= 8 || dt == DType::f32 ? k_tol_f32 : k_tol_f16;
+        EXPECT_LT(rel_err(gpu_linear(m, x, rows), ref), tol)
+            << to_string(dt) << " K=" << K << " N=" << N << " rows=" << rows;
+        EXPECT_LT(rel_err(gpu_linear(m, x, rows, 1), ref), tol)  // unaligned activations
+            << to_string(dt) << " K=" << K << " N=" << N << " rows=" << rows << " offset 1";
+      }
+    }
+}
+
+#ifdef EXL_HAVE_CUDA
+TEST_F(CudaBackendTest, LinearLargeBatchDequantizesInColumnChunks) {
+  cuda::CudaContext ctx(0);
+  ctx.dequant_chunk_elems = 256 * 128;  // 128 columns per chunk at K = 256
+  auto e = test::random_exl2(256, 300, {{6, 128}, {4, 96}, {2, 32}}, 700, true);
+  auto g = test::random_gptq(256, 296, 64, true, 701);
+  const int64_t rows = 20;
+  auto x = test::random_floats(size_t(rows * 256), 702);
+  for (const LinearWeights& w : {LinearWeights(e.m), LinearWeights(g.m)}) {
+    const int64_t N = out_features(w);
+    std::vector<float> ref(size_t(rows * N)), got(ref.size());
+    cpu::linear(tp_, w, x.data(), ref.data(), rows);
+    auto lin = cuda::prepare_cuda_linear(ctx, w);
+    Buffer dx = ctx.upload_new(x), dy = ctx.alloc(got.size() * 4);
+    lin->run(ctx, dx.f32(), dy.f32(), rows);
+    ctx.sync();
+    ASSERT_EQ(cudaMemcpy(got.data(), dy.data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_LT(rel_err(got, ref), k_tol_f16) << "N=" << N;
+  }
+}
+#endif
+
+// ---- element-wise ops ---------------------------------------------------------------------------
+
+TEST_F(CudaBackendTest, RmsNormOddAndEvenSizesInPlace) {
+  for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {7, 333}, {3, 4096}, {2, 5}}) {
+    auto x = test::random_floats(size_t(rows * dim), uint32_t(rows * dim), 3.0f);
+    auto w = test::random_floats(size_t(dim), uint32_t(dim));
+    std::vector<float> ref(x.size());
+    cpu::rms_norm(tp_, x.data(), w.data(), ref.data(), rows, dim, 1e-5f);
+    Buffer dx = to_gpu(x), dw = to_gpu(w), dy = gpu().alloc(x.size() * 4);
+    gpu().rms_norm(dx.f32(), dw.f32(), dy.f32(), rows, dim, 1e-5f);
+    EXPECT_LT(rel_err(from_gpu(dy, x.size()), ref), 1e-5) << rows << "x" << dim;
+    gpu().rms_norm(dx.f32(), dw.f32(), dx.f32(), rows, dim, 1e-5f);  // aliasing
+    EXPECT_LT(rel_err(from_gpu(dx, x.size()), ref), 1e-5) << rows << "x" << dim << " in place";
+  }
+}
+
+TEST_F(CudaBackendTest, RopeMatchesCpuAtLargePositions) {
+  for (int head_dim : {8, 64, 128}) {
+    const int64_t rows = 6;
+    const int n_heads = 3;
+    RopeTable table;
+    for (int i = 0; i < head_dim / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(head_dim)));
+    table.attn_factor = 1.1f;
+    const std::vector<int32_t> pos = {0, 1, 17, 4095, 100000, 131071};
+    auto x = test::random_floats(size_t(rows * n_heads * head_dim), uint32_t(head_dim));
+    auto ref = x;
+    cpu::rope(ref.data(), rows, n_heads, head_dim, pos, table);
+    Buffer dx = to_gpu(x);
+    gpu().rope(dx.f32(), rows, n_heads, head_dim, pos, table);
+    EXPECT_LT(rel_err(from_gpu(dx, x.size()), ref), 1e-5) << head_dim;
+  }
+  RopeTable bad;
+  bad.inv_freq.resize(3);
+  Buffer dx = gpu().alloc(64);
+  EXPECT_THROW(gpu().rope(dx.f32(), 1, 1, 8, std::vector<int32_t>{0}, bad), Error);
+}
+
+TEST_F(CudaBackendTest, SwigluAndAdd) {
+  for (int64_t n : {1, 1001, 65536 * 3 + 7}) {
+    auto g = test::random_floats(size_t(n), 1, 4.0f), u = test::random_floats(size_t(n), 2);
+    std::vector<float> ref(static_cast<size_t>(n));
+    cpu::swiglu(g.data(), u.data(), ref.data(), n);
+    Buffer dg = to_gpu(g), du = to_gpu(u), dout = gpu().alloc(size_t(n) * 4);
+    gpu().swiglu(dg.f32(), du.f32(), dout.f32(), n);
+    EXPECT_LT(rel_err(from_gpu(dout, size_t(n)), ref), 1e-6) << n;
+    auto sum = g;
+    cpu::add(sum.data(), u.data(), n);
+    gpu().add(dg.f32(), du.f32(), n);
+    EXPECT_EQ(from_gpu(dg, size_t(n)), sum) << n;
+  }
+}
+
+TEST_F(CudaBackendTest, EmbeddingEveryDtype) {
+  const int64_t vocab = 50, dim = 37;
+  auto tf = test::random_floats(size_t(vocab * dim), 3);
+  std::vector<uint16_t> th(tf.size()), tb(tf.size());
+  for (size_t i = 0; i < tf.size(); ++i) th[i] = float_to_half(tf[i]), tb[i] = float_to_bf16(tf[i]);
+  const std::vector<int32_t> ids = {3, 0, 49, 3, 17, 25, 8};
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    EmbeddingWeights e{vocab, dim, dt,
+                       dt == DType::f32 ? static_cast<const void*>(tf.data())
+                       : dt == DType::f16 ? static_cast<const void*>(th.data())
+                                          : static_cast<const void*>(tb.data())};
+    std::vector<float> ref(ids.size() * size_t(dim));
+    cpu::embedding(e, ids, ref.data());
+    auto p = gpu().prepare_embedding(e);
+    Buffer out = gpu().alloc(ref.size() * 4);
+    gpu().embedding(*p, ids, out.f32());
+    EXPECT_EQ(from_gpu(out, ref.size()), ref) << to_string(dt);
+    EXPECT_THROW(gpu().embedding(*p, std::vector<int32_t>{int32_t(vocab)}, out.f32()), Error);
+  }
+}
+
+// ---- KV cache -----------------------------------------------------------------------------------
+
+std::vector<std::byte> download_pool(Backend& be, KvPool& pool) {
+  std::vector<std::byte> bytes(pool.layout.page_bytes() * size_t(pool.num_pages));
+  be.download(bytes.data(), cuda_kv_pool_data(pool), bytes.size());
+  return bytes;
+}
+
+// Compares pools vector by vector: f32/fp16 bytes exactly; q8/q4 identical scales and codes
+// within one quantization step.
+void expect_pools_match(const KvLayout& L, int num_pages, const std::vector<std::byte>& got,
+                        const std::vector<std::byte>& ref) {
+  if (L.format == KvFormat::f32 || L.format == KvFormat::fp16) {
+    EXPECT_TRUE(got == ref) << to_string(L.format) << " D=" << L.head_dim;
+    return;
+  }
+  int off_by_one = 0, worse = 0, scale_diff = 0;
+  for (int page = 0; page < num_pages; ++page) {
+    const size_t base = size_t(page) * L.page_bytes();
+    for (size_t vec = 0; vec < L.n_vecs_per_page(); ++vec) {
+      const size_t so = base + L.scale_offset(vec);
+      if (std::memcmp(got.data() + so, ref.data() + so, L.vec_scale_bytes()) != 0) ++scale_diff;
+      const size_t d0 = base + L.data_offset(vec);
+      for (int d = 0; d < L.head_dim; ++d) {
+        int a, b;
+        if (L.format == KvFormat::q8) {
+          a = int8_t(uint8_t(got[d0 + size_t(d)]));
+          b = int8_t(uint8_t(ref[d0 + size_t(d)]));
+        } else {
+          a = (uint8_t(got[d0 + size_t(d / 2)]) >> (4 * (d % 2))) & 15;
+          b = (uint8_t(ref[d0 + size_t(d / 2)]) >> (4 * (d % 2))) & 15;
+        }
+        off_by_one += std::abs(a - b) == 1;
+        worse += std::abs(a - b) > 1;
+      }
+    }
+  }
+  EXPECT_EQ(scale_diff, 0) << to_string(L.format) << " D=" << L.head_dim;
+  EXPECT_EQ(worse, 0) << to_string(L.format) << " D=" << L.head_dim;
+  EXPECT_LE(off_by_one, 8) << to_string(L.format) << " D=" << L.head_dim << " (rounding differences)";
+  // Bytes outside the element codes (odd-D q4 padding nibbles) must match exactly too.
+  if (L.format == KvFormat::q4 && L.head_dim % 2 == 1)
+    for (int page = 0; page < num_pages; ++page)
+      for (size_t vec = 0; vec < L.n_vecs_per_page(); ++vec) {
+        const size_t last = size_t(page) * L.page_bytes() + L.data_offset(vec) + L.vec_bytes() - 1;
+        EXPECT_EQ(uint8_t(got[last]) >> 4, uint8_t(ref[last]) >> 4);
+      }
+}
+
+TEST_F(CudaBackendTest, KvWriteBytesMatchCpuInEveryFormat) {
+  for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (int D : {64, 128, 8, 80, 7}) {
+      const KvLayout L{3, 2, D, 16, fmt};
+      const int num_pages = 7, n_tok = 41, layer = 2;
+      std::vector<int32_t> slots(size_t(num_pages * 16));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), std::mt19937(uint32_t(D)));
+      slots.resize(n_tok);
+      auto k = test::random_floats(size_t(n_tok * 2 * D), 10 + uint32_t(D), 2.0f);
+      auto v = test::random_floats(size_t(n_tok * 2 * D), 20 + uint32_t(D), 2.0f);
+      std::vector<std::byte> ref(L.page_bytes() * num_pages);
+      cpu::kv_write(L, ref.data(), layer, k.data(), v.data(), slots);
+      auto pool = gpu().alloc_kv_pool(L, num_pages);
+      Buffer dk = to_gpu(k), dv = to_gpu(v);
+      gpu().kv_write(*pool, layer, dk.f32(), dv.f32(), slots);
+      expect_pools_match(L, num_pages, download_pool(gpu(), *pool), ref);
+    }
+  const KvLayout L{1, 1, 8, 16, KvFormat::fp16};
+  auto pool = gpu().alloc_kv_pool(L, 2);
+  Buffer dk = gpu().alloc(64);
+  EXPECT_THROW(gpu().kv_write(*pool, 0, dk.f32(), dk.f32(), std::vector<int32_t>{32}), Error);
+  EXPECT_THROW(gpu().kv_write(*pool, 1, dk.f32(), dk.f32(), std::vector<int32_t>{0}), Error);
+}
+
+// ---- attention ----------------------------------------------------------------------------------
+
+struct AttnSeqSpec {
+  int64_t n_past, n_new;
+};
+
+// Fills a CPU pool with random K/V for every sequence (pages drawn from a shuffled pool), copies
+// its bytes into a GPU pool, and compares GPU attention with the CPU's over the same bytes.
+void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, int KVH, int window,
+                    const std::vector<AttnSeqSpec>& specs, int page_size, uint32_t seed) {
+  const KvLayout L{2, KVH, D, page_size, fmt};
+  const int layer = 1;
+  int64_t pages_needed = 0;
+  for (const auto& s : specs) pages_needed += (s.n_past + s.n_new + page_size - 1) / page_size;
+  const int num_pages = int(pages_needed) + 3;
+  std::vector<int32_t> free_pages(static_cast<size_t>(num_pages));
+  std::iota(free_pages.begin(), free_pages.end(), 0);
+  std::shuffle(free_pages.begin(), free_pages.end(), std::mt19937(seed));
+  std::vector<std::byte> host_pool(L.page_bytes() * size_t(num_pages));
+  std::vector<std::vector<int32_t>> tables;
+  size_t next = 0;
+  for (const auto& s : specs) {
+    const int64_t total = s.n_past + s.n_new;
+    std::vector<int32_t> table;
+    for (int64_t p = 0; p < (total + page_size - 1) / page_size; ++p) table.push_back(free_pages[next++]);
+    auto k = test::random_floats(size_t(total * KVH * D), seed++);
+    auto v = test::random_floats(size_t(total * KVH * D), seed++);
+    std::vector<int32_t> slots;
+    for (int64_t p = 0; p < total; ++p) slots.push_back(table[size_t(p / page_size)] * page_size + int32_t(p % page_size));
+    cpu::kv_write(L, host_pool.data(), layer, k.data(), v.data(), slots);
+    tables.push_back(std::move(table));
+  }
+  std::vector<SeqAttn> batch;
+  int64_t rows = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    batch.push_back({rows, specs[i].n_new, specs[i].n_past, tables[i]});
+    rows += specs[i].n_new;
+  }
+  auto q = test::random_floats(size_t(rows * NH * D), seed++);
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> ref(q.size());
+  cpu::attention(tp, L, host_pool.data(), layer, q.data(), ref.data(), batch, NH, scale, window);
+
+  auto pool = gpu.alloc_kv_pool(L, num_pages);
+  gpu.upload(cuda_kv_pool_data(*pool), host_pool.data(), host_pool.size());
+  Buffer dq = gpu.alloc(q.size() * 4), dout = gpu.alloc(q.size() * 4);
+  gpu.upload(dq.data(), q.data(), q.size() * 4);
+  gpu.attention(*pool, layer, dq.f32(), dout.f32(), batch, NH, scale, window);
+  std::vector<float> got(q.size());
+  gpu.download(got.data(), dout.data(), got.size() * 4);
+  EXPECT_LT(rel_err(got, ref), k_tol_f32) << to_string(fmt) << " D=" << D << " heads " << NH << "/" << KVH
+                                          << " window " << window << " page " << page_size;
+}
+
+TEST_F(CudaBackendTest, AttentionPrefillAndDecodeEveryFormat) {
+  // Short contexts (one partition, direct output) and long ones (split over partitions).
+  const std::vector<AttnSeqSpec> short_batch = {{0, 21}, {37, 1}, {5, 40}};
+  const std::vector<AttnSeqSpec> long_batch = {{700, 1}, {0, 1}, {300, 9}, {1500, 1}};
+  uint32_t seed = 300;
+  for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (int window : {0, 9, 200}) {
+      attention_case(gpu(), tp_, fmt, 64, 6, 2, window, short_batch, 16, seed++);
+      attention_case(gpu(), tp_, fmt, 128, 32, 8, window, long_batch, 64, seed++);
+      attention_case(gpu(), tp_, fmt, 80, 4, 4, window, long_batch, 16, seed++);
+    }
+}
+
+TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
+  uint32_t seed = 400;
+  for (auto [D, NH, KVH] : std::vector<std::tuple<int, int, int>>{
+           {8, 8, 4}, {32, 3, 1}, {96, 12, 4}, {256, 8, 1}, {128, 40, 8}, {64, 7, 7}})
+    for (KvFormat fmt : {KvFormat::f32, KvFormat::q4}) {
+      attention_case(gpu(), tp_, fmt, D, NH, KVH, 0, {{0, 33}, {250, 2}}, 32, seed++);
+      attention_case(gpu(), tp_, fmt, D, NH, KVH, 0, {{2000, 1}}, 256, seed++);
+    }
+}
+
+TEST_F(CudaBackendTest, AttentionLargePrefillUsesDirectPath) {
+  // Enough query rows to fill the device without splitting.
+  attention_case(gpu(), tp_, KvFormat::fp16, 64, 8, 2, 0, {{100, 300}, {0, 257}}, 64, 500);
+  attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}}, 16, 501);
+}
+
+TEST_F(CudaBackendTest, AttentionRejectsBadPageTables) {
+  const KvLayout L{1, 1, 8, 16, KvFormat::f32};
+  auto pool = gpu().alloc_kv_pool(L, 2);
+  Buffer dq = gpu().alloc(64 * 4);
+  const std::vector<int32_t> short_table = {0};
+  EXPECT_THROW(gpu().attention(*pool, 0, dq.f32(), dq.f32(), std::vector<SeqAttn>{{0, 1, 16, short_table}}, 1, 1.0f, 0),
+               Error);
+  const std::vector<int32_t> bad_page = {5};
+  EXPECT_THROW(gpu().attention(*pool, 0, dq.f32(), dq.f32(), std::vector<SeqAttn>{{0, 1, 0, bad_page}}, 1, 1.0f, 0),
+               Error);
+  EXPECT_THROW(gpu().alloc_kv_pool(KvLayout{1, 1, 512, 16, KvFormat::f32}, 1), Error);
+}
+
+TEST_F(CudaBackendTest, OpsComposeLikeTheCpuBackend) {
+  // norm → linear → swiglu → add, all resident on the device between ops.
+  const int64_t rows = 3, dim = 96, hidden = 160;
+  auto cpu = make_cpu_backend(2);
+  auto gate = test::random_exl2(dim, hidden, {{6, 32}, {4, 64}}, 601);
+  auto up = test::random_exl2(dim, hidden, {{5, 96}}, 602);
+  auto down = test::random_exl2(hidden, dim, {{4, 128}, {3, 32}}, 603);
+  auto x = test::random_floats(size_t(rows * dim), 604);
+  auto nw = test::random_floats(size_t(dim), 605);
+  auto run = [&](Backend& be) {
+    auto pg = be.prepare_linear(gate.m), pu = be.prepare_linear(up.m), pd = be.prepare_linear(down.m);
+    Buffer bx = be.alloc(x.size() * 4), bw = be.alloc(nw.size() * 4), bn = be.alloc(x.size() * 4);
+    Buffer bg = be.alloc(size_t(rows * hidden) * 4), bu = be.alloc(size_t(rows * hidden) * 4);
+    Buffer bo = be.alloc(x.size() * 4);
+    be.upload(bx.data(), x.data(), x.size() * 4);
+    be.upload(bw.data(), nw.data(), nw.size() * 4);
+    be.rms_norm(bx.f32(), bw.f32(), bn.f32(), rows, dim, 1e-6f);
+    be.linear(*pg, bn.f32(), bg.f32(), rows);
+    be.linear(*pu, bn.f32(), bu.f32(), rows);
+    be.swiglu(bg.f32(), bu.f32(), bg.f32(), rows * hidden);
+    be.linear(*pd, bg.f32(), bo.f32(), rows);
+    be.add(bx.f32(), bo.f32(), rows * dim);
+    std::vector<float> out(x.size());
+    be.download(out.data(), bx.data(), out.size() * 4);
+    return out;
+  };
+  EXPECT_LT(rel_err(run(gpu()), run(*cpu)), k_tol_f32);
+}
+
+// ---- host-side planning (no device needed) ------------------------------------------------------
+
+#ifdef EXL_HAVE_CUDA
+TEST(CudaAttentionPlan, PartitionsCoverEveryRowsWindow) {
+  std::vector<std::vector<int32_t>> tables = {std::vector<int32_t>(40, 0), std::vector<int32_t>(40, 1),
+                                              std::vector<int32_t>(40, 2)};
+  for (int window : {0, 100}) {
+    const std::vector<SeqAttn> seqs = {{0, 1, 2000, tables[0]}, {1, 5, 900, tables[1]}, {6, 0, 10, tables[2]}};
+    const int NH = 8, KVH = 2, group = 4;
+    const auto plan = cuda::plan_attention(seqs, NH, KVH, 64, 3, window, 264);
+    ASSERT_FALSE(plan.direct);
+    EXPECT_EQ(plan.part_size % cuda::k_attn_tile, 0);
+    EXPECT_GE(plan.part_size, cuda::k_attn_min_part);
+    EXPECT_EQ(plan.n_tokens, 6);
+    EXPECT_EQ(plan.token_pos, (std::vector<int32_t>{2000, 900, 901, 902, 903, 904}));
+    for (size_t s = 0; s < seqs.size(); ++s)
+      for (int h = 0; h < KVH; ++h)
+        for (int64_t r = 0; r < seqs[s].n_tokens * group; ++r) {
+          const int64_t pos = seqs[s].pos_start + r / group;
+          const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+          for (int64_t p = lo / plan.part_size; p <= pos / plan.part_size; ++p) {
+            int covered = 0;
+            for (const auto& w : plan.works)
+              covered += w.seq == int(s) && w.kv_head == h && w.part == p && r >= w.row_begin &&
+                         r < w.row_begin + cuda::k_attn_rows;
+            EXPECT_EQ(covered, 1) << "seq " << s << " head " << h << " row " << r << " part " << p;
+          }
+        }
+    for (const auto& w : plan.works) EXPECT_LT(w.part, plan.max_parts);
+  }
+}
+
+TEST(CudaAttentionPlan, BigBatchesAreDirectAndBadTablesThrow) {
+  std::vector<int32_t> table(64, 0);
+  const std::vector<SeqAttn> prefill = {{0, 2048, 0, table}};
+  const auto plan = cuda::plan_attention(prefill, 32, 8, 64, 1, 0, 264);
+  EXPECT_TRUE(plan.direct);
+  EXPECT_EQ(plan.works.size(), size_t(8 * (2048 * 4 / cuda::k_attn_rows)));
+  for (const auto& w : plan.works) EXPECT_EQ(w.part, 0);
+  EXPECT_GE(plan.part_size, 2048);
+  const std::vector<SeqAttn> too_long = {{0, 1, 64 * 64, table}};
+  EXPECT_THROW(cuda::plan_attention(too_long, 32, 8, 64, 1, 0, 264), Error);
+  const std::vector<SeqAttn> bad_heads = {{0, 1, 0, table}};
+  EXPECT_THROW(cuda::plan_attention(bad_heads, 6, 4, 64, 1, 0, 264), Error);
+  const std::vector<int32_t> bad_page = {3};
+  EXPECT_THROW(cuda::plan_attention(std::vector<SeqAttn>{{0, 1, 0, bad_page}}, 4, 4, 64, 2, 0, 264), Error);
+}
+
+TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
+  for (int64_t K : {32, 96, 1000, 4096, 14336})
+    for (int64_t N : {8, 512, 4096, 128256})
+      for (int64_t rows : {1, 4, 16}) {
+        const int ks = cuda::gemv_k_slice(K, N, rows, 528);
+        EXPECT_EQ(ks % 32, 0);
+        EXPECT_GE(ks, std::min<int64_t>(64, (K + 31) / 32 * 32));
+        EXPECT_LE(ks, 1024);
+      }
+}
+#endif
+
+}  // namespace
+}  // namespace exl
