@@ -1,12 +1,13 @@
 #include "runtime/backend_select.h"
 
+#include "kernels/cuda_backend.h"
 #include "kernels/error.h"
 
 namespace exl {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int cpu_threads) {
   if (name == "cpu") return make_cpu_backend(cpu_threads);
-  if (name == "cuda") fail("runtime: backend 'cuda' is not available in this build yet");
+  if (name == "cuda") return make_cuda_backend(0);
   fail("runtime: unknown backend '", name, "' (expected cpu or cuda)");
 }
 

@@ -81,7 +81,17 @@ int cli_bench(std::span<const std::string> args) {
       return v;
     };
     const int page = 64;
-    nlohmann::json out = {{"model", dir.path().string()}, {"backend", backend->name()}, {"cache", to_string(fmt)}};
+    // Bytes every decode step must read: all weights except the embedding table (one row per token),
+    // unless the head is the tied embedding.
+    uint64_t step_weight_bytes = 0;
+    for (const auto& name : dir.tensor_names())
+      if (name != "model.embed_tokens.weight" || !(dir.has("lm_head.weight") || dir.has("lm_head.q_weight")))
+        step_weight_bytes += dir.find(name)->info->nbytes;
+    const double kv_bytes_per_token = model.kv_layout(fmt, page).bytes_per_token();
+    nlohmann::json out = {{"model", dir.path().string()},
+                          {"backend", backend->name()},
+                          {"cache", to_string(fmt)},
+                          {"weight_bytes_per_step", step_weight_bytes}};
 
     for (int64_t n : prefill) {
       n = std::min(n, max_pos);
@@ -126,10 +136,14 @@ int cli_bench(std::span<const std::string> args) {
           backend->synchronize();
           best = std::min(best, secs(t0, Clock::now()));
         }
+        const double step_s = best / double(steps);
+        const double bytes = double(step_weight_bytes) + double(b) * double(ctx + steps / 2) * kv_bytes_per_token;
         out["decode"].push_back({{"batch", b},
                                  {"context", ctx},
-                                 {"step_ms", best / double(steps) * 1e3},
-                                 {"tokens_per_s", double(b * steps) / best}});
+                                 {"step_ms", step_s * 1e3},
+                                 {"tokens_per_s", double(b * steps) / best},
+                                 {"bytes_per_step", bytes},
+                                 {"effective_gb_per_s", bytes / step_s / 1e9}});
       }
     }
 
@@ -172,7 +186,8 @@ int cli_bench(std::span<const std::string> args) {
       std::cout << "prefill  " << p["tokens"] << " tokens: " << p["tokens_per_s"].get<double>() << " tok/s\n";
     for (const auto& d : out["decode"])
       std::cout << "decode   batch " << d["batch"] << " ctx " << d["context"] << ": "
-                << d["tokens_per_s"].get<double>() << " tok/s (" << d["step_ms"].get<double>() << " ms/step)\n";
+                << d["tokens_per_s"].get<double>() << " tok/s (" << d["step_ms"].get<double>() << " ms/step, "
+                << d["effective_gb_per_s"].get<double>() << " GB/s read)\n";
     const auto& pc = out["prefix_cache"];
     std::cout << "prefix   " << pc["prompt_tokens"] << "-token prompt, " << pc["warm_cached_tokens"]
               << " cached: TTFT " << pc["cold_ttft_s"].get<double>() * 1e3 << " ms cold, "
