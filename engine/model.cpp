@@ -71,6 +71,26 @@ KvLayout Model::kv_layout(KvFormat format, int page_size) const {
   return l;
 }
 
+void Model::ensure_scratch(int64_t T, int64_t R) {
+  Backend& be = backend_;
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, V = cfg_.vocab_size;
+  const int64_t QD = cfg_.num_heads * D, KVD = cfg_.num_kv_heads * D;
+  Scratch& s = scratch_;
+  if (T > s.tokens) {
+    T = std::max(T, s.tokens * 2);
+    s.x = be.alloc(size_t(T * H) * 4), s.xn = be.alloc(size_t(T * H) * 4), s.tmp = be.alloc(size_t(T * H) * 4);
+    s.q = be.alloc(size_t(T * QD) * 4), s.att = be.alloc(size_t(T * QD) * 4);
+    s.k = be.alloc(size_t(T * KVD) * 4), s.v = be.alloc(size_t(T * KVD) * 4);
+    s.g = be.alloc(size_t(T * I) * 4), s.u = be.alloc(size_t(T * I) * 4);
+    s.tokens = T;
+  }
+  if (R > s.rows) {
+    R = std::max(R, s.rows * 2);
+    s.last = be.alloc(size_t(R * H) * 4), s.logits = be.alloc(size_t(R * V) * 4);
+    s.rows = R;
+  }
+}
+
 std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& pool) {
   Backend& be = backend_;
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, V = cfg_.vocab_size;
@@ -101,11 +121,10 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
       if (s.all_logits || i + 1 == s.tokens.size()) logit_rows.push_back(a.token_begin + int64_t(i));
     }
   }
-  const int64_t T = int64_t(ids.size());
-  Buffer x = be.alloc(size_t(T * H) * 4), xn = be.alloc(size_t(T * H) * 4);
-  Buffer q = be.alloc(size_t(T * QD) * 4), k = be.alloc(size_t(T * KVD) * 4), v = be.alloc(size_t(T * KVD) * 4);
-  Buffer att = be.alloc(size_t(T * QD) * 4), tmp = be.alloc(size_t(T * H) * 4);
-  Buffer g = be.alloc(size_t(T * I) * 4), u = be.alloc(size_t(T * I) * 4);
+  const int64_t T = int64_t(ids.size()), R = int64_t(logit_rows.size());
+  ensure_scratch(T, R);
+  const Scratch& S = scratch_;
+  const Buffer &x = S.x, &xn = S.xn, &q = S.q, &k = S.k, &v = S.v, &att = S.att, &tmp = S.tmp, &g = S.g, &u = S.u;
 
   be.embedding(*embed_, ids, x.f32());
   const float eps = float(cfg_.rms_norm_eps), scale = float(1.0 / std::sqrt(double(D)));
@@ -130,8 +149,7 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
     be.add(x.f32(), tmp.f32(), T * H);
   }
   // Final norm and head only for the rows whose logits are wanted.
-  const int64_t R = int64_t(logit_rows.size());
-  Buffer last = be.alloc(size_t(R * H) * 4), logits = be.alloc(size_t(R * V) * 4);
+  const Buffer &last = S.last, &logits = S.logits;
   for (int64_t r = 0; r < R; ++r)
     be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, 1, H, eps);
   be.linear(*head_, last.f32(), logits.f32(), R);

@@ -39,7 +39,15 @@ class Model {
 
  private:
   struct Layer;
+  // Activation buffers, grown on demand and reused across forward() calls.
+  struct Scratch {
+    int64_t tokens = 0, rows = 0;
+    Buffer x, xn, q, k, v, att, tmp, g, u, last, logits;
+  };
+  void ensure_scratch(int64_t tokens, int64_t logit_rows);
+
   const ModelDir& dir_;
+  Scratch scratch_;
   Backend& backend_;
   ModelConfig cfg_;
   std::string identity_;

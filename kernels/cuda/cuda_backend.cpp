@@ -163,6 +163,28 @@ class CudaBackend final : public Backend {
                                   int(slots.size()), ctx_.stream()));
   }
 
+  void kv_copy(KvPool& pool, int from, int to, int n_rows) override {
+    auto& p = static_cast<CudaKvPool&>(pool);
+    const KvLayout& L = p.layout;
+    EXL_CHECK(from >= 0 && to >= 0 && from < p.num_pages && to < p.num_pages && n_rows >= 0 && n_rows <= L.page_size,
+              "kernels: cuda: kv_copy: pages ", from, " -> ", to, " rows ", n_rows, " out of range");
+    ctx_.make_current();
+    auto* base = static_cast<uint8_t*>(p.mem.data());
+    for (int layer = 0; layer < L.n_layers; ++layer)
+      for (int kv = 0; kv < 2; ++kv)
+        for (int h = 0; h < L.n_kv_heads; ++h) {
+          const size_t vec = L.vec_index(layer, kv, h, 0);
+          EXL_CUDA_CHECK(cudaMemcpyAsync(base + size_t(to) * L.page_bytes() + L.data_offset(vec),
+                                         base + size_t(from) * L.page_bytes() + L.data_offset(vec),
+                                         size_t(n_rows) * L.vec_bytes(), cudaMemcpyDeviceToDevice, ctx_.stream()));
+          if (L.vec_scale_bytes())
+            EXL_CUDA_CHECK(cudaMemcpyAsync(base + size_t(to) * L.page_bytes() + L.scale_offset(vec),
+                                           base + size_t(from) * L.page_bytes() + L.scale_offset(vec),
+                                           size_t(n_rows) * L.vec_scale_bytes(), cudaMemcpyDeviceToDevice,
+                                           ctx_.stream()));
+        }
+  }
+
   void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                  int n_heads, float scale, int sliding_window) override;
 
