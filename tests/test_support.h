@@ -3,6 +3,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +41,27 @@ inline std::vector<float> read_f32(const std::filesystem::path& p) {
 inline void write_file(const std::filesystem::path& p, const std::string& data) {
   std::ofstream out(p, std::ios::binary);
   out << data;
+}
+
+// Relative L2 distance ‖a − b‖ / ‖b‖ (b is the reference).
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Fraction of rows of [rows, vocab] logits whose argmax agree.
+inline double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  const size_t rows = a.size() / size_t(vocab);
+  size_t agree = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    auto ra = a.begin() + std::ptrdiff_t(r * size_t(vocab)), rb = b.begin() + std::ptrdiff_t(r * size_t(vocab));
+    agree += std::max_element(ra, ra + vocab) - ra == std::max_element(rb, rb + vocab) - rb;
+  }
+  return rows ? double(agree) / double(rows) : 0.0;
 }
 
 // A fresh empty directory under the build tree for one test.

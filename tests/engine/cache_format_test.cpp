@@ -32,20 +32,6 @@ std::vector<float> logits_with(Model& m, Backend& be, const std::vector<int32_t>
   return out;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
-}
-
-double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
-  int agree = 0, rows = int(a.size() / size_t(V));
-  for (int r = 0; r < rows; ++r)
-    agree += std::max_element(a.begin() + r * V, a.begin() + (r + 1) * V) - (a.begin() + r * V) ==
-             std::max_element(b.begin() + r * V, b.begin() + (r + 1) * V) - (b.begin() + r * V);
-  return double(agree) / rows;
-}
-
 class CacheFormats : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CacheFormats, QuantizedCacheLogitErrorIsBounded) {
@@ -58,17 +44,17 @@ TEST_P(CacheFormats, QuantizedCacheLogitErrorIsBounded) {
   auto be = make_cpu_backend(2);
   Model m(dir, *be);
   auto exact = logits_with(m, *be, ids, KvFormat::f32);
-  const double e16 = rel_l2(logits_with(m, *be, ids, KvFormat::fp16), exact);
+  const double e16 = test::rel_l2(logits_with(m, *be, ids, KvFormat::fp16), exact);
   auto q8 = logits_with(m, *be, ids, KvFormat::q8);
-  const double e8 = rel_l2(q8, exact);
-  const double e4 = rel_l2(logits_with(m, *be, ids, KvFormat::q4), exact);
+  const double e8 = test::rel_l2(q8, exact);
+  const double e4 = test::rel_l2(logits_with(m, *be, ids, KvFormat::q4), exact);
   std::cout << GetParam() << ": fp16 " << e16 << ", q8 " << e8 << ", q4 " << e4 << "\n";
   EXPECT_LT(e16, 1e-3);
   EXPECT_LT(e8, 2e-2);
   EXPECT_LT(e4, 0.3);
   EXPECT_LT(e16, e8);
   EXPECT_LT(e8, e4);
-  EXPECT_GE(argmax_agreement(q8, exact, m.vocab_size()), 0.90);
+  EXPECT_GE(test::argmax_agreement(q8, exact, m.vocab_size()), 0.90);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CacheFormats, ::testing::Values("stories260K", "llama-gqa", "qwen2-bias", "llama3-rope"));

@@ -57,20 +57,6 @@ std::vector<float> run(Model& m, Backend& be, const std::vector<int32_t>& ids, i
   return out;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
-  return std::sqrt(num / den);
-}
-
-double agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
-  int ok = 0, rows = int(a.size() / size_t(V));
-  for (int r = 0; r < rows; ++r)
-    ok += std::max_element(a.begin() + r * V, a.begin() + (r + 1) * V) - (a.begin() + r * V) ==
-          std::max_element(b.begin() + r * V, b.begin() + (r + 1) * V) - (b.begin() + r * V);
-  return double(ok) / rows;
-}
-
 class CudaModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaModels, GpuMatchesCpuInEveryModeAndCacheFormat) {
@@ -86,7 +72,7 @@ TEST_P(CudaModels, GpuMatchesCpuInEveryModeAndCacheFormat) {
     for (auto [chunk, prefix] : std::vector<std::pair<int64_t, bool>>{{0, false}, {1, false}, {7, false}, {0, true}}) {
       auto a = run(mg, *gpu, ids, chunk, prefix, fmt);
       auto b = run(mc, *cpu, ids, chunk, prefix, fmt);
-      const double e = rel_l2(a, b), agr = agreement(a, b, mc.vocab_size());
+      const double e = test::rel_l2(a, b), agr = test::argmax_agreement(a, b, mc.vocab_size());
       std::cout << GetParam() << " " << to_string(fmt) << " chunk " << chunk << (prefix ? " prefix" : "")
                 << ": rel_l2 " << e << " argmax " << agr << "\n";
       const bool gap = chunk == 0 && (fmt == KvFormat::q8 || fmt == KvFormat::q4);

@@ -36,25 +36,6 @@ std::vector<float> run_chunked(Model& m, Backend& be, const std::vector<int32_t>
   return out;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
-int argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  int agree = 0;
-  for (size_t r = 0; r < a.size() / size_t(vocab); ++r) {
-    auto am = std::max_element(a.begin() + r * vocab, a.begin() + (r + 1) * vocab) - (a.begin() + r * vocab);
-    auto bm = std::max_element(b.begin() + r * vocab, b.begin() + (r + 1) * vocab) - (b.begin() + r * vocab);
-    agree += am == bm;
-  }
-  return agree;
-}
-
 TEST(ModelForward, Stories260kMatchesLlama2cLogits) {
   EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   auto ref_json = nlohmann::json::parse(test::read_file(test::shared_dir() / "models/stories260K/reference/reference.json"));
@@ -96,8 +77,8 @@ TEST_P(Exl2RefModels, Fp16ForwardMatchesTransformers) {
   for (int64_t chunk : {0, 1, 7}) {
     auto got = run_chunked(m, *be, ids, chunk);
     ASSERT_EQ(got.size(), ref.size());
-    EXPECT_LT(rel_l2(got, ref), 1e-4) << GetParam() << " chunk " << chunk;
-    EXPECT_EQ(argmax_agreement(got, ref, 512), 96) << GetParam() << " chunk " << chunk;
+    EXPECT_LT(test::rel_l2(got, ref), 1e-4) << GetParam() << " chunk " << chunk;
+    EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << GetParam() << " chunk " << chunk;
   }
 }
 
@@ -169,10 +150,10 @@ TEST(Exl2RefQwen2, ReferenceOmitsOnlyTheQProjBias) {
   ModelDir full(base);
   Model m(full, *be);
   auto got = run_chunked(m, *be, ids, 0);
-  EXPECT_GT(rel_l2(got, ref), 1e-2);  // the q bias matters...
+  EXPECT_GT(test::rel_l2(got, ref), 1e-2);  // the q bias matters...
   ModelDir no_q_bias(exl2_dir_for_reference("qwen2-bias"));
   Model m2(no_q_bias, *be);
-  EXPECT_LT(rel_l2(run_chunked(m2, *be, ids, 0), ref), 1e-5);  // ...and is the only difference
+  EXPECT_LT(test::rel_l2(run_chunked(m2, *be, ids, 0), ref), 1e-5);  // ...and is the only difference
 }
 
 TEST_P(Exl2RefModels, Exl2ForwardMatchesFloat64Reference) {
@@ -185,14 +166,14 @@ TEST_P(Exl2RefModels, Exl2ForwardMatchesFloat64Reference) {
   Model m(dir, *be);
   for (int64_t chunk : {0, 1, 7}) {
     auto got = run_chunked(m, *be, ids, chunk);
-    EXPECT_LT(rel_l2(got, ref), 1e-4) << GetParam() << " chunk " << chunk;
-    EXPECT_EQ(argmax_agreement(got, ref, 512), 96) << GetParam() << " chunk " << chunk;
+    EXPECT_LT(test::rel_l2(got, ref), 1e-4) << GetParam() << " chunk " << chunk;
+    EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << GetParam() << " chunk " << chunk;
   }
   int64_t n_cached = 0;
   auto got = run_prefix_cached(m, *be, ids, &n_cached);
   EXPECT_EQ(n_cached, 64);
-  EXPECT_LT(rel_l2(got, ref), 1e-4) << GetParam() << " prefix-cached";
-  EXPECT_EQ(argmax_agreement(got, ref, 512), 96) << GetParam() << " prefix-cached";
+  EXPECT_LT(test::rel_l2(got, ref), 1e-4) << GetParam() << " prefix-cached";
+  EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << GetParam() << " prefix-cached";
 }
 
 TEST_P(Exl2RefModels, Fp16ForwardWithPrefixCache) {
@@ -206,8 +187,8 @@ TEST_P(Exl2RefModels, Fp16ForwardWithPrefixCache) {
   int64_t n_cached = 0;
   auto got = run_prefix_cached(m, *be, ids, &n_cached);
   EXPECT_EQ(n_cached, 64);
-  EXPECT_LT(rel_l2(got, ref), 1e-4);
-  EXPECT_EQ(argmax_agreement(got, ref, 512), 96);
+  EXPECT_LT(test::rel_l2(got, ref), 1e-4);
+  EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0);
 }
 
 }  // namespace

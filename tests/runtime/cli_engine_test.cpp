@@ -6,30 +6,14 @@
 
 #include "kernels/error.h"
 #include "runtime/cli_commands.h"
+#include "cli_runner.h"
 #include "test_support.h"
 
 namespace exl {
 namespace {
 
-struct CliResult {
-  int code;  // -1: threw exl::Error
-  std::string out, err, error;
-};
-
-CliResult run(int (*cmd)(std::span<const std::string>), std::vector<std::string> args) {
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  int code = -1;
-  std::string error;
-  try {
-    code = cmd(args);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  std::fflush(stdout);
-  std::string out = testing::internal::GetCapturedStdout();
-  return {code, out, testing::internal::GetCapturedStderr(), error};
-}
+using test::CliResult;
+constexpr auto run = test::run_cli;
 
 TEST(CliGenerate, Stories260kGreedyAndSeededMatchLlama2c) {
   EXL_REQUIRE_SHARED("models/stories260K/reference/reference.json");

@@ -3,30 +3,14 @@
 
 #include "kernels/error.h"
 #include "runtime/cli_commands.h"
+#include "cli_runner.h"
 #include "test_support.h"
 
 namespace exl {
 namespace {
 
-struct CliResult {
-  int code;          // -1: the command threw exl::Error (main reports it and exits 1)
-  std::string out, err;
-  std::string error;  // that error's message
-};
-
-CliResult run(int (*cmd)(std::span<const std::string>), std::vector<std::string> args) {
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  int code = -1;
-  std::string error;
-  try {
-    code = cmd(args);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  std::string out = testing::internal::GetCapturedStdout();
-  return {code, out, testing::internal::GetCapturedStderr(), error};
-}
+using test::CliResult;
+constexpr auto run = test::run_cli;
 
 class CliTokenize : public ::testing::Test {
  protected:
