@@ -127,11 +127,14 @@ RouteResult completions(const HttpRequest& req, ServerState& state) {
   return r;
 }
 
+constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+
 RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& endpoint) {
   const std::string_view path = req.path();
+  for (std::string_view known : kRoutes)
+    if (path == known) endpoint = std::string(known);
   RouteResult r;
   if (path == "/health") {
-    endpoint = "/health";
     require_method(req, "GET");
     r.response = json_response(state.draining() ? json{{"status", "draining"}} : json{{"status", "ok"}},
                                state.draining() ? 503 : 200);
@@ -143,24 +146,20 @@ RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& en
                    "host_not_allowed");
   check_api_key(req, state.options());
   if (path == "/v1/chat/completions") {
-    endpoint = "/v1/chat/completions";
     require_method(req, "POST");
     return chat_completions(req, state);
   }
   if (path == "/v1/completions") {
-    endpoint = "/v1/completions";
     require_method(req, "POST");
     return completions(req, state);
   }
   if (path == "/v1/models") {
-    endpoint = "/v1/models";
     require_method(req, "GET");
     json m = {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
     r.response = json_response({{"object", "list"}, {"data", json::array({m})}});
     return r;
   }
   if (path == "/metrics") {
-    endpoint = "/metrics";
     require_method(req, "GET");
     r.response.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.response.body = state.metrics().render(state.running_generations());
