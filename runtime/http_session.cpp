@@ -11,10 +11,13 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 
 #include "runtime/api_error.h"
 #include "runtime/completion_writer.h"
 #include "runtime/router.h"
+#include "runtime/ws_rpc.h"
+#include "runtime/ws_session.h"
 
 namespace exl {
 
@@ -93,6 +96,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const auto& req = parser_->get();
     keep_alive_ = req.keep_alive();
     version_ = req.version();
+    if (beast::websocket::is_upgrade(req)) {
+      if (auto refused = check_ws_upgrade(to_request(req), *state_)) {
+        state_->metrics().count_request(kWsPath, refused->status);
+        return send(std::move(*refused), false);
+      }
+      state_->metrics().count_request(kWsPath, 101);
+      return start_ws_session(stream_.release_socket(), parser_->release(), state_);
+    }
     RouteResult r = route(to_request(req), *state_);
     if (r.plan) return start_generation(std::move(*r.plan));
     send(std::move(r.response), keep_alive_);

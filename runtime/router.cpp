@@ -22,6 +22,8 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
   return diff == 0 && !b.empty();
 }
 
+}  // namespace
+
 void check_api_key(const HttpRequest& req, const ServerOptions& opts) {
   if (opts.api_key.empty()) return;
   std::string key = req.header("x-api-key");
@@ -37,6 +39,8 @@ void check_api_key(const HttpRequest& req, const ServerOptions& opts) {
   if (!equal_constant_time(key, opts.api_key))
     throw ApiError(401, "invalid_request_error", "Incorrect API key provided.", {}, "invalid_api_key");
 }
+
+namespace {
 
 std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 rng(std::random_device{}());

@@ -31,6 +31,10 @@ struct RouteResult {
 
 RouteResult route(const HttpRequest& request, ServerState& state);
 
+// Throws ApiError 401 unless the request carries options.api_key (Authorization: Bearer or
+// x-api-key, compared in constant time); a server without a key accepts everything.
+void check_api_key(const HttpRequest& request, const ServerOptions& options);
+
 // The Host header check alone (anti DNS-rebinding): loopback names always pass; when the server
 // is bound to a loopback address nothing else does unless listed in allowed_hosts; a server bound
 // to a non-loopback address (which requires an API key) accepts its bind address and any listed

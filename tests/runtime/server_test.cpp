@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
@@ -300,6 +301,58 @@ TEST_F(ServerFixture, ClientDisconnectCancelsItsGeneration) {
   EXPECT_EQ(state_->running_generations(), 0);
   // Cut short: far fewer than the 490 tokens asked for were generated.
   EXPECT_LT(generated_tokens_total(*state_) - tokens_before, 400);
+  expect_good_request_still_works();
+}
+
+TEST_F(ServerFixture, WebSocketJsonRpc) {
+  namespace websocket = beast::websocket;
+  net::io_context ioc;
+  websocket::stream<tcp::socket> ws(ioc);
+  ws.next_layer().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+  ws.set_option(websocket::stream_base::decorator([](websocket::request_type& req) {
+    req.set(http::field::authorization, std::string("Bearer ") + kKey);
+    req.set(http::field::sec_websocket_protocol, "exlagent.v1");
+  }));
+  websocket::response_type res;
+  ws.handshake(res, "127.0.0.1", "/v1/ws");
+  EXPECT_EQ(res[http::field::sec_websocket_protocol], "exlagent.v1");
+  auto rpc = [&](const std::string& text) {
+    ws.text(true);
+    ws.write(net::buffer(text));
+    beast::flat_buffer b;
+    ws.read(b);
+    return json::parse(beast::buffers_to_string(b.data()));
+  };
+  EXPECT_EQ(rpc(R"({"jsonrpc":"2.0","id":1,"method":"server/info"})")["result"]["model"], "stories260K-hf");
+  EXPECT_EQ(rpc("not json")["error"]["code"], -32700);
+  EXPECT_EQ(rpc(R"({"jsonrpc":"2.0","id":2,"method":"nope"})")["error"]["code"], -32601);
+  EXPECT_EQ(rpc(R"({"jsonrpc":"2.0","id":3,"method":"models/list"})")["result"]["data"][0]["id"], "stories260K-hf");
+  ws.binary(true);
+  ws.write(net::buffer(std::string("\x01\x02")));
+  beast::flat_buffer b;
+  beast::error_code ec;
+  ws.read(b, ec);
+  EXPECT_EQ(ec, websocket::error::closed);
+  EXPECT_EQ(ws.reason().code, websocket::close_code::bad_payload);
+
+  // Refused handshakes: wrong subprotocol, bad Origin, no key. A good request still works after.
+  auto refused = [&](const char* protocol, const char* origin, const char* key) {
+    websocket::stream<tcp::socket> w(ioc);
+    w.next_layer().connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+    w.set_option(websocket::stream_base::decorator([=](websocket::request_type& req) {
+      if (*key) req.set(http::field::authorization, std::string("Bearer ") + key);
+      if (*protocol) req.set(http::field::sec_websocket_protocol, protocol);
+      if (*origin) req.set(http::field::origin, origin);
+    }));
+    websocket::response_type r;
+    beast::error_code e;
+    w.handshake(r, "127.0.0.1", "/v1/ws", e);
+    EXPECT_TRUE(e);
+    return r.result_int();
+  };
+  EXPECT_EQ(refused("mcp", "", kKey), 400);
+  EXPECT_EQ(refused("exlagent.v1", "https://evil.example", kKey), 403);
+  EXPECT_EQ(refused("exlagent.v1", "", ""), 401);
   expect_good_request_still_works();
 }
 
