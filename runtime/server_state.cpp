@@ -1,5 +1,6 @@
 #include "runtime/server_state.h"
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 
@@ -40,8 +41,9 @@ ServerState::~ServerState() {
 }
 
 int64_t ServerState::context_length() const {
+  const int64_t cache = int64_t(opts_.cache_pages) * opts_.page_size;
   const int64_t n = model_->config().max_position_embeddings;
-  return n > 0 ? n : int64_t(opts_.cache_pages) * opts_.page_size;
+  return n > 0 ? std::min(n, cache) : cache;
 }
 
 std::shared_ptr<void> ServerState::admit_generation() {

@@ -51,6 +51,7 @@ class ServerState {
   int64_t created() const { return created_; }
   const Tokenizer& tokenizer() const { return *tok_; }
   std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
+  // Tokens one sequence may hold: the model's max_position_embeddings, capped by the KV cache.
   int64_t context_length() const;
   Generator& generator() { return *gen_; }
   Metrics& metrics() { return metrics_; }
