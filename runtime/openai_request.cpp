@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "runtime/api_error.h"
+#include "runtime/json_depth.h"
 
 namespace exl {
 
@@ -18,6 +19,7 @@ ojson parse_body(std::string_view body) {
     throw ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request: it is not valid JSON.",
                    {}, "invalid_json");
   if (!j.is_object()) bad_request("The request body must be a JSON object.", {}, "invalid_json");
+  if (json_too_deep(j)) bad_request(cat("The request body nests deeper than ", kMaxJsonDepth, " levels."), {}, "invalid_json");
   return j;
 }
 

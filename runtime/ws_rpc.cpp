@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/api_error.h"
+#include "runtime/json_depth.h"
 #include "runtime/router.h"
 
 namespace exl {
@@ -47,6 +48,8 @@ bool offers_subprotocol(const std::string& header) {
 std::optional<std::string> handle_rpc_message(std::string_view text, ServerState& state) {
   json msg = json::parse(text.begin(), text.end(), nullptr, false);
   if (msg.is_discarded()) return rpc_error(nullptr, rpc_code::parse_error, "Parse error: the frame is not valid JSON");
+  if (json_too_deep(msg))
+    return rpc_error(nullptr, rpc_code::invalid_request, cat("Invalid Request: nested deeper than ", kMaxJsonDepth, " levels"));
   if (msg.is_array())
     return rpc_error(nullptr, rpc_code::invalid_request, "Invalid Request: JSON-RPC batches are not supported");
   if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0")

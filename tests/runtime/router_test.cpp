@@ -121,6 +121,11 @@ TEST_F(Router, UnknownRoutesMethodsAndMalformedBodies) {
                  "invalid_json");
   expect_error(route(req("POST", "/v1/chat/completions", "{\"model\":\"\xff\"}"), *state_), 400,
                "invalid_request_error");
+  // Deep nesting is refused before anything copies or dumps it (those recurse).
+  const int d = 200000;
+  const std::string deep = R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"a":)" +
+                           std::string(d, '[') + std::string(d, ']') + "}}}]}";
+  expect_error(route(req("POST", "/v1/chat/completions", deep), *state_), 400, "invalid_request_error", {}, "invalid_json");
 }
 
 TEST_F(Router, ValidationNamesTheField) {

@@ -44,6 +44,9 @@ TEST_F(WsRpc, ErrorsUseJsonRpcCodes) {
   EXPECT_EQ(nf["error"]["code"], -32601);
   EXPECT_EQ(nf["id"], "a7");
   EXPECT_EQ(call(R"({"jsonrpc":"2.0","id":2,"method":"server/info","params":3})")["error"]["code"], -32602);
+  const std::string deep = R"({"jsonrpc":"2.0","id":3,"method":"server/info","params":{"x":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}}";
+  EXPECT_EQ(call(deep)["error"]["code"], -32600);
 }
 
 TEST_F(WsRpc, MethodsAndNotifications) {
