@@ -1,0 +1,219 @@
+#include "runtime/router.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "runtime/api_error.h"
+#include "runtime/openai_request.h"
+#include "runtime/output_constraint.h"
+
+namespace exl {
+
+namespace {
+
+using json = nlohmann::json;
+
+bool equal_constant_time(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(b[i % std::max<size_t>(b.size(), 1)]);
+  return diff == 0 && !b.empty();
+}
+
+}  // namespace
+
+void check_api_key(const HttpRequest& req, const ServerOptions& opts) {
+  if (opts.api_key.empty()) return;
+  std::string key = req.header("x-api-key");
+  const std::string auth = req.header("authorization");
+  if (auth.size() > 7 && std::equal(auth.begin(), auth.begin() + 7, "bearer ", [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == b;
+      }))
+    key = auth.substr(7);
+  if (key.empty())
+    throw ApiError(401, "invalid_request_error",
+                   "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", {},
+                   "missing_api_key");
+  if (!equal_constant_time(key, opts.api_key))
+    throw ApiError(401, "invalid_request_error", "Incorrect API key provided.", {}, "invalid_api_key");
+}
+
+namespace {
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += hex[rng() % 16];
+  return s;
+}
+
+HttpResponse json_response(const json& j, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.body = j.dump();
+  return r;
+}
+
+void require_method(const HttpRequest& req, const char* method) {
+  if (req.method != method)
+    throw ApiError(405, "invalid_request_error", cat("Method ", req.method, " is not allowed on ", req.path(), "; use ",
+                                                     method, "."), {}, "method_not_allowed");
+}
+
+GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, std::vector<int32_t> prompt,
+                               CompletionMeta meta) {
+  const int64_t ctx = state.context_length();
+  const int64_t n_prompt = int64_t(prompt.size());
+  if (n_prompt >= ctx)
+    bad_request(cat("This model's maximum context length is ", ctx, " tokens; the prompt has ", n_prompt, " tokens."),
+                "messages", "context_length_exceeded");
+  const int64_t room = ctx - n_prompt;
+  if (g.max_tokens && *g.max_tokens > room)
+    bad_request(cat("This model's maximum context length is ", ctx, " tokens; the prompt has ", n_prompt,
+                    " tokens and max_tokens asks for ", *g.max_tokens, "."),
+                "max_tokens", "context_length_exceeded");
+  GenerationPlan plan;
+  plan.admission = state.admit_generation();
+  if (!plan.admission)
+    throw ApiError(503, state.draining() ? "unavailable_error" : "rate_limit_error",
+                   state.draining() ? "The server is shutting down." : "Too many generations in flight; retry later.",
+                   {}, state.draining() ? "server_shutting_down" : "server_overloaded");
+  plan.job.prompt = std::move(prompt);
+  plan.job.sampling = g.sampling;
+  plan.job.max_new_tokens = int32_t(g.max_tokens.value_or(room));
+  plan.job.stop_tokens.assign(state.tokenizer().eos_ids().begin(), state.tokenizer().eos_ids().end());
+  plan.job.stop_strings = g.stop;
+  meta.stream = g.stream;
+  meta.include_usage = g.include_usage;
+  meta.created = int64_t(std::time(nullptr));
+  meta.model = state.model_id();
+  plan.meta = std::move(meta);
+  return plan;
+}
+
+RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
+  ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
+  auto mask = make_output_constraint(cr, state.tokenizer());
+  std::string text;
+  try {
+    text = state.chat_template()->render(cr.messages, cr.tools, true);
+  } catch (const Error& e) {
+    bad_request(e.what(), "messages");
+  }
+  CompletionMeta meta;
+  meta.chat = true;
+  meta.id = random_id("chatcmpl-");
+  meta.tools_enabled = cr.tool_choice != ToolChoice::none;
+  RouteResult r;
+  r.plan = plan_generation(state, cr.gen, state.encode_prompt(text), std::move(meta));
+  r.plan->job.mask = std::move(mask);
+  for (const auto& s : state.chat_template()->stop_strings())
+    if (!s.empty()) r.plan->job.stop_strings.push_back(s);
+  return r;
+}
+
+RouteResult completions(const HttpRequest& req, ServerState& state) {
+  CompletionRequest cr = parse_completion_request(req.body, state.tokenizer().vocab_size());
+  std::vector<int32_t> prompt = state.encode_prompt(cr.prompt);
+  if (prompt.empty()) {
+    if (!state.tokenizer().bos_id()) bad_request("'prompt' is empty and the model has no BOS token.", "prompt");
+    prompt.push_back(*state.tokenizer().bos_id());
+  }
+  CompletionMeta meta;
+  meta.chat = false;
+  meta.id = random_id("cmpl-");
+  if (cr.echo) meta.echo = cr.prompt;
+  RouteResult r;
+  r.plan = plan_generation(state, cr.gen, std::move(prompt), std::move(meta));
+  return r;
+}
+
+constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+
+RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& endpoint) {
+  const std::string_view path = req.path();
+  for (std::string_view known : kRoutes)
+    if (path == known) endpoint = std::string(known);
+  RouteResult r;
+  if (path == "/health") {
+    require_method(req, "GET");
+    r.response = json_response(state.draining() ? json{{"status", "draining"}} : json{{"status", "ok"}},
+                               state.draining() ? 503 : 200);
+    return r;
+  }
+  if (!host_allowed(req.header("host"), state.options()))
+    throw ApiError(403, "invalid_request_error",
+                   cat("Host '", req.header("host"), "' is not allowed; use a loopback address or --allowed-host."), {},
+                   "host_not_allowed");
+  check_api_key(req, state.options());
+  if (path == "/v1/chat/completions") {
+    require_method(req, "POST");
+    return chat_completions(req, state);
+  }
+  if (path == "/v1/completions") {
+    require_method(req, "POST");
+    return completions(req, state);
+  }
+  if (path == "/v1/models") {
+    require_method(req, "GET");
+    json m = {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
+    r.response = json_response({{"object", "list"}, {"data", json::array({m})}});
+    return r;
+  }
+  if (path == "/metrics") {
+    require_method(req, "GET");
+    r.response.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.response.body = state.metrics().render(state.running_generations());
+    return r;
+  }
+  throw ApiError(404, "invalid_request_error", cat("Unknown route ", req.method, " ", path, "."), {}, "unknown_url");
+}
+
+}  // namespace
+
+bool host_allowed(std::string_view host_header, const ServerOptions& opts) {
+  std::string h(host_header);
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (h.empty()) return false;
+  if (h.front() == '[') {
+    const size_t close = h.find(']');
+    if (close == std::string::npos) return false;
+    h = h.substr(1, close - 1);
+  } else if (size_t colon = h.find(':'); colon != std::string::npos && h.find(':', colon + 1) == std::string::npos) {
+    h.resize(colon);
+  }
+  if (h == "localhost" || h == "127.0.0.1" || h == "::1" ||
+      (h.size() > 10 && h.compare(h.size() - 10, 10, ".localhost") == 0))
+    return true;
+  for (const auto& a : opts.allowed_hosts)
+    if (a == "*" || a == h) return true;
+  if (is_loopback_host(opts.host)) return false;
+  if (h == opts.host) return true;
+  return opts.allowed_hosts.empty();
+}
+
+RouteResult route(const HttpRequest& req, ServerState& state) {
+  std::string endpoint = "other";
+  RouteResult r;
+  try {
+    r = dispatch(req, state, endpoint);
+  } catch (const ApiError& e) {
+    r = RouteResult{};
+    r.response = error_response(e);
+  } catch (const Error& e) {
+    r = RouteResult{};
+    r.response = error_response(ApiError(400, "invalid_request_error", e.what()));
+  } catch (const std::exception& e) {
+    r = RouteResult{};
+    r.response = error_response(ApiError(500, "server_error", cat("runtime: router: ", e.what())));
+  }
+  r.endpoint = endpoint;
+  if (r.plan) r.plan->endpoint = endpoint;
+  else state.metrics().count_request(endpoint, r.response.status);
+  return r;
+}
+
+}  // namespace exl

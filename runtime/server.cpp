@@ -1,0 +1,72 @@
+#include "runtime/server.h"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "kernels/error.h"
+#include "runtime/listener.h"
+
+namespace exl {
+
+namespace net = boost::asio;
+
+struct Server::Impl {
+  std::shared_ptr<ServerState> state;
+  net::io_context ioc;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::shared_ptr<Listener> listener;
+  std::vector<std::thread> threads;
+  bool stopped = false;
+};
+
+Server::Server(std::shared_ptr<ServerState> state) : impl_(std::make_unique<Impl>()) {
+  impl_->state = std::move(state);
+  const auto& o = impl_->state->options();
+  boost::system::error_code ec;
+  const std::string host = o.host == "localhost" ? "127.0.0.1" : o.host;
+  auto addr = net::ip::make_address(host, ec);
+  EXL_CHECK(!ec, "runtime: server: --host '", o.host, "' is not an IP address");
+  EXL_CHECK(addr.is_loopback() || !o.api_key.empty(), "runtime: server: refusing to listen on non-loopback address '",
+            o.host, "' without an API key (give --api-key or --api-key-file)");
+  impl_->listener = std::make_shared<Listener>(impl_->ioc, net::ip::tcp::endpoint(addr, o.port), impl_->state);
+}
+
+Server::~Server() { shutdown(std::chrono::seconds(0)); }
+
+uint16_t Server::port() const { return impl_->listener->port(); }
+
+void Server::start() {
+  impl_->state->generator().start();
+  impl_->work.emplace(impl_->ioc.get_executor());
+  impl_->listener->run();
+  const int n = std::max(1, impl_->state->options().io_threads);
+  for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+}
+
+void Server::run_until_signal(std::chrono::seconds drain_timeout) {
+  net::io_context sig_ioc;
+  net::signal_set signals(sig_ioc, SIGINT, SIGTERM);
+  signals.async_wait([](boost::system::error_code, int) {});
+  sig_ioc.run();
+  shutdown(drain_timeout);
+}
+
+void Server::shutdown(std::chrono::seconds drain_timeout) {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->listener->stop();
+  impl_->state->begin_drain();
+  const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
+  while (impl_->state->running_generations() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last responses go out
+  impl_->work.reset();
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+  impl_->state->generator().stop();
+}
+
+}  // namespace exl

@@ -1,0 +1,36 @@
+// The HTTP server: a listener on options.host:port, an io_context run by options.io_threads
+// threads, and the Generator's engine thread. Graceful shutdown stops accepting, refuses new
+// generations (503), waits for running ones to finish (up to a deadline), then stops.
+// Thread-safety: construct, start and shut down from one thread; port() from any.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "runtime/server_state.h"
+
+namespace exl {
+
+class Listener;
+
+class Server {
+ public:
+  // Binds (port 0 picks a free port). Refuses a non-loopback host without an API key and
+  // throws exl::Error for that and for bind failures.
+  explicit Server(std::shared_ptr<ServerState> state);
+  ~Server();
+
+  uint16_t port() const;
+  void start();
+  // Blocks until SIGINT or SIGTERM, then shuts down.
+  void run_until_signal(std::chrono::seconds drain_timeout = std::chrono::seconds(30));
+  // Drains and stops; idempotent.
+  void shutdown(std::chrono::seconds drain_timeout = std::chrono::seconds(30));
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace exl

@@ -1,0 +1,65 @@
+#include "runtime/server_state.h"
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+
+#include "kernels/error.h"
+#include "runtime/backend_select.h"
+
+namespace exl {
+
+bool is_loopback_host(std::string_view h) {
+  return h == "localhost" || h == "::1" || h == "[::1]" || h.substr(0, 4) == "127.";
+}
+
+ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
+  EXL_CHECK(opts_.max_sessions > 0, "runtime: serve: --max-sessions must be positive");
+  EXL_CHECK(opts_.cache_pages > 0, "runtime: serve: --cache-pages must be positive");
+  EXL_CHECK(opts_.page_size > 0, "runtime: serve: page size must be positive");
+  dir_ = std::make_unique<ModelDir>(opts_.model_dir);
+  std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
+  model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
+  created_ = int64_t(std::time(nullptr));
+  tok_ = load_tokenizer(dir_->path());
+  TemplateTokens tt;
+  if (tok_->bos_id()) tt.bos = tok_->token_bytes(*tok_->bos_id());
+  if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
+  tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
+  backend_ = make_backend(opts_.backend, opts_.cpu_threads);
+  model_ = std::make_unique<Model>(*dir_, *backend_);
+  GeneratorOptions go;
+  go.cache_format = default_cache_format(opts_.backend);
+  go.page_size = opts_.page_size;
+  go.num_pages = opts_.cache_pages;
+  go.max_batch_seqs = opts_.max_batch_seqs;
+  gen_ = std::make_unique<Generator>(*model_, *tok_, go);
+}
+
+ServerState::~ServerState() {
+  if (gen_) gen_->stop();
+}
+
+int64_t ServerState::context_length() const {
+  const int64_t cache = int64_t(opts_.cache_pages) * opts_.page_size;
+  const int64_t n = model_->config().max_position_embeddings;
+  return n > 0 ? std::min(n, cache) : cache;
+}
+
+std::shared_ptr<void> ServerState::admit_generation() {
+  if (draining_) return nullptr;
+  if (running_.fetch_add(1) >= opts_.max_sessions) {
+    --running_;
+    return nullptr;
+  }
+  return std::shared_ptr<void>(static_cast<void*>(this), [this](void*) { --running_; });
+}
+
+std::vector<int32_t> ServerState::encode_prompt(const std::string& text) const {
+  std::vector<int32_t> ids = tok_->encode(text, true);
+  if (ids.size() >= 2 && tok_->bos_id() && ids[0] == *tok_->bos_id() && ids[1] == *tok_->bos_id())
+    ids.erase(ids.begin());
+  return ids;
+}
+
+}  // namespace exl

@@ -1,0 +1,85 @@
+// What every connection of one server shares: the options, the loaded model with its tokenizer
+// and chat template, the Generator (its own engine thread), metrics, and admission control for
+// generations (max_sessions in flight; none while draining for shutdown).
+// Thread-safety: any thread. The model and tokenizer are immutable once built; Generator::submit
+// and cancel are thread-safe; counters are atomics.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/model_dir.h"
+#include "engine/tokenizer.h"
+#include "kernels/backend.h"
+#include "runtime/metrics.h"
+#include "sessions/chat_template.h"
+
+namespace exl {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8421;                      // 0 = any free port
+  std::string api_key;                       // empty = no key (loopback only)
+  std::vector<std::string> allowed_hosts;    // extra Host header values; "*" = any
+  std::string backend = "cpu";
+  int cpu_threads = 0;
+  int cache_pages = 512;
+  int page_size = 64;
+  int max_sessions = 64;                     // generations in flight (queued + running)
+  int max_batch_seqs = 16;
+  size_t max_body_bytes = 8u << 20;
+  int io_threads = 2;
+  std::string chat_template;                 // override name; empty = detect
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(std::string_view host);
+
+class ServerState {
+ public:
+  // Loads the model directory; throws exl::Error naming what failed. The generator is not started.
+  explicit ServerState(ServerOptions options);
+  ~ServerState();
+
+  const ServerOptions& options() const { return opts_; }
+  const std::string& model_id() const { return model_id_; }
+  int64_t created() const { return created_; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
+  // Tokens one sequence may hold: the model's max_position_embeddings, capped by the KV cache.
+  int64_t context_length() const;
+  Generator& generator() { return *gen_; }
+  Metrics& metrics() { return metrics_; }
+
+  // An admission for one generation, released on destruction; nullptr when draining or when
+  // max_sessions generations are in flight.
+  std::shared_ptr<void> admit_generation();
+  int64_t running_generations() const { return running_; }
+  void begin_drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+
+  // Prompt tokens for rendered text: special-token text parsed, bos added as the tokenizer says
+  // but never twice (templates write bos themselves).
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
+
+ private:
+  ServerOptions opts_;
+  std::string model_id_;
+  int64_t created_ = 0;
+  std::unique_ptr<ModelDir> dir_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Generator> gen_;
+  std::shared_ptr<const ChatTemplate> tmpl_;
+  Metrics metrics_;
+  std::atomic<int64_t> running_{0};
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace exl

@@ -1,0 +1,111 @@
+// ChatML as Qwen2.5-Instruct's chat_template renders it: tools listed in the system turn inside
+// <tools></tools> (one JSON object per line), calls as Hermes <tool_call> blocks, results as
+// <tool_response> blocks inside one user turn per run of tool messages. Plain ChatML is the same
+// without Qwen's default system prompt.
+#include "kernels/error.h"
+#include "sessions/chat_template_families.h"
+#include "sessions/python_json.h"
+
+namespace exl::chat_detail {
+
+namespace {
+
+constexpr std::string_view kCallOpen = "<tool_call>";
+constexpr std::string_view kCallClose = "</tool_call>";
+
+class ChatmlTemplate final : public ChatTemplate {
+ public:
+  ChatmlTemplate(TemplateTokens t, std::string default_system)
+      : tok_(std::move(t)), default_system_(std::move(default_system)) {}
+  TemplateFamily family() const override { return TemplateFamily::chatml; }
+
+  std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                     bool add_generation_prompt) const override {
+    std::string out;
+    const bool first_is_system = !messages.empty() && messages[0].role == "system";
+    const std::string& system = first_is_system ? messages[0].content : default_system_;
+    if (has_tools(tools)) {
+      out += "<|im_start|>system\n";
+      out += system;
+      if (!system.empty()) out += "\n\n";
+      out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+             "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+      for (const auto& t : tools) out += "\n" + python_json_dumps(t);
+      out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+             "<args-json-object>}\n</tool_call><|im_end|>\n";
+    } else if (first_is_system || !system.empty()) {
+      out += "<|im_start|>system\n" + system + "<|im_end|>\n";
+    }
+    for (size_t i = first_is_system ? 1 : 0; i < messages.size(); ++i) {
+      const auto& m = messages[i];
+      if (m.role == "user" || m.role == "system" || (m.role == "assistant" && m.tool_calls.empty())) {
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      } else if (m.role == "assistant") {
+        out += "<|im_start|>assistant";
+        if (!m.content.empty()) out += "\n" + m.content;
+        for (const auto& c : m.tool_calls)
+          out += "\n<tool_call>\n{\"name\": \"" + c.name + "\", \"arguments\": " +
+                 python_json_dumps(arguments_value(c.arguments)) + "}\n</tool_call>";
+        out += "<|im_end|>\n";
+      } else if (m.role == "tool") {
+        if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+        out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+        if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      } else {
+        template_error(family(), "unknown role '" + m.role + "'");
+      }
+    }
+    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    return out;
+  }
+
+  ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {
+    ParsedReply r;
+    const size_t first = text.find(kCallOpen);
+    if (!tools_enabled || first == std::string_view::npos) {
+      r.content = std::string(text);
+      return r;
+    }
+    size_t pos = first;
+    while (pos != std::string_view::npos) {
+      const size_t body = pos + kCallOpen.size();
+      const size_t end = text.find(kCallClose, body);
+      std::optional<ToolCall> call;
+      if (end != std::string_view::npos)
+        if (auto j = parse_json(trim(text.substr(body, end - body)))) call = tool_call_from_json(*j);
+      if (!call) {
+        r.tool_calls.clear();
+        r.content = std::string(text);
+        return r;
+      }
+      r.tool_calls.push_back(std::move(*call));
+      pos = end + kCallClose.size();
+      if (!trim(text.substr(pos)).empty()) pos = text.find(kCallOpen, pos);
+      else break;
+      if (pos == std::string_view::npos) {
+        r.tool_calls.clear();
+        r.content = std::string(text);
+        return r;
+      }
+    }
+    std::string_view content = text.substr(0, first);
+    while (!content.empty() && (content.back() == '\n' || content.back() == ' ')) content.remove_suffix(1);
+    r.content = std::string(content);
+    return r;
+  }
+
+  std::vector<std::string> stop_strings() const override { return {"<|im_end|>"}; }
+
+ private:
+  TemplateTokens tok_;
+  std::string default_system_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChatTemplate> make_chatml(TemplateTokens tokens, std::string default_system) {
+  return std::make_unique<ChatmlTemplate>(std::move(tokens), std::move(default_system));
+}
+
+}  // namespace exl::chat_detail

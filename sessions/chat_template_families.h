@@ -1,0 +1,37 @@
+// Internal to sessions/: the per-family renderers behind make_chat_template and the pieces they
+// share. Not part of the public interface.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sessions/chat_template.h"
+
+namespace exl::chat_detail {
+
+std::unique_ptr<ChatTemplate> make_llama3(TemplateTokens tokens, bool version_3_0);
+std::unique_ptr<ChatTemplate> make_chatml(TemplateTokens tokens, std::string default_system);
+std::unique_ptr<ChatTemplate> make_mistral(TemplateTokens tokens);
+std::unique_ptr<ChatTemplate> make_llama2(TemplateTokens tokens);
+
+// True when tools is a non-empty array.
+bool has_tools(const nlohmann::ordered_json& tools);
+// Tool-call arguments as a JSON value for `| tojson`; text that is not JSON stays a string.
+nlohmann::ordered_json arguments_value(const std::string& arguments_text);
+// A call from {"name": ..., "arguments"|"parameters": {...}[, "id": ...]}; nullopt when the
+// object lacks a string name or object arguments.
+std::optional<ToolCall> tool_call_from_json(const nlohmann::ordered_json& obj);
+// Parses `text` as one JSON value; nullopt when it is not exactly one.
+std::optional<nlohmann::ordered_json> parse_json(std::string_view text);
+// Leading and trailing ASCII whitespace removed (Jinja's trim / Python's strip).
+std::string_view trim(std::string_view s);
+// n characters of [A-Za-z0-9] derived from `random`.
+std::string alnum_id(uint64_t random, size_t n);
+// "sessions: chat template: <family>: " + what
+[[noreturn]] void template_error(TemplateFamily f, const std::string& what);
+
+}  // namespace exl::chat_detail

@@ -1,0 +1,111 @@
+// Llama 3.0 Instruct renders each message as a header turn after bos, nothing else, and has no
+// tool format. Llama 3.1 / 3.2 / 3.3 Instruct, as meta-llama's tokenizer_config.json chat_template renders with
+// its defaults: date_string "26 Jul 2024", tools_in_user_message true (the tool list goes into the
+// first user message), no builtin_tools. Tool calls are {"name": ..., "parameters": {...}}, one
+// per assistant turn; tool results go back in the ipython role as JSON.
+#include "kernels/error.h"
+#include "sessions/chat_template_families.h"
+#include "sessions/python_json.h"
+
+namespace exl::chat_detail {
+
+namespace {
+
+constexpr std::string_view kEot = "<|eot_id|>";
+
+std::string header(std::string_view role) { return cat("<|start_header_id|>", role, "<|end_header_id|>\n\n"); }
+
+class Llama3Template final : public ChatTemplate {
+ public:
+  Llama3Template(TemplateTokens t, bool v30) : tok_(std::move(t)), v30_(v30) {}
+  TemplateFamily family() const override { return TemplateFamily::llama3; }
+
+  std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                     bool add_generation_prompt) const override {
+    const bool with_tools = has_tools(tools);
+    std::string out = tok_.bos;
+    if (v30_) {
+      if (with_tools) template_error(family(), "the Llama 3.0 template has no tool format; choose 'llama3'");
+      for (const auto& m : messages) {
+        if (!m.tool_calls.empty() || (m.role != "system" && m.role != "user" && m.role != "assistant"))
+          template_error(family(), "the Llama 3.0 template has no role '" + m.role + "' or tool calls");
+        out += header(m.role);
+        out += trim(m.content);
+        out += kEot;
+      }
+      if (add_generation_prompt) out += header("assistant");
+      return out;
+    }
+    std::string_view system;
+    if (!messages.empty() && messages[0].role == "system") {
+      system = trim(messages[0].content);
+      messages = messages.subspan(1);
+    }
+    out += header("system");
+    if (with_tools) out += "Environment: ipython\n";
+    out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+    out += system;
+    out += kEot;
+    if (with_tools) {
+      if (messages.empty()) template_error(family(), "tools need a first user message to carry them");
+      out += header("user");
+      out += "Given the following functions, please respond with a JSON for a function call "
+             "with its proper arguments that best answers the given prompt.\n\n"
+             "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
+             "value}.Do not use variables.\n\n";
+      for (const auto& t : tools) out += python_json_dumps(t, 4) + "\n\n";
+      out += trim(messages[0].content);
+      out += kEot;
+      messages = messages.subspan(1);
+    }
+    for (const auto& m : messages) {
+      if (!m.tool_calls.empty()) {
+        if (m.tool_calls.size() != 1) template_error(family(), "this model only supports single tool-calls at once");
+        const auto& c = m.tool_calls[0];
+        out += header("assistant");
+        out += "{\"name\": \"" + c.name + "\", \"parameters\": " + python_json_dumps(arguments_value(c.arguments)) + "}";
+      } else if (m.role == "tool" || m.role == "ipython") {
+        out += header("ipython");
+        out += python_json_dumps(nlohmann::ordered_json(m.content));
+      } else {
+        if (m.role != "system" && m.role != "user" && m.role != "assistant")
+          template_error(family(), "unknown role '" + m.role + "'");
+        out += header(m.role);
+        out += trim(m.content);
+      }
+      out += kEot;
+    }
+    if (add_generation_prompt) out += header("assistant");
+    return out;
+  }
+
+  ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {
+    ParsedReply r;
+    std::string_view body = trim(text);
+    constexpr std::string_view kPython = "<|python_tag|>";
+    if (body.substr(0, kPython.size()) == kPython) body = trim(body.substr(kPython.size()));
+    if (tools_enabled && !body.empty() && body.front() == '{')
+      if (auto j = parse_json(body))
+        if (auto c = tool_call_from_json(*j)) {
+          r.tool_calls.push_back(std::move(*c));
+          return r;
+        }
+    r.content = std::string(text);
+    return r;
+  }
+
+  std::vector<std::string> stop_strings() const override { return {"<|eot_id|>", "<|eom_id|>"}; }
+
+ private:
+  TemplateTokens tok_;
+  bool v30_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChatTemplate> make_llama3(TemplateTokens tokens, bool version_3_0) {
+  if (tokens.bos.empty()) tokens.bos = "<|begin_of_text|>";
+  return std::make_unique<Llama3Template>(std::move(tokens), version_3_0);
+}
+
+}  // namespace exl::chat_detail

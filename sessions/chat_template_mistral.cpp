@@ -1,0 +1,123 @@
+// Mistral v0.3 (Mistral-7B-Instruct-v0.3's chat_template): [INST] turns, the tool list in
+// [AVAILABLE_TOOLS], calls as [TOOL_CALLS] [{"name", "arguments", "id"}] with 9-character ids,
+// results as [TOOL_RESULTS] {"content": ..., "call_id": ...}.
+//
+// One deliberate difference: the official template puts the system prompt and the tool list in
+// front of the *last* user message, which rewrites earlier turns every time the user speaks. We put
+// them in front of the *first* user message, so the rendering of a conversation with one user
+// message is identical and longer conversations stay prefix-stable.
+#include "kernels/error.h"
+#include "sessions/chat_template_families.h"
+#include "sessions/python_json.h"
+
+namespace exl::chat_detail {
+
+namespace {
+
+constexpr std::string_view kToolCalls = "[TOOL_CALLS]";
+
+std::string available_tools(const nlohmann::ordered_json& tools) {
+  std::string out = "[AVAILABLE_TOOLS] [";
+  bool first_tool = true;
+  for (const auto& t : tools) {
+    if (!first_tool) out += ", ";
+    first_tool = false;
+    out += "{\"type\": \"function\", \"function\": {";
+    const auto& fn = t.contains("function") ? t["function"] : t;
+    bool first = true;
+    for (auto it = fn.begin(); it != fn.end(); ++it) {
+      if (it.key() == "return") continue;
+      if (!first) out += ", ";
+      first = false;
+      if (it->is_string()) out += "\"" + it.key() + "\": \"" + it->get<std::string>() + "\"";
+      else out += "\"" + it.key() + "\": " + python_json_dumps(*it);
+    }
+    out += "}}";
+  }
+  return out + "][/AVAILABLE_TOOLS]";
+}
+
+class MistralTemplate final : public ChatTemplate {
+ public:
+  explicit MistralTemplate(TemplateTokens t) : tok_(std::move(t)) {}
+  TemplateFamily family() const override { return TemplateFamily::mistral; }
+
+  std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                     bool add_generation_prompt) const override {
+    std::string system;
+    bool has_system = false;
+    if (!messages.empty() && messages[0].role == "system") {
+      system = messages[0].content;
+      has_system = true;
+      messages = messages.subspan(1);
+    }
+    std::string out = tok_.bos;
+    bool first_user = true;
+    for (const auto& m : messages) {
+      if (m.role == "user") {
+        if (first_user && has_tools(tools)) out += available_tools(tools);
+        if (first_user && has_system) out += "[INST] " + system + "\n\n" + m.content + "[/INST]";
+        else out += "[INST] " + m.content + "[/INST]";
+        first_user = false;
+      } else if (m.role == "assistant" && !m.tool_calls.empty()) {
+        out += "[TOOL_CALLS] [";
+        for (size_t i = 0; i < m.tool_calls.size(); ++i) {
+          const auto& c = m.tool_calls[i];
+          nlohmann::ordered_json fn = {{"name", c.name}, {"arguments", arguments_value(c.arguments)}};
+          std::string j = python_json_dumps(fn);
+          j.pop_back();
+          out += j + ", \"id\": \"" + c.id + "\"}";
+          out += i + 1 < m.tool_calls.size() ? ", " : "]" + tok_.eos;
+        }
+      } else if (m.role == "assistant") {
+        out += " " + std::string(trim(m.content)) + tok_.eos;
+      } else if (m.role == "tool") {
+        out += "[TOOL_RESULTS] {\"content\": " + m.content + ", \"call_id\": \"" + m.tool_call_id +
+               "\"}[/TOOL_RESULTS]";
+      } else {
+        template_error(family(), "only user, assistant and tool roles are supported after an optional first "
+                                 "system message, got '" + m.role + "'");
+      }
+    }
+    (void)add_generation_prompt;  // the [/INST] of the last user turn is the generation prompt
+    return out;
+  }
+
+  ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {
+    ParsedReply r;
+    const size_t at = text.find(kToolCalls);
+    if (tools_enabled && at != std::string_view::npos)
+      if (auto j = parse_json(trim(text.substr(at + kToolCalls.size()))); j && j->is_array() && !j->empty()) {
+        for (const auto& e : *j) {
+          auto c = tool_call_from_json(e);
+          if (!c) {
+            r.tool_calls.clear();
+            break;
+          }
+          r.tool_calls.push_back(std::move(*c));
+        }
+        if (!r.tool_calls.empty()) {
+          r.content = std::string(trim(text.substr(0, at)));
+          return r;
+        }
+      }
+    r.content = std::string(text);
+    return r;
+  }
+
+  std::vector<std::string> stop_strings() const override { return {tok_.eos}; }
+  std::string make_tool_call_id(uint64_t random) const override { return alnum_id(random, 9); }
+
+ private:
+  TemplateTokens tok_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChatTemplate> make_mistral(TemplateTokens tokens) {
+  if (tokens.bos.empty()) tokens.bos = "<s>";
+  if (tokens.eos.empty()) tokens.eos = "</s>";
+  return std::make_unique<MistralTemplate>(std::move(tokens));
+}
+
+}  // namespace exl::chat_detail

@@ -1,0 +1,134 @@
+// The official openai npm SDK against a real `exlagent serve` on loopback (stories260K, CPU):
+// every response must parse with the SDK. Needs EXLAGENT_BIN (default ../../build/exlagent) and
+// the shared stories260K-hf model (EXL_SHARED_DIR, default ../../../shared).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
+const shared = process.env.EXL_SHARED_DIR ?? path.join(here, '../../../shared');
+const modelDir = path.join(shared, 'models/stories260K-hf');
+const skip = !existsSync(bin) || !existsSync(path.join(modelDir, 'model.safetensors'))
+  ? `missing ${bin} or ${modelDir}` : false;
+const KEY = 'node-test-key';
+
+let server;
+let client;
+
+before(async () => {
+  if (skip) return;
+  server = spawn(bin, ['serve', '--model', modelDir, '--port', '0', '--api-key', KEY, '--threads', '1'],
+                 { stdio: ['ignore', 'ignore', 'pipe'] });
+  const port = await new Promise((resolve, reject) => {
+    let err = '';
+    server.stderr.on('data', (d) => {
+      err += d;
+      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    server.on('exit', (code) => reject(new Error(`server exited (${code}): ${err}`)));
+  });
+  client = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+});
+
+after(async () => {
+  if (!server) return;
+  const exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve({ code, signal })));
+  server.kill('SIGTERM');
+  const { code } = await exited;
+  assert.equal(code, 0, 'graceful exit on SIGTERM');
+});
+
+const messages = [
+  { role: 'system', content: 'You tell short stories for small children.' },
+  { role: 'user', content: 'Tell me a story about a brave little dog.' },
+];
+
+test('chat completion parses with the SDK', { skip }, async () => {
+  const r = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 16, temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.completion_tokens >= 1 && r.usage.completion_tokens <= 16);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test('streaming with include_usage equals the non-streaming reply', { skip }, async () => {
+  const whole = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 20, temperature: 0 });
+  const stream = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 20, temperature: 0, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.choices.length) {
+      text += chunk.choices[0].delta.content ?? '';
+      finish = chunk.choices[0].finish_reason ?? finish;
+    } else {
+      usage = chunk.usage;
+    }
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, whole.choices[0].finish_reason);
+  assert.deepEqual(usage.prompt_tokens, whole.usage.prompt_tokens);
+  assert.deepEqual(usage.completion_tokens, whole.usage.completion_tokens);
+  assert.ok(usage.prompt_tokens_details.cached_tokens > 0, 'second identical prompt hits the prefix cache');
+});
+
+test('stream helper accumulates the final message', { skip }, async () => {
+  const runner = client.beta.chat.completions.stream({ model: 'stories', messages, max_tokens: 8, temperature: 0 });
+  const final = await runner.finalChatCompletion();
+  assert.equal(final.choices[0].message.role, 'assistant');
+  assert.equal(typeof final.choices[0].message.content, 'string');
+});
+
+// stories260K has a 512-token context and a 512-piece vocabulary, so the tool list is minimal.
+test('tools are accepted and tool messages render', { skip }, async () => {
+  const tools = [{ type: 'function', function: { name: 'w', parameters: { type: 'object' } } }];
+  const r = await client.chat.completions.create({
+    model: 'stories', max_tokens: 4, temperature: 0, tools,
+    messages: [
+      { role: 'user', content: 'Oslo?' },
+      { role: 'assistant', content: null,
+        tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'w', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '4' },
+    ],
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.ok(['stop', 'length', 'tool_calls'].includes(r.choices[0].finish_reason));
+});
+
+test('completions endpoint and models list', { skip }, async () => {
+  const c = await client.completions.create({ model: 'stories', prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
+  assert.equal(c.object, 'text_completion');
+  assert.ok(c.choices[0].text.length > 0);
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  assert.deepEqual(models, ['stories260K-hf']);
+});
+
+test('errors surface as SDK errors with OpenAI fields', { skip }, async () => {
+  const bad = new OpenAI({ apiKey: 'wrong', baseURL: client.baseURL, maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401 &&
+    e.code === 'invalid_api_key');
+  await assert.rejects(client.chat.completions.create({ model: 'stories', messages, temperature: 5 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
+  await assert.rejects(client.chat.completions.create({
+    model: 'stories', messages,
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object' } } },
+  }), (e) => e instanceof OpenAI.BadRequestError && e.type === 'not_supported_error');
+  const ok = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 2 });
+  assert.equal(ok.object, 'chat.completion');
+});

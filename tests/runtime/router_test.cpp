@@ -1,0 +1,426 @@
+// The HTTP API without sockets: routing, auth, Host allowlist, request validation, admission and
+// the OpenAI wire format produced from generation events. Runs on stories260K-hf (CPU); the
+// generator is never started, so nothing here generates.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/completion_writer.h"
+#include "runtime/router.h"
+#include "test_support.h"
+
+namespace exl {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kModel = "models/stories260K-hf";
+
+std::shared_ptr<ServerState> make_state(ServerOptions o = {}) {
+  o.model_dir = (test::shared_dir() / kModel).string();
+  if (o.api_key.empty()) o.api_key = "sekret";
+  return std::make_shared<ServerState>(o);
+}
+
+HttpRequest req(std::string method, std::string target, std::string body = {}, std::string key = "sekret") {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.target = std::move(target);
+  r.body = std::move(body);
+  r.headers["host"] = "127.0.0.1:8421";
+  if (!key.empty()) r.headers["authorization"] = "Bearer " + key;
+  return r;
+}
+
+// The error object's shape, and its type/code.
+void expect_error(const RouteResult& r, int status, const std::string& type, const std::string& param = {},
+                  const std::string& code = {}) {
+  ASSERT_FALSE(r.plan.has_value());
+  EXPECT_EQ(r.response.status, status) << r.response.body;
+  json j = json::parse(r.response.body);
+  ASSERT_TRUE(j.contains("error")) << r.response.body;
+  const auto& e = j["error"];
+  for (const char* k : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(k)) << k;
+  EXPECT_TRUE(e["message"].is_string());
+  EXPECT_FALSE(e["message"].get<std::string>().empty());
+  EXPECT_EQ(e["type"], type) << r.response.body;
+  if (!param.empty()) {
+    EXPECT_EQ(e["param"], param) << r.response.body;
+  }
+  if (!code.empty()) {
+    EXPECT_EQ(e["code"], code) << r.response.body;
+  }
+}
+
+std::string chat_body(json extra = json::object()) {
+  json j = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+  j.update(extra);
+  return j.dump();
+}
+
+class Router : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(test::shared_dir() / kModel / "model.safetensors"))
+      GTEST_SKIP() << "shared asset missing: " << (test::shared_dir() / kModel);
+    if (!state_) state_ = make_state();
+  }
+  static std::shared_ptr<ServerState> state_;
+};
+std::shared_ptr<ServerState> Router::state_;
+
+TEST_F(Router, HealthIsPublicEverythingElseNeedsTheKey) {
+  EXPECT_EQ(route(req("GET", "/health", {}, ""), *state_).response.status, 200);
+  expect_error(route(req("GET", "/v1/models", {}, ""), *state_), 401, "invalid_request_error", {}, "missing_api_key");
+  expect_error(route(req("GET", "/v1/models", {}, "wrong"), *state_), 401, "invalid_request_error", {}, "invalid_api_key");
+  expect_error(route(req("GET", "/v1/models", {}, "sekre"), *state_), 401, "invalid_request_error", {}, "invalid_api_key");
+  expect_error(route(req("GET", "/metrics", {}, ""), *state_), 401, "invalid_request_error");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body(), ""), *state_), 401, "invalid_request_error");
+  auto ok = route(req("GET", "/v1/models"), *state_);
+  ASSERT_EQ(ok.response.status, 200);
+  json m = json::parse(ok.response.body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "stories260K-hf");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  HttpRequest x = req("GET", "/v1/models", {}, "");
+  x.headers["x-api-key"] = "sekret";
+  EXPECT_EQ(route(x, *state_).response.status, 200);
+  x.headers["authorization"] = "bearer sekret";  // scheme is case-insensitive
+  x.headers.erase("x-api-key");
+  EXPECT_EQ(route(x, *state_).response.status, 200);
+}
+
+TEST_F(Router, HostAllowlist) {
+  for (const char* host : {"evil.com", "evil.com:8421", "127.0.0.1.evil.com", "", "[::1"}) {
+    HttpRequest r = req("GET", "/v1/models");
+    r.headers["host"] = host;
+    expect_error(route(r, *state_), 403, "invalid_request_error", {}, "host_not_allowed");
+  }
+  for (const char* host : {"localhost", "LOCALHOST:8421", "127.0.0.1", "[::1]:8421", "app.localhost:1"}) {
+    HttpRequest r = req("GET", "/v1/models");
+    r.headers["host"] = host;
+    EXPECT_EQ(route(r, *state_).response.status, 200) << host;
+  }
+  ServerOptions o;
+  o.host = "0.0.0.0";
+  EXPECT_TRUE(host_allowed("anything.example:80", o));
+  o.allowed_hosts = {"api.example"};
+  EXPECT_TRUE(host_allowed("api.example:443", o));
+  EXPECT_FALSE(host_allowed("other.example", o));
+  ServerOptions lo;
+  EXPECT_FALSE(host_allowed("192.168.1.5", lo));
+  lo.allowed_hosts = {"*"};
+  EXPECT_TRUE(host_allowed("192.168.1.5", lo));
+}
+
+TEST_F(Router, UnknownRoutesMethodsAndMalformedBodies) {
+  expect_error(route(req("GET", "/v1/nothing"), *state_), 404, "invalid_request_error", {}, "unknown_url");
+  expect_error(route(req("GET", "/v1/chat/completions"), *state_), 405, "invalid_request_error");
+  expect_error(route(req("POST", "/v1/models"), *state_), 405, "invalid_request_error");
+  for (const char* bad : {"{bad", "", "[1,2]", "\"str\"", "{\"messages\": [}"})
+    expect_error(route(req("POST", "/v1/chat/completions", bad), *state_), 400, "invalid_request_error", {},
+                 "invalid_json");
+  expect_error(route(req("POST", "/v1/chat/completions", "{\"model\":\"\xff\"}"), *state_), 400,
+               "invalid_request_error");
+  // Deep nesting is refused before anything copies or dumps it (those recurse).
+  const int d = 200000;
+  const std::string deep = R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"a":)" +
+                           std::string(d, '[') + std::string(d, ']') + "}}}]}";
+  expect_error(route(req("POST", "/v1/chat/completions", deep), *state_), 400, "invalid_request_error", {}, "invalid_json");
+}
+
+TEST_F(Router, ValidationNamesTheField) {
+  struct Case {
+    json body;
+    const char* param;
+  };
+  const std::vector<Case> cases = {
+      {{{"model", "m"}}, "messages"},
+      {{{"messages", json::array()}}, "messages"},
+      {json::parse(R"({"messages":[{"content":"x"}]})"), "messages[0].role"},
+      {json::parse(R"({"messages":[{"role":"wizard","content":"x"}]})"), "messages[0].role"},
+      {json::parse(R"({"messages":[{"role":"tool","content":"x"}]})"), "messages[0].tool_call_id"},
+      {json::parse(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})"), "messages[0].content"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"temperature":3})"), "temperature"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})"), "temperature"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})"), "top_p"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})"), "max_tokens"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"max_completion_tokens":-5})"), "max_completion_tokens"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})"), "stop"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"stop":[""]})"), "stop"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"512":1}})"), "logit_bias"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"-1":1}})"), "logit_bias"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"5":101}})"), "logit_bias"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"seed":1.5})"), "seed"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})"), "stream_options"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"bad name"}}]})"), "tools[0].function.name"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"})"), "tool_choice"},
+      {json::parse(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})"), "max_tokens"},
+  };
+  for (const auto& c : cases)
+    expect_error(route(req("POST", "/v1/chat/completions", c.body.dump()), *state_), 400, "invalid_request_error", c.param);
+  std::string long_text(3000, 'a');
+  expect_error(route(req("POST", "/v1/chat/completions",
+                         chat_body({{"messages", json::array({{{"role", "user"}, {"content", long_text}}})}})),
+                     *state_),
+               400, "invalid_request_error", "messages", "context_length_exceeded");
+  expect_error(route(req("POST", "/v1/completions", R"({"prompt":5})"), *state_), 400, "invalid_request_error", "prompt");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"n", 2}})), *state_), 400, "not_supported_error", "n");
+}
+
+TEST_F(Router, ConstraintsWeCannotEnforceFailClosed) {
+  const json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+  expect_error(route(req("POST", "/v1/chat/completions",
+                         chat_body({{"response_format", {{"type", "json_schema"},
+                                                          {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}}}})),
+                     *state_),
+               400, "not_supported_error", "response_format");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"response_format", {{"type", "json_object"}}}})), *state_),
+               400, "not_supported_error", "response_format");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"tools", tools}, {"tool_choice", "required"}})), *state_),
+               400, "not_supported_error", "tool_choice");
+  expect_error(route(req("POST", "/v1/chat/completions",
+                         chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}})),
+                     *state_),
+               400, "not_supported_error", "tool_choice");
+  expect_error(route(req("POST", "/v1/chat/completions",
+                         chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
+                     *state_),
+               400, "invalid_request_error", "tool_choice");
+  auto ok = route(req("POST", "/v1/chat/completions", chat_body({{"tools", tools}, {"response_format", {{"type", "text"}}}})), *state_);
+  ASSERT_TRUE(ok.plan.has_value()) << ok.response.body;
+  EXPECT_TRUE(ok.plan->meta.tools_enabled);
+  EXPECT_EQ(ok.plan->job.mask, nullptr);
+}
+
+TEST_F(Router, ChatPlanCarriesPromptAndSampling) {
+  auto r = route(req("POST", "/v1/chat/completions",
+                     chat_body({{"messages", json::array({{{"role", "developer"}, {"content", "Be kind."}},
+                                                          {{"role", "user"}, {"content", [] {
+                                                              json parts = json::array();
+                                                              parts.push_back({{"type", "text"}, {"text", "Hi "}});
+                                                              parts.push_back({{"type", "text"}, {"text", "there"}});
+                                                              return parts;
+                                                            }()}}})},
+                                {"temperature", 0.5},
+                                {"top_p", 0.9},
+                                {"seed", 7},
+                                {"stop", "END"},
+                                {"logit_bias", {{"10", -100}, {"11", 5}}},
+                                {"stream", true},
+                                {"stream_options", {{"include_usage", true}}}})),
+                 *state_);
+  ASSERT_TRUE(r.plan.has_value()) << r.response.body;
+  const auto& p = *r.plan;
+  // The stories tokenizer has no chat template, so ChatML is used; developer is system.
+  const std::string expected = "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(p.job.prompt, state_->tokenizer().encode(expected, true));
+  EXPECT_EQ(p.job.prompt.front(), *state_->tokenizer().bos_id());
+  EXPECT_EQ(p.job.max_new_tokens, state_->context_length() - int64_t(p.job.prompt.size()));
+  EXPECT_FLOAT_EQ(p.job.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(p.job.sampling.top_p, 0.9f);
+  EXPECT_EQ(p.job.sampling.seed, 7u);
+  EXPECT_EQ(p.job.sampling.logit_bias.at(10), -100.f);
+  EXPECT_EQ(p.job.sampling.logit_bias.at(11), 5.f);
+  EXPECT_NE(std::find(p.job.stop_strings.begin(), p.job.stop_strings.end(), "END"), p.job.stop_strings.end());
+  EXPECT_NE(std::find(p.job.stop_strings.begin(), p.job.stop_strings.end(), "<|im_end|>"), p.job.stop_strings.end());
+  for (int32_t eos : state_->tokenizer().eos_ids())
+    EXPECT_NE(std::find(p.job.stop_tokens.begin(), p.job.stop_tokens.end(), eos), p.job.stop_tokens.end());
+  EXPECT_TRUE(p.meta.chat && p.meta.stream && p.meta.include_usage);
+  EXPECT_FALSE(p.meta.tools_enabled);
+  EXPECT_EQ(p.meta.id.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(p.meta.model, "stories260K-hf");
+
+  auto c = route(req("POST", "/v1/completions", R"({"prompt":["Once upon"],"max_tokens":7,"echo":true})"), *state_);
+  ASSERT_TRUE(c.plan.has_value()) << c.response.body;
+  EXPECT_EQ(c.plan->job.prompt, state_->tokenizer().encode("Once upon", true));
+  EXPECT_EQ(c.plan->job.max_new_tokens, 7);
+  EXPECT_FALSE(c.plan->meta.chat);
+  EXPECT_EQ(c.plan->meta.echo, "Once upon");
+}
+
+TEST_F(Router, AdmissionLimitAndDrain) {
+  ServerOptions o;
+  o.max_sessions = 2;
+  auto st = make_state(o);
+  auto a = route(req("POST", "/v1/chat/completions", chat_body()), *st);
+  auto b = route(req("POST", "/v1/chat/completions", chat_body()), *st);
+  ASSERT_TRUE(a.plan && b.plan);
+  EXPECT_EQ(st->running_generations(), 2);
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body()), *st), 503, "rate_limit_error", {}, "server_overloaded");
+  a.plan.reset();
+  EXPECT_EQ(st->running_generations(), 1);
+  EXPECT_TRUE(route(req("POST", "/v1/chat/completions", chat_body()), *st).plan.has_value());
+  st->begin_drain();
+  expect_error(route(req("POST", "/v1/completions", R"({"prompt":"x"})"), *st), 503, "unavailable_error", {},
+               "server_shutting_down");
+  EXPECT_EQ(route(req("GET", "/health", {}, ""), *st).response.status, 503);
+}
+
+TEST_F(Router, MetricsCountRequests) {
+  auto st = make_state();
+  route(req("GET", "/v1/models"), *st);
+  route(req("GET", "/v1/models", {}, "bad"), *st);
+  route(req("GET", "/nope"), *st);
+  GenerationStats s;
+  s.n_prompt_tokens = 100;
+  s.n_cached_tokens = 64;
+  s.n_generated = 11;
+  s.ttft_s = 0.02;
+  s.decode_s = 0.1;
+  st->metrics().observe_generation(s);
+  auto m = route(req("GET", "/metrics"), *st);
+  ASSERT_EQ(m.response.status, 200);
+  EXPECT_EQ(m.response.content_type.rfind("text/plain; version=0.0.4", 0), 0u);
+  const std::string& t = m.response.body;
+  for (const char* line : {"exlagent:requests_total{endpoint=\"/v1/models\",code=\"200\"} 1\n",
+                           "exlagent:requests_total{endpoint=\"/v1/models\",code=\"401\"} 1\n",
+                           "exlagent:requests_total{endpoint=\"other\",code=\"404\"} 1\n",
+                           "exlagent:prompt_tokens_total 100\n", "exlagent:prefix_cache_hit_tokens_total 64\n",
+                           "exlagent:generation_tokens_total 11\n",
+                           "exlagent:time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n",
+                           "exlagent:time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n",
+                           "exlagent:inter_token_latency_seconds_count 10\n", "exlagent:requests_running 0\n"})
+    EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+}
+
+// --- CompletionWriter: events in, OpenAI wire format out -------------------------------------
+
+GenerationEvent token(std::string text) {
+  GenerationEvent e;
+  e.type = GenerationEvent::Type::token;
+  e.text = std::move(text);
+  return e;
+}
+GenerationEvent done(FinishReason r, int64_t prompt = 10, int64_t cached = 4, int64_t gen = 3) {
+  GenerationEvent e;
+  e.type = GenerationEvent::Type::done;
+  e.reason = r;
+  e.stats.n_prompt_tokens = prompt;
+  e.stats.n_cached_tokens = cached;
+  e.stats.n_generated = gen;
+  if (r == FinishReason::error) e.error = "engine: boom";
+  return e;
+}
+
+std::vector<json> sse_events(const std::string& s, bool* saw_done) {
+  std::vector<json> out;
+  *saw_done = false;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos) << "unterminated event";
+    if (end == std::string::npos) break;
+    std::string ev = s.substr(pos, end - pos);
+    pos = end + 2;
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    std::string data = ev.substr(6);
+    EXPECT_FALSE(*saw_done) << "event after [DONE]";
+    if (data == "[DONE]") *saw_done = true;
+    else out.push_back(json::parse(data));
+  }
+  return out;
+}
+
+CompletionMeta meta(bool chat, bool stream, bool usage = false, bool tools = false) {
+  CompletionMeta m;
+  m.chat = chat;
+  m.stream = stream;
+  m.include_usage = usage;
+  m.tools_enabled = tools;
+  m.id = chat ? "chatcmpl-1" : "cmpl-1";
+  m.created = 123;
+  m.model = "m";
+  return m;
+}
+
+TEST(CompletionWriter, ChatStreamWithUsage) {
+  CompletionWriter w(meta(true, true, true), make_chat_template(parse_template_name("chatml"), {}));
+  std::string s = w.begin();
+  s += w.on_event(token("Once"));
+  s += w.on_event(token(""));
+  s += w.on_event(token(" upon"));
+  s += w.on_event(done(FinishReason::max_tokens));
+  bool saw_done = false;
+  auto ev = sse_events(s, &saw_done);
+  EXPECT_TRUE(saw_done);
+  ASSERT_EQ(ev.size(), 5u);
+  std::string content;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    EXPECT_EQ(ev[i]["id"], "chatcmpl-1");
+    EXPECT_EQ(ev[i]["created"], 123);
+    EXPECT_EQ(ev[i]["object"], "chat.completion.chunk");
+    if (i + 1 < ev.size()) {
+      EXPECT_TRUE(ev[i]["usage"].is_null());
+      content += ev[i]["choices"][0]["delta"].value("content", "");
+    }
+  }
+  EXPECT_EQ(ev[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(content, "Once upon");
+  EXPECT_EQ(ev[3]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(ev[2]["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(ev[4]["choices"].empty());
+  EXPECT_EQ(ev[4]["usage"]["prompt_tokens"], 10);
+  EXPECT_EQ(ev[4]["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(ev[4]["usage"]["total_tokens"], 13);
+  EXPECT_EQ(ev[4]["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+}
+
+TEST(CompletionWriter, ChatStreamHoldsBackToolCalls) {
+  CompletionWriter w(meta(true, true, false, true), make_chat_template(parse_template_name("chatml"), {}));
+  std::string s = w.begin();
+  for (const char* t : {"Sure.\n<tool_", "call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"}) {
+    std::string part = w.on_event(token(t));
+    EXPECT_EQ(part, "");
+    s += part;
+  }
+  s += w.on_event(done(FinishReason::stop_string));
+  bool saw_done = false;
+  auto ev = sse_events(s, &saw_done);
+  ASSERT_EQ(ev.size(), 4u);
+  EXPECT_EQ(ev[1]["choices"][0]["delta"]["content"], "Sure.");
+  const auto& tc = ev[2]["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(tc["index"], 0);
+  EXPECT_EQ(tc["type"], "function");
+  EXPECT_EQ(tc["function"]["name"], "f");
+  EXPECT_EQ(tc["function"]["arguments"], R"({"a":1})");
+  EXPECT_EQ(tc["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(ev[3]["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_FALSE(ev[3].contains("usage"));
+}
+
+TEST(CompletionWriter, NonStreamingBodies) {
+  CompletionWriter w(meta(true, false, false, true), make_chat_template(parse_template_name("mistral"), {}));
+  EXPECT_EQ(w.on_event(token("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}]")), "");
+  EXPECT_EQ(w.on_event(done(FinishReason::stop_token)), "");
+  ASSERT_TRUE(w.done());
+  json j = json::parse(w.response().body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["id"].get<std::string>().size(), 9u);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+
+  CompletionWriter t(meta(false, false), nullptr);
+  t.on_event(token("a time"));
+  t.on_event(done(FinishReason::stop_string));
+  json k = json::parse(t.response().body);
+  EXPECT_EQ(k["object"], "text_completion");
+  EXPECT_EQ(k["choices"][0]["text"], "a time");
+  EXPECT_EQ(k["choices"][0]["finish_reason"], "stop");
+
+  CompletionWriter e(meta(true, false), nullptr);
+  e.on_event(done(FinishReason::error));
+  EXPECT_EQ(e.response().status, 500);
+  EXPECT_EQ(json::parse(e.response().body)["error"]["type"], "server_error");
+  CompletionWriter es(meta(true, true), nullptr);
+  bool saw_done = false;
+  std::string es_text = es.begin();
+  es_text += es.on_event(done(FinishReason::error));
+  auto ev = sse_events(es_text, &saw_done);
+  EXPECT_TRUE(saw_done);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[1]["error"]["message"], "engine: boom");
+}
+
+}  // namespace
+}  // namespace exl

@@ -1,0 +1,96 @@
+// The /v1/ws JSON-RPC layer without sockets: framing errors, method dispatch, notifications, and
+// the upgrade checks (Host, Origin, API key, subprotocol).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ws_rpc.h"
+#include "test_support.h"
+
+namespace exl {
+namespace {
+
+using json = nlohmann::json;
+
+class WsRpc : public testing::Test {
+ protected:
+  void SetUp() override {
+    const auto dir = test::shared_dir() / "models/stories260K-hf";
+    if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: " << dir;
+    if (!state_) {
+      ServerOptions o;
+      o.model_dir = dir.string();
+      o.api_key = "k";
+      state_ = std::make_shared<ServerState>(o);
+    }
+  }
+  json call(const std::string& text) {
+    auto r = handle_rpc_message(text, *state_);
+    EXPECT_TRUE(r.has_value()) << text;
+    return r ? json::parse(*r) : json();
+  }
+  static std::shared_ptr<ServerState> state_;
+};
+std::shared_ptr<ServerState> WsRpc::state_;
+
+TEST_F(WsRpc, ErrorsUseJsonRpcCodes) {
+  EXPECT_EQ(call("{nope")["error"]["code"], -32700);
+  EXPECT_TRUE(call("{nope")["id"].is_null());
+  EXPECT_EQ(call(R"([{"jsonrpc":"2.0","id":1,"method":"server/info"}])")["error"]["code"], -32600);
+  EXPECT_EQ(call(R"({"id":1,"method":"server/info"})")["error"]["code"], -32600);
+  EXPECT_EQ(call(R"({"jsonrpc":"2.0","id":{"x":1},"method":"server/info"})")["error"]["code"], -32600);
+  EXPECT_EQ(call(R"({"jsonrpc":"2.0","id":1,"method":5})")["error"]["code"], -32600);
+  json nf = call(R"({"jsonrpc":"2.0","id":"a7","method":"sessions/teleport"})");
+  EXPECT_EQ(nf["error"]["code"], -32601);
+  EXPECT_EQ(nf["id"], "a7");
+  EXPECT_EQ(call(R"({"jsonrpc":"2.0","id":2,"method":"server/info","params":3})")["error"]["code"], -32602);
+  const std::string deep = R"({"jsonrpc":"2.0","id":3,"method":"server/info","params":{"x":)" + std::string(100000, '[') +
+                           std::string(100000, ']') + "}}";
+  EXPECT_EQ(call(deep)["error"]["code"], -32600);
+}
+
+TEST_F(WsRpc, MethodsAndNotifications) {
+  json info = call(R"({"jsonrpc":"2.0","id":1,"method":"server/info"})");
+  EXPECT_EQ(info["jsonrpc"], "2.0");
+  EXPECT_EQ(info["id"], 1);
+  EXPECT_EQ(info["result"]["protocol"], "exlagent.v1");
+  EXPECT_EQ(info["result"]["model"], "stories260K-hf");
+  EXPECT_EQ(call(R"({"jsonrpc":"2.0","id":2,"method":"models/list","params":{}})")["result"]["data"][0]["id"],
+            "stories260K-hf");
+  EXPECT_FALSE(handle_rpc_message(R"({"jsonrpc":"2.0","method":"notifications/initialized"})", *state_).has_value());
+  EXPECT_FALSE(handle_rpc_message(R"({"jsonrpc":"2.0","id":9,"result":{}})", *state_).has_value());
+}
+
+TEST_F(WsRpc, UpgradeChecks) {
+  HttpRequest r;
+  r.method = "GET";
+  r.target = "/v1/ws";
+  r.headers = {{"host", "127.0.0.1:8421"}, {"authorization", "Bearer k"}, {"sec-websocket-protocol", "foo, exlagent.v1"}};
+  EXPECT_FALSE(check_ws_upgrade(r, *state_).has_value());
+  r.headers["origin"] = "http://localhost:3000";
+  EXPECT_FALSE(check_ws_upgrade(r, *state_).has_value());
+  auto status = [&](HttpRequest x) {
+    auto e = check_ws_upgrade(x, *state_);
+    return e ? e->status : 101;
+  };
+  HttpRequest o = r;
+  o.headers["origin"] = "https://evil.example";
+  EXPECT_EQ(status(o), 403);
+  HttpRequest h = r;
+  h.headers["host"] = "evil.example";
+  EXPECT_EQ(status(h), 403);
+  HttpRequest k = r;
+  k.headers["authorization"] = "Bearer wrong";
+  EXPECT_EQ(status(k), 401);
+  HttpRequest p = r;
+  p.headers["sec-websocket-protocol"] = "mcp";
+  EXPECT_EQ(status(p), 400);
+  p.headers.erase("sec-websocket-protocol");
+  EXPECT_EQ(status(p), 400);
+  HttpRequest t = r;
+  t.target = "/v1/other";
+  EXPECT_EQ(status(t), 404);
+}
+
+}  // namespace
+}  // namespace exl
