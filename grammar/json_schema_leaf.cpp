@@ -1,0 +1,360 @@
+#include <cmath>
+
+#include "grammar/code_set.h"
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema_impl.h"
+#include "grammar/regex.h"
+
+namespace exl::json_schema_detail {
+namespace {
+
+constexpr size_t kMaxDfaStates = 200000;
+constexpr uint64_t kMaxLengthWithPattern = 2000;
+constexpr char kNumberRegex[] = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?";
+
+const char* format_regex(const std::string& f) {
+  static const std::string date =
+      "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|[12][0-9]))";
+  static const std::string time =
+      "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+  static const std::string date_time = date + "[Tt]" + time;
+  static const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+  static const std::string hostname = label + "(?:\\." + label + ")*";
+  static const std::string email =
+      "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@" + hostname;
+  static const std::string uuid = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+  static const std::string uri =
+      "[A-Za-z][A-Za-z0-9+.\\-]*:(?:[A-Za-z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*";
+  static const std::string octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  static const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
+  static const std::string h = "[0-9A-Fa-f]{1,4}";
+  static const std::string ipv6 =
+      "(?:(?:" + h + ":){7}" + h + "|(?:" + h + ":){1,7}:|(?:" + h + ":){1,6}:" + h + "|(?:" + h + ":){1,5}(?::" + h +
+      "){1,2}|(?:" + h + ":){1,4}(?::" + h + "){1,3}|(?:" + h + ":){1,3}(?::" + h + "){1,4}|(?:" + h + ":){1,2}(?::" + h +
+      "){1,5}|" + h + ":(?::" + h + "){1,6}|:(?:(?::" + h + "){1,7}|:)|(?:" + h + ":){6}" + ipv4 + "|::(?:" + h +
+      ":){0,5}" + ipv4 + "|(?:" + h + ":){1,5}:" + ipv4 + ")";
+  static const std::map<std::string, std::string> table = {
+      {"date", date}, {"time", time}, {"date-time", date_time}, {"hostname", hostname}, {"email", email},
+      {"uuid", uuid}, {"uri", uri}, {"ipv4", ipv4}, {"ipv6", ipv6}};
+  auto it = table.find(f);
+  return it == table.end() ? nullptr : it->second.c_str();
+}
+
+Rule regex_dfa(const std::string& pattern, bool search) {
+  GrammarBuilder tb;
+  int32_t r = tb.add_rule("pattern");
+  tb.frags(r).set_root(emit_regex(tb, r, pattern, {.search = search, .json_string = true, .byte_only = true}));
+  return determinize_bytes(tb.nfa(r), "pattern", kMaxDfaStates);
+}
+
+std::optional<double> number_kw(const Json& n, const char* kw, const std::string& ptr) {
+  if (!n.contains(kw)) return std::nullopt;
+  const Json& v = n[kw];
+  if (v.is_boolean()) return std::nullopt;
+  if (!v.is_number()) fail(pointer_append(ptr, kw), "must be a number");
+  return v.get<double>();
+}
+
+std::string digits(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+Frag SchemaCompiler::ws(int32_t rule) {
+  FragBuilder fb = gb_.frags(rule);
+  if (opts_.whitespace == JsonSchemaOptions::Whitespace::compact) return fb.empty();
+  return gb_.frags(rule).star(gb_.frags(rule).alt({fb.bytes(' ', ' '), gb_.frags(rule).bytes('\t', '\t'),
+                                                  gb_.frags(rule).bytes('\n', '\n'), gb_.frags(rule).bytes('\r', '\r')}));
+}
+
+Frag SchemaCompiler::sep(int32_t rule, char c) {
+  Frag a = ws(rule);
+  Frag b = gb_.frags(rule).bytes(uint8_t(c), uint8_t(c));
+  Frag d = ws(rule);
+  return gb_.frags(rule).seq({a, b, d});
+}
+
+int32_t SchemaCompiler::json_char_rule() {
+  if (json_char_ >= 0) return json_char_;
+  json_char_ = gb_.add_rule("json_char");
+  FragBuilder fb = gb_.frags(json_char_);
+  fb.set_root(emit_code_set(fb, CodeSet::all(), true));
+  return json_char_;
+}
+
+int32_t SchemaCompiler::any_string_rule() {
+  if (any_string_ >= 0) return any_string_;
+  any_string_ = gb_.add_rule("string");
+  FragBuilder fb = gb_.frags(any_string_);
+  Frag ch = emit_code_set(fb, CodeSet::all(), true);
+  fb.set_root(fb.seq({fb.literal("\""), fb.star(ch), fb.literal("\"")}));
+  return any_string_;
+}
+
+int32_t SchemaCompiler::any_value_rule() {
+  if (any_value_ >= 0) return any_value_;
+  any_value_ = gb_.add_rule("value");
+  int32_t obj = gb_.add_rule("object"), arr = gb_.add_rule("array"), str = any_string_rule();
+  int32_t member = gb_.add_rule("member");
+  {
+    FragBuilder fb = gb_.frags(any_value_);
+    std::vector<Frag> alts = {fb.call(obj), fb.call(arr), fb.call(str), emit_regex(gb_, any_value_, kNumberRegex, {}),
+                              fb.literal("true"), fb.literal("false"), fb.literal("null")};
+    fb.set_root(fb.alt(alts));
+  }
+  {
+    FragBuilder fb = gb_.frags(member);
+    fb.set_root(fb.seq({fb.call(str), sep(member, ':'), fb.call(any_value_)}));
+  }
+  {
+    FragBuilder fb = gb_.frags(obj);
+    Frag list = fb.seq({fb.call(member), fb.star(fb.seq({sep(obj, ','), fb.call(member)}))});
+    fb.set_root(fb.seq({fb.literal("{"), ws(obj), fb.opt(list), ws(obj), fb.literal("}")}));
+  }
+  {
+    FragBuilder fb = gb_.frags(arr);
+    Frag list = fb.seq({fb.call(any_value_), fb.star(fb.seq({sep(arr, ','), fb.call(any_value_)}))});
+    fb.set_root(fb.seq({fb.literal("["), ws(arr), fb.opt(list), ws(arr), fb.literal("]")}));
+  }
+  return any_value_;
+}
+
+Frag SchemaCompiler::int_range(int32_t rule, IntBound lo, IntBound hi) {
+  // numbers in [a, b] (b = nullopt: unbounded) written canonically, a >= 0
+  auto same_len = [&](auto&& self, const std::string& A, const std::string& B) -> Frag {
+    FragBuilder fb = gb_.frags(rule);
+    if (A.empty()) return fb.empty();
+    if (A == B) return fb.literal(A);
+    if (A[0] == B[0]) return gb_.frags(rule).seq({fb.literal(A.substr(0, 1)), self(self, A.substr(1), B.substr(1))});
+    size_t n = A.size() - 1;
+    std::vector<Frag> alts;
+    alts.push_back(gb_.frags(rule).seq({fb.literal(A.substr(0, 1)), self(self, A.substr(1), std::string(n, '9'))}));
+    if (A[0] + 1 <= B[0] - 1) {
+      std::vector<Frag> parts{gb_.frags(rule).bytes(uint8_t(A[0] + 1), uint8_t(B[0] - 1))};
+      for (size_t i = 0; i < n; ++i) parts.push_back(gb_.frags(rule).bytes('0', '9'));
+      alts.push_back(gb_.frags(rule).seq(parts));
+    }
+    alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(B.substr(0, 1)), self(self, std::string(n, '0'), B.substr(1))}));
+    return gb_.frags(rule).alt(alts);
+  };
+  auto range = [&](uint64_t a, std::optional<uint64_t> b) -> Frag {
+    std::vector<Frag> alts;
+    size_t la = digits(a).size();
+    size_t lb = b ? digits(*b).size() : la;
+    for (size_t L = la; L <= lb; ++L) {
+      uint64_t lo_l = L == 1 ? 0 : uint64_t(std::pow(10.0, double(L - 1)) + 0.5);
+      uint64_t hi_l = L >= 20 ? UINT64_MAX : uint64_t(std::pow(10.0, double(L)) + 0.5) - 1;
+      lo_l = std::max(lo_l, a);
+      if (b) hi_l = std::min(hi_l, *b);
+      if (lo_l > hi_l) continue;
+      std::string A = digits(lo_l), B = digits(hi_l);
+      if (A.size() != B.size()) continue;
+      alts.push_back(same_len(same_len, A, B));
+    }
+    if (!b) {
+      std::vector<Frag> parts{gb_.frags(rule).bytes('1', '9')};
+      for (size_t i = 0; i < la; ++i) parts.push_back(gb_.frags(rule).bytes('0', '9'));
+      parts.push_back(gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9')));
+      alts.push_back(gb_.frags(rule).seq(parts));
+    }
+    return gb_.frags(rule).alt(alts);
+  };
+  std::vector<Frag> alts;
+  if (!hi || *hi >= 0) {
+    uint64_t a = lo ? uint64_t(std::max<int64_t>(*lo, 0)) : 0;
+    std::optional<uint64_t> b;
+    if (hi) b = uint64_t(*hi);
+    if (!b || a <= *b) alts.push_back(range(a, b));
+  }
+  if (!lo || *lo < 0) {
+    uint64_t a = hi ? std::max<uint64_t>(1, *hi < 0 ? uint64_t(-(*hi + 1)) + 1 : 1) : 1;
+    std::optional<uint64_t> b;
+    if (lo) b = uint64_t(-(*lo + 1)) + 1;
+    if (!b || a <= *b) alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal("-"), range(a, b)}));
+  }
+  return gb_.frags(rule).alt(alts);
+}
+
+Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  auto to_int = [&](double v, const char* kw) {
+    if (!std::isfinite(v) || std::fabs(v) > 9.0e18) fail(pointer_append(ptr, kw), "bound out of the supported range");
+    return int64_t(v);
+  };
+  IntBound lo, hi;
+  bool ex_min = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
+  bool ex_max = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
+  if (auto v = number_kw(n, "minimum", ptr)) {
+    double c = std::ceil(*v);
+    lo = to_int(c, "minimum") + ((ex_min && c == *v) ? 1 : 0);
+  }
+  if (auto v = number_kw(n, "exclusiveMinimum", ptr)) {
+    int64_t x = to_int(std::floor(*v), "exclusiveMinimum") + 1;
+    lo = lo ? std::max(*lo, x) : x;
+  }
+  if (auto v = number_kw(n, "maximum", ptr)) {
+    double f = std::floor(*v);
+    hi = to_int(f, "maximum") - ((ex_max && f == *v) ? 1 : 0);
+  }
+  if (auto v = number_kw(n, "exclusiveMaximum", ptr)) {
+    int64_t x = to_int(std::ceil(*v), "exclusiveMaximum") - 1;
+    hi = hi ? std::min(*hi, x) : x;
+  }
+  if (lo && hi && *lo > *hi) return gb_.frags(rule).alt({});
+  return int_range(rule, lo, hi);
+}
+
+// Numbers: exact for integer-valued bounds; such numbers are written without an exponent.
+Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  bool ex_min_b = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
+  bool ex_max_b = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
+  enum Kind { none, incl, excl };
+  Kind lk = none, uk = none;
+  int64_t lv = 0, uv = 0;
+  auto bound = [&](const char* kw, Kind kind, bool lower) {
+    auto v = number_kw(n, kw, ptr);
+    if (!v) return;
+    if (*v != std::floor(*v) || std::fabs(*v) > 9.0e18)
+      fail(pointer_append(ptr, kw), "non-integer bounds on type number are not supported");
+    auto x = int64_t(*v);
+    Kind& k = lower ? lk : uk;
+    int64_t& cur = lower ? lv : uv;
+    bool tighter = k == none || (lower ? (x > cur || (x == cur && kind == excl)) : (x < cur || (x == cur && kind == excl)));
+    if (tighter) k = kind, cur = x;
+  };
+  bound("minimum", ex_min_b ? excl : incl, true);
+  bound("exclusiveMinimum", excl, true);
+  bound("maximum", ex_max_b ? excl : incl, false);
+  bound("exclusiveMaximum", excl, false);
+  if (lk == none && uk == none) return emit_regex(gb_, rule, kNumberRegex, {});
+  // one sign: magnitude M >= 0 with int part I; M-bounds (kind, value)
+  auto side = [&](Kind lok, int64_t lov, Kind upk, int64_t upv) -> std::vector<Frag> {
+    std::vector<Frag> out;
+    IntBound A = 0, B;
+    bool nz_point = false, z_point = false;
+    if (lok == incl) A = std::max<int64_t>(0, lov);
+    if (lok == excl) {
+      if (lov < 0) A = 0;
+      else A = lov + 1, nz_point = true;
+    }
+    if (upk == incl) {
+      if (upv < 0) return out;
+      B = upv - 1, z_point = true;
+    }
+    if (upk == excl) {
+      if (upv <= 0) return out;
+      B = upv - 1;
+    }
+    auto any_frac = [&] { return gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '9'))})); };
+    auto zero_frac = [&] { return gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '0'))})); };
+    auto nz_frac = [&] {
+      return gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9')),
+                                  gb_.frags(rule).bytes('1', '9'), gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9'))});
+    };
+    if (!B || *A <= *B) out.push_back(gb_.frags(rule).seq({int_range(rule, A, B), any_frac()}));
+    if (nz_point && (!B || lov <= *B)) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(uint64_t(lov))), nz_frac()}));
+    if (z_point && upv >= *A) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(uint64_t(upv))), zero_frac()}));
+    return out;
+  };
+  std::vector<Frag> alts;
+  // x >= 0 (written without '-')
+  for (Frag f : side(lk, lv, uk, uv)) alts.push_back(f);
+  // x < 0: M = -x > 0
+  if (lk == none || lv < 0 || (lk == excl && lv < 0)) {
+    Kind mlk = excl;
+    int64_t mlv = 0;
+    if (uk != none && uv < 0) mlk = uk, mlv = -uv;  // x <= hi -> M >= -hi ; x < hi -> M > -hi
+    Kind muk = none;
+    int64_t muv = 0;
+    if (lk != none) muk = lk, muv = -lv;  // x >= lo -> M <= -lo ; x > lo -> M < -lo
+    for (Frag f : side(mlk, mlv, muk, muv)) alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal("-"), f}));
+  }
+  return gb_.frags(rule).alt(alts);
+}
+
+Rule SchemaCompiler::key_pattern_dfa(const std::string& pattern, const std::string& ptr) {
+  try {
+    return regex_dfa(pattern, true);
+  } catch (const GrammarError& e) {
+    fail(ptr, e.what());
+  }
+}
+
+Rule SchemaCompiler::literal_set_dfa(const std::vector<std::string>& literals) {
+  Nfa nfa;
+  FragBuilder fb(nfa);
+  std::vector<Frag> alts;
+  for (const std::string& l : literals) alts.push_back(fb.literal(l));
+  fb.set_root(fb.alt(alts));
+  return determinize_bytes(nfa, "literals", kMaxDfaStates);
+}
+
+Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, bool& trivial) {
+  std::vector<Rule> parts;
+  trivial = true;
+  try {
+    if (n.contains("pattern")) {
+      Json ps = n["pattern"].is_array() ? n["pattern"] : Json::array({n["pattern"]});
+      for (const Json& p : ps) {
+        if (!p.is_string()) fail(pointer_append(ptr, "pattern"), "must be a string");
+        parts.push_back(regex_dfa(p.get<std::string>(), true));
+      }
+    }
+  } catch (const GrammarError& e) {
+    std::string m = e.what();
+    if (m.rfind("grammar: json_schema", 0) == 0) throw;
+    fail(pointer_append(ptr, "pattern"), m);
+  }
+  if (n.contains("format") && !ignored("format")) {
+    if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
+    const char* re = format_regex(n["format"].get<std::string>());
+    if (!re) fail(pointer_append(ptr, "format"), "unsupported format '" + n["format"].get<std::string>() + "'");
+    parts.push_back(regex_dfa(re, false));
+  }
+  uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
+  uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
+  if (min > 0 || max != kUnbounded || parts.empty()) {
+    if (!parts.empty() && ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern))
+      fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
+    Nfa nfa;
+    FragBuilder fb(nfa);
+    std::vector<Frag> seq;
+    for (uint64_t i = 0; i < min; ++i) seq.push_back(emit_code_set(fb, CodeSet::all(), true));
+    if (max == kUnbounded) {
+      seq.push_back(fb.star(emit_code_set(fb, CodeSet::all(), true)));
+    } else if (max > min) {
+      Frag tail = fb.opt(emit_code_set(fb, CodeSet::all(), true));
+      for (uint64_t i = min + 1; i < max; ++i) tail = fb.opt(fb.seq({emit_code_set(fb, CodeSet::all(), true), tail}));
+      seq.push_back(tail);
+    }
+    fb.set_root(fb.seq(seq));
+    parts.push_back(determinize_bytes(nfa, "length", kMaxDfaStates));
+  }
+  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && min == 0 && max == kUnbounded;
+  Rule r = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
+  return r;
+}
+
+Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  bool has_re = n.contains("pattern") || (n.contains("format") && !ignored("format"));
+  uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
+  uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;
+  if (min > max) return gb_.frags(rule).alt({});
+  if (!has_re && min == 0 && max == kUnbounded) return gb_.frags(rule).call(any_string_rule());
+  if (!has_re) {
+    Frag body = repeat_frag(rule, json_char_rule(), uint32_t(min), uint32_t(max));
+    return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
+  }
+  bool trivial = false;
+  Rule d = string_content_dfa(n, ptr, trivial);
+  int32_t content = gb_.add_rule(fresh(ptr + "/string"));
+  gb_.set_from_dfa(content, d);
+  return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).call(content), gb_.frags(rule).literal("\"")});
+}
+
+Grammar SchemaCompiler::run() {
+  int32_t root = gb_.add_rule("root");
+  compile_into(root, root_, "", 0);
+  return gb_.finish(root);
+}
+
+}  // namespace exl::json_schema_detail

@@ -1,0 +1,230 @@
+#include <algorithm>
+
+#include <re2/re2.h>
+
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema_impl.h"
+
+namespace exl::json_schema_detail {
+namespace {
+
+constexpr size_t kMaxAnyOrderRequired = 12;
+
+size_t utf8_length(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += (uint8_t(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string key_content(const std::string& name) {
+  std::string d = Json(name).dump();
+  return d.substr(1, d.size() - 2);
+}
+
+}  // namespace
+
+Frag SchemaCompiler::enum_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  Json types = n.contains("type") ? n["type"] : Json::array();
+  auto type_ok = [&](const Json& v) {
+    if (!n.contains("type")) return true;
+    auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+    if (v.is_null()) return has("null");
+    if (v.is_boolean()) return has("boolean");
+    if (v.is_string()) return has("string");
+    if (v.is_array()) return has("array");
+    if (v.is_object()) return has("object");
+    if (v.is_number_integer() || v.is_number_unsigned()) return has("integer") || has("number");
+    double d = v.get<double>();
+    return has("number") || (has("integer") && d == double(int64_t(d)));
+  };
+  auto string_ok = [&](const std::string& s) {
+    size_t len = utf8_length(s);
+    if (n.contains("minLength") && double(len) < n["minLength"].get<double>()) return false;
+    if (n.contains("maxLength") && double(len) > n["maxLength"].get<double>()) return false;
+    if (n.contains("pattern")) {
+      Json ps = n["pattern"].is_array() ? n["pattern"] : Json::array({n["pattern"]});
+      for (const Json& p : ps) {
+        RE2 re(p.get<std::string>(), RE2::Quiet);
+        if (!re.ok()) fail(pointer_append(ptr, "pattern"), "pattern together with enum: RE2 cannot check it: " + re.error());
+        if (!RE2::PartialMatch(s, re)) return false;
+      }
+    }
+    if (n.contains("format")) fail(pointer_append(ptr, "format"), "format together with enum is not supported");
+    return true;
+  };
+  auto number_ok = [&](const Json& v) {
+    double d = v.get<double>();
+    if (n.contains("minimum") && n["minimum"].is_number() && d < n["minimum"].get<double>()) return false;
+    if (n.contains("maximum") && n["maximum"].is_number() && d > n["maximum"].get<double>()) return false;
+    if (n.contains("exclusiveMinimum") && n["exclusiveMinimum"].is_number() && d <= n["exclusiveMinimum"].get<double>()) return false;
+    if (n.contains("exclusiveMaximum") && n["exclusiveMaximum"].is_number() && d >= n["exclusiveMaximum"].get<double>()) return false;
+    return true;
+  };
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    static const std::vector<std::string> ok = {"enum", "type", "minLength", "maxLength", "pattern", "format",
+                                                "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    if (std::find(ok.begin(), ok.end(), it.key()) == ok.end())
+      fail(pointer_append(ptr, it.key()), "'" + it.key() + "' together with enum/const is not supported");
+  }
+  std::vector<Frag> alts;
+  for (const Json& v : n["enum"]) {
+    if (!type_ok(v)) continue;
+    if (v.is_string() && !string_ok(v.get<std::string>())) continue;
+    if (v.is_number() && !number_ok(v)) continue;
+    alts.push_back(gb_.frags(rule).literal(v.dump()));
+  }
+  return gb_.frags(rule).alt(alts);
+}
+
+Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+  struct Named {
+    std::string name;
+    Json schema;
+    std::string ptr;
+    bool required;
+  };
+  std::vector<Named> named;
+  std::vector<std::string> required;
+  if (n.contains("required")) {
+    if (!n["required"].is_array()) fail(pointer_append(ptr, "required"), "must be an array");
+    for (const Json& r : n["required"]) {
+      if (!r.is_string()) fail(pointer_append(ptr, "required"), "entries must be strings");
+      if (std::find(required.begin(), required.end(), r.get<std::string>()) == required.end()) required.push_back(r.get<std::string>());
+    }
+  }
+  auto is_required = [&](const std::string& k) { return std::find(required.begin(), required.end(), k) != required.end(); };
+  if (n.contains("properties")) {
+    if (!n["properties"].is_object()) fail(pointer_append(ptr, "properties"), "must be an object");
+    for (auto it = n["properties"].begin(); it != n["properties"].end(); ++it)
+      named.push_back({it.key(), it.value(), pointer_append(pointer_append(ptr, "properties"), it.key()), is_required(it.key())});
+  }
+  Json addl = n.contains("additionalProperties") ? n["additionalProperties"] : Json(true);
+  struct Pat {
+    std::string pattern;
+    Json schema;
+    std::string ptr;
+    Rule dfa;
+  };
+  std::vector<Pat> pats;
+  if (n.contains("patternProperties")) {
+    if (!n["patternProperties"].is_object()) fail(pointer_append(ptr, "patternProperties"), "must be an object");
+    for (auto it = n["patternProperties"].begin(); it != n["patternProperties"].end(); ++it) {
+      std::string pp = pointer_append(pointer_append(ptr, "patternProperties"), it.key());
+      pats.push_back({it.key(), it.value(), pp, key_pattern_dfa(it.key(), pp)});
+    }
+  }
+  for (const std::string& r : required) {
+    bool listed = std::any_of(named.begin(), named.end(), [&](const Named& x) { return x.name == r; });
+    if (!listed) named.push_back({r, Json(true), pointer_append(pointer_append(ptr, "required"), r), true});
+  }
+  // pattern and additional schemas that apply to the named properties
+  for (Named& x : named) {
+    Json all = Json::array({x.schema});
+    bool by_pattern = false;
+    for (const Pat& p : pats)
+      if (accepts_bytes(p.dfa, key_content(x.name))) all.push_back(p.schema), by_pattern = true;
+    bool listed = n.contains("properties") && n["properties"].contains(x.name);
+    if (!listed && !by_pattern) all.push_back(addl);
+    if (all.size() > 1) x.schema = Json{{"allOf", all}};
+  }
+  for (size_t i = 0; i < pats.size(); ++i)
+    for (size_t j = i + 1; j < pats.size(); ++j)
+      if (!is_empty_bytes(intersect_bytes(pats[i].dfa, pats[j].dfa, false, 200000)))
+        fail(pointer_append(ptr, "patternProperties"), "patterns '" + pats[i].pattern + "' and '" + pats[j].pattern +
+                                                           "' overlap (only disjoint patternProperties are supported)");
+  std::vector<std::string> literals;
+  for (const Named& x : named) literals.push_back(key_content(x.name));
+  Rule named_dfa = literal_set_dfa(literals);
+
+  auto member = [&](Frag key, int32_t mrule, int32_t value) {
+    FragBuilder fb = gb_.frags(mrule);
+    fb.set_root(gb_.frags(mrule).seq({key, sep(mrule, ':'), gb_.frags(mrule).call(value)}));
+    (void)fb;
+  };
+  std::vector<int32_t> named_rules;
+  for (const Named& x : named) {
+    int32_t m = gb_.add_rule(fresh(x.ptr + "/member"));
+    int32_t v = value_rule(x.schema, x.ptr, depth);
+    member(gb_.frags(m).literal(Json(x.name).dump()), m, v);
+    named_rules.push_back(m);
+  }
+  std::vector<int32_t> extras;
+  auto keyed_member = [&](const Rule& key_dfa, const Json& schema, const std::string& sptr) {
+    if (is_empty_bytes(key_dfa)) return;
+    int32_t k = gb_.add_rule(fresh(sptr + "/key"));
+    gb_.set_from_dfa(k, key_dfa);
+    int32_t m = gb_.add_rule(fresh(sptr + "/member"));
+    int32_t v = value_rule(schema, sptr, depth);
+    Frag key = gb_.frags(m).seq({gb_.frags(m).literal("\""), gb_.frags(m).call(k), gb_.frags(m).literal("\"")});
+    member(key, m, v);
+    extras.push_back(m);
+  };
+  for (const Pat& p : pats) keyed_member(intersect_bytes(p.dfa, named_dfa, true, 200000), p.schema, p.ptr);
+  if (addl != false) {
+    bool trivial = false;
+    Rule any = string_content_dfa(Json::object(), ptr, trivial);
+    Rule rest = intersect_bytes(any, named_dfa, true, 200000);
+    for (const Pat& p : pats) rest = intersect_bytes(rest, p.dfa, true, 200000);
+    keyed_member(rest, addl, pointer_append(ptr, "additionalProperties"));
+  }
+  size_t n_required = std::count_if(named.begin(), named.end(), [](const Named& x) { return x.required; });
+  if (n.contains("minProperties") && n["minProperties"].get<double>() > double(n_required))
+    fail(pointer_append(ptr, "minProperties"), "unsupported unless implied by required");
+  if (n.contains("maxProperties") && (!extras.empty() || double(named.size()) > n["maxProperties"].get<double>()))
+    fail(pointer_append(ptr, "maxProperties"), "unsupported unless implied by a closed set of properties");
+
+  Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("{"), ws(rule)});
+  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("}")});
+  auto edge = [&](int32_t from, int32_t to, int32_t m, bool with_sep) {
+    Frag c = with_sep ? gb_.frags(rule).seq({sep(rule, ','), gb_.frags(rule).call(m)}) : gb_.frags(rule).call(m);
+    gb_.frags(rule).eps(from, c.in);
+    gb_.frags(rule).eps(c.out, to);
+  };
+  Nfa& nfa = gb_.nfa(rule);
+  if (opts_.property_order == JsonSchemaOptions::PropertyOrder::schema) {
+    int32_t first = open.out, more = nfa.add_state();
+    for (size_t i = 0; i < named.size(); ++i) {
+      int32_t nf = nfa.add_state(), nm = nfa.add_state();
+      edge(first, nm, named_rules[i], false);
+      edge(more, nm, named_rules[i], true);
+      if (!named[i].required) {
+        gb_.frags(rule).eps(first, nf);
+        gb_.frags(rule).eps(more, nm);
+      }
+      first = nf;
+      more = nm;
+    }
+    for (int32_t e : extras) {
+      edge(first, more, e, false);
+      edge(more, more, e, true);
+    }
+    gb_.frags(rule).eps(first, close.in);
+    gb_.frags(rule).eps(more, close.in);
+    return {open.in, close.out};
+  }
+  if (n_required > kMaxAnyOrderRequired)
+    fail(pointer_append(ptr, "required"), "more than 12 required properties with property order 'any'");
+  std::vector<int> bit(named.size(), -1);
+  int nb = 0;
+  for (size_t i = 0; i < named.size(); ++i)
+    if (named[i].required) bit[i] = nb++;
+  size_t states = size_t(1) << nb;
+  std::vector<int32_t> more(states);
+  for (auto& s : more) s = nfa.add_state();
+  int32_t first = open.out;
+  auto all_members = [&](int32_t from, size_t mask, bool with_sep) {
+    for (size_t i = 0; i < named.size(); ++i) {
+      if (bit[i] >= 0 && (mask >> bit[i] & 1)) continue;
+      size_t nm = bit[i] >= 0 ? (mask | (size_t(1) << bit[i])) : mask;
+      edge(from, more[nm], named_rules[i], with_sep);
+    }
+    for (int32_t e : extras) edge(from, more[mask], e, with_sep);
+  };
+  all_members(first, 0, false);
+  for (size_t mask = 0; mask < states; ++mask) all_members(more[mask], mask, true);
+  if (nb == 0) gb_.frags(rule).eps(first, close.in);
+  gb_.frags(rule).eps(more[states - 1], close.in);
+  return {open.in, close.out};
+}
+
+}  // namespace exl::json_schema_detail
