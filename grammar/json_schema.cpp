@@ -18,7 +18,9 @@ const std::set<std::string> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
-    "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf"};
+    "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
+    "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
+    "dependentRequired", "dependencies"};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -157,10 +159,49 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     }
     n["enum"] = e;
   }
+  if (n.contains("items") && n["items"].is_array()) {
+    if (n.contains("prefixItems")) fail(pointer_append(ptr, "items"), "array form together with prefixItems");
+    n["prefixItems"] = n["items"];
+    n.erase("items");
+    if (n.contains("additionalItems")) n["items"] = n["additionalItems"];
+  }
+  n.erase("additionalItems");
+  if (n.contains("dependencies")) {
+    std::string dp = pointer_append(ptr, "dependencies");
+    if (!n["dependencies"].is_object()) fail(dp, "must be an object");
+    Json req = n.contains("dependentRequired") ? n["dependentRequired"] : Json::object();
+    for (auto it = n["dependencies"].begin(); it != n["dependencies"].end(); ++it) {
+      if (!it.value().is_array()) fail(pointer_append(dp, it.key()), "schema dependencies are not supported");
+      req[it.key()] = it.value();
+    }
+    n.erase("dependencies");
+    n["dependentRequired"] = req;
+  }
   if (n.contains("enum") && !n["enum"].is_array()) fail(pointer_append(ptr, "enum"), "must be an array");
   if (n.contains("nullable")) {
     if (n["nullable"] == true && n.contains("type") && !has_type(n["type"], "null")) n["type"].push_back("null");
     n.erase("nullable");
+  }
+  Json unevaluated = Json::object();
+  for (const char* kw : {"unevaluatedProperties", "unevaluatedItems"})
+    if (n.contains(kw)) unevaluated[kw] = n[kw], n.erase(kw);
+  if (n.contains("not")) {
+    Json x = normalize(n["not"], pointer_append(ptr, "not"), depth + 1);
+    n.erase("not");
+    if (x == true || (x.is_object() && x.empty())) return Json(false);
+    if (x.is_object() && x.size() == 1 && x.contains("type")) {
+      Json keep = Json::array();
+      Json mine = n.contains("type") ? n["type"] : Json(kTypes);
+      for (const Json& t : mine) {
+        bool excluded = has_type(x["type"], t.get<std::string>()) || (t == "integer" && has_type(x["type"], "number"));
+        if (!excluded) keep.push_back(t);
+      }
+      if (has_type(mine, "number") && !has_type(x["type"], "number") && has_type(x["type"], "integer"))
+        fail(pointer_append(ptr, "not"), "'not' excluding integers from numbers is not supported");
+      n["type"] = keep;
+    } else if (x != false) {
+      fail(pointer_append(ptr, "not"), "unsupported keyword 'not' (only type exclusions are supported)");
+    }
   }
   if (n.contains("$ref")) {
     if (!n["$ref"].is_string()) fail(pointer_append(ptr, "$ref"), "must be a string");
@@ -179,12 +220,31 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       n = merge(n, normalize(all[i], pointer_append(pointer_append(ptr, "allOf"), std::to_string(i)), depth + 1), ptr, depth);
     }
   }
+  if (!n.is_object() || unevaluated.empty()) return n;
+  if (n.contains("anyOf") || n.contains("oneOf")) {
+    for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
+    return n;
+  }
+  // With every applicator merged into n, what is left unevaluated is exactly what
+  // additionalProperties / items would apply to.
+  if (unevaluated.contains("unevaluatedProperties") && !n.contains("additionalProperties"))
+    n["additionalProperties"] = unevaluated["unevaluatedProperties"];
+  if (unevaluated.contains("unevaluatedItems")) {
+    if (n.contains("contains")) fail(pointer_append(ptr, "unevaluatedItems"), "unevaluatedItems with contains is not supported");
+    bool tail = n.contains("items") && !n["items"].is_array();
+    bool draft7_tail = n.contains("items") && n["items"].is_array() && n.contains("additionalItems");
+    if (n.contains("items") && n["items"].is_array() && !draft7_tail) n["additionalItems"] = unevaluated["unevaluatedItems"];
+    else if (!tail && !draft7_tail) n["items"] = unevaluated["unevaluatedItems"];
+  }
   return n;
 }
 
 Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr, int depth) {
   if (a.is_boolean()) return a == true ? b : a;
   if (b.is_boolean()) return b == true ? a : b;
+  for (const Json* x : {&a, &b})
+    for (const char* kw : {"unevaluatedProperties", "unevaluatedItems"})
+      if (x->contains(kw)) fail(ptr, std::string(kw) + " inside allOf/anyOf/oneOf combinations is not supported");
   Json out = a;
   auto addl_of = [](const Json& s) { return s.contains("additionalProperties") ? s["additionalProperties"] : Json(true); };
   auto all_of = [](const Json& x, const Json& y) { return Json{{"allOf", Json::array({x, y})}}; };
@@ -214,7 +274,9 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
     } else if (k == "required") {
       for (const Json& x : v)
         if (std::find(o.begin(), o.end(), x) == o.end()) o.push_back(x);
-    } else if (k == "additionalProperties" || k == "items" || k == "additionalItems") {
+    } else if (k == "items" || k == "prefixItems") {
+      continue;  // merged below, by position
+    } else if (k == "additionalProperties" || k == "additionalItems") {
       o = all_of(o, v);
     } else if (k == "minItems" || k == "minLength" || k == "minProperties" || k == "minimum" ||
                (k == "exclusiveMinimum" && o.is_number() && v.is_number())) {
@@ -237,6 +299,25 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
       o = o == true || v == true;
     } else if (o != v) {
       fail(ptr, "allOf: cannot combine differing '" + k + "' keywords");
+    }
+  }
+  // items: position i < max(prefix lengths) gets each side's prefix schema or its tail
+  if (a.contains("prefixItems") || b.contains("prefixItems") || a.contains("items") || b.contains("items")) {
+    auto prefix = [](const Json& s) { return s.contains("prefixItems") ? s["prefixItems"] : Json::array(); };
+    auto tail = [](const Json& s) { return s.contains("items") ? s["items"] : Json(true); };
+    Json pa = prefix(a), pb = prefix(b);
+    size_t k = std::max(pa.size(), pb.size());
+    Json merged = Json::array();
+    for (size_t i = 0; i < k; ++i) {
+      Json x = i < pa.size() ? pa[i] : tail(a), y = i < pb.size() ? pb[i] : tail(b);
+      merged.push_back(x == true ? y : y == true ? x : all_of(x, y));
+    }
+    out.erase("prefixItems");
+    out.erase("items");
+    if (k > 0) out["prefixItems"] = merged;
+    if (a.contains("items") || b.contains("items")) {
+      Json ta = tail(a), tb = tail(b);
+      out["items"] = ta == true ? tb : tb == true ? ta : all_of(ta, tb);
     }
   }
   // properties one side adds are still subject to the other side's additionalProperties
@@ -278,6 +359,9 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
     Json base = n;
     base.erase("anyOf");
     base.erase("oneOf");
+    Json unevaluated = Json::object();
+    for (const char* kw : {"unevaluatedProperties", "unevaluatedItems"})
+      if (base.contains(kw)) unevaluated[kw] = base[kw], base.erase(kw);
     std::vector<Json> alts{base};
     for (const char* kw : {"anyOf", "oneOf"}) {
       if (!n.contains(kw)) continue;
@@ -288,7 +372,7 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
         for (size_t i = 0; i < branches.size(); ++i) {
           std::string bp = pointer_append(pointer_append(ptr, kw), std::to_string(i));
           // an unconstrained base keeps the branch as written, so $ref recursion stays a call
-          if (a.is_object() && a.empty() && std::string(kw) == "anyOf") next.push_back(branches[i]);
+          if (a.is_object() && a.empty() && unevaluated.empty() && std::string(kw) == "anyOf") next.push_back(branches[i]);
           else next.push_back(merge(a, normalize(branches[i], bp, 0), ptr, 0));
         }
       if (next.size() > kMaxAlternatives) fail(ptr, std::string(kw) + ": too many alternatives");
@@ -299,6 +383,11 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
               fail(pointer_append(ptr, "oneOf"), "branches " + std::to_string(i) + " and " + std::to_string(j) +
                                                      " may overlap (only provably exclusive oneOf is supported)");
       alts = std::move(next);
+    }
+    for (Json& a : alts) {
+      if (unevaluated.empty() || !a.is_object()) continue;
+      if (a.contains("$ref") || a.contains("allOf")) a = Json{{"allOf", Json::array({a})}};
+      for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) a[it.key()] = it.value();
     }
     std::vector<Frag> calls;
     for (size_t i = 0; i < alts.size(); ++i) {
@@ -422,6 +511,11 @@ Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& 
   };
   uint64_t k = prefix.size();
   uint64_t min = count("minItems", 0), max = count("maxItems", kUnbounded);
+  uint64_t min_contains = count("minContains", 1);
+  if (n.contains("maxContains") && n.contains("contains"))
+    fail(pointer_append(ptr, "maxContains"), "unsupported keyword 'maxContains'");
+  if (n.contains("contains") && min_contains > 0)
+    return contains_frag(rule, n, ptr, depth, tail, std::max(min, min_contains), max, min_contains);
   if (tail == false) max = std::min(max, k);
   FragBuilder fb = gb_.frags(rule);
   if (min > max) return fb.alt({});
@@ -461,6 +555,37 @@ Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& 
   } else if (done >= min) {
     gb_.frags(rule).eps(cur, close.in);
   }
+  return {open.in, close.out};
+}
+
+// Arrays with `contains`: at least m elements satisfy contains (and items), the rest only items.
+Frag SchemaCompiler::contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail,
+                                   uint64_t min, uint64_t max, uint64_t m) {
+  if (n.contains("prefixItems") || (n.contains("items") && n["items"].is_array()))
+    fail(pointer_append(ptr, "contains"), "contains together with prefixItems is not supported");
+  if (max != kUnbounded || m > 64 || min > m)
+    fail(pointer_append(ptr, "contains"), "contains with minItems/maxItems or minContains above 64 is not supported");
+  FragBuilder fb = gb_.frags(rule);
+  if (tail == false) return fb.alt({});
+  int32_t plain = value_rule(tail, pointer_append(ptr, "items"), depth);
+  int32_t hit = value_rule(Json{{"allOf", Json::array({tail, n["contains"]})}}, pointer_append(ptr, "contains"), depth);
+  Nfa& nfa = gb_.nfa(rule);
+  Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("["), ws(rule)});
+  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("]")});
+  std::vector<int32_t> more(size_t(m) + 1);
+  for (auto& x : more) x = nfa.add_state();
+  auto edge = [&](int32_t from, int32_t to, int32_t callee, bool with_sep) {
+    Frag c = with_sep ? gb_.frags(rule).seq({sep(rule, ','), gb_.frags(rule).call(callee)}) : gb_.frags(rule).call(callee);
+    gb_.frags(rule).eps(from, c.in);
+    gb_.frags(rule).eps(c.out, to);
+  };
+  edge(open.out, more[0], plain, false);
+  edge(open.out, more[std::min<uint64_t>(1, m)], hit, false);
+  for (uint64_t c = 0; c <= m; ++c) {
+    edge(more[c], more[c], plain, true);
+    edge(more[c], more[std::min(c + 1, m)], hit, true);
+  }
+  gb_.frags(rule).eps(more[m], close.in);
   return {open.in, close.out};
 }
 

@@ -62,6 +62,8 @@ class SchemaCompiler {
   void check_keywords(const Json& s, const std::string& ptr) const;
   Frag typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  Frag contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail, uint64_t min,
+                     uint64_t max, uint64_t m);
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag enum_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag repeat_frag(int32_t rule, int32_t body_rule, uint32_t min, uint32_t max);

@@ -33,7 +33,28 @@ const char* format_regex(const std::string& f) {
       "){1,2}|(?:" + h + ":){1,4}(?::" + h + "){1,3}|(?:" + h + ":){1,3}(?::" + h + "){1,4}|(?:" + h + ":){1,2}(?::" + h +
       "){1,5}|" + h + ":(?::" + h + "){1,6}|:(?:(?::" + h + "){1,7}|:)|(?:" + h + ":){6}" + ipv4 + "|::(?:" + h +
       ":){0,5}" + ipv4 + "|(?:" + h + ":){1,5}:" + ipv4 + ")";
+  static const std::string json_pointer = "(?:/(?:[^~/]|~[01])*)*";
+  static const std::string rel_json_pointer = "(?:0|[1-9][0-9]*)(?:#|" + json_pointer + ")";
+  static const std::string dur_time = "T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
+  static const std::string duration =
+      "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:" + dur_time + ")?|" + dur_time + "|[0-9]+W)";
+  static const std::string uri_chars = "A-Za-z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=";
+  static const std::string uri_reference =
+      "(?:[A-Za-z][A-Za-z0-9+.\\-]*:)?(?:[" + uri_chars + "]|%[0-9A-Fa-f]{2})*";
+  static const std::string iri_chars = uri_chars + "\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF";
+  static const std::string iri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?:[" + iri_chars + "]|%[0-9A-Fa-f]{2})*";
+  static const std::string iri_reference = "(?:[A-Za-z][A-Za-z0-9+.\\-]*:)?(?:[" + iri_chars + "]|%[0-9A-Fa-f]{2})*";
+  static const std::string var = "[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\\*)?";
+  static const std::string uri_template = "(?:[^\\x00-\\x20\"'%<>\\\\^`{|}]|%[0-9A-Fa-f]{2}|\\{[+#./;?&=,!@|]?" + var +
+                                          "(?:," + var + ")*\\})*";
+  static const std::string ulabel_ch = "A-Za-z0-9\\u00A1-\\uFFFF";
+  static const std::string ulabel = "[" + ulabel_ch + "](?:[" + ulabel_ch + "\\-]{0,61}[" + ulabel_ch + "])?";
+  static const std::string idn_hostname = ulabel + "(?:\\." + ulabel + ")*";
+  static const std::string idn_email = "[^\\s@\"(),:;<>\\[\\]\\\\]+@" + idn_hostname;
   static const std::map<std::string, std::string> table = {
+      {"json-pointer", json_pointer}, {"relative-json-pointer", rel_json_pointer}, {"duration", duration},
+      {"uri-reference", uri_reference}, {"iri", iri}, {"iri-reference", iri_reference}, {"uri-template", uri_template},
+      {"idn-hostname", idn_hostname}, {"idn-email", idn_email},
       {"date", date}, {"time", time}, {"date-time", date_time}, {"hostname", hostname}, {"email", email},
       {"uuid", uuid}, {"uri", uri}, {"ipv4", ipv4}, {"ipv6", ipv6}};
   auto it = table.find(f);

@@ -117,6 +117,24 @@ Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string&
     bool listed = std::any_of(named.begin(), named.end(), [&](const Named& x) { return x.name == r; });
     if (!listed) named.push_back({r, Json(true), pointer_append(pointer_append(ptr, "required"), r), true});
   }
+  std::vector<std::pair<std::string, std::vector<std::string>>> deps;
+  if (n.contains("dependentRequired")) {
+    std::string dp = pointer_append(ptr, "dependentRequired");
+    if (!n["dependentRequired"].is_object()) fail(dp, "must be an object");
+    for (auto it = n["dependentRequired"].begin(); it != n["dependentRequired"].end(); ++it) {
+      if (!it.value().is_array()) fail(pointer_append(dp, it.key()), "must be an array of strings");
+      std::vector<std::string> names;
+      for (const Json& v : it.value()) names.push_back(v.get<std::string>());
+      deps.push_back({it.key(), names});
+    }
+    for (const auto& [a, bs] : deps) {
+      std::vector<std::string> all = bs;
+      all.push_back(a);
+      for (const std::string& x : all)
+        if (std::none_of(named.begin(), named.end(), [&](const Named& y) { return y.name == x; }))
+          named.push_back({x, Json(true), pointer_append(dp, a), false});
+    }
+  }
   // pattern and additional schemas that apply to the named properties
   for (Named& x : named) {
     Json all = Json::array({x.schema});
@@ -127,11 +145,41 @@ Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string&
     if (!listed && !by_pattern) all.push_back(addl);
     if (all.size() > 1) x.schema = Json{{"allOf", all}};
   }
-  for (size_t i = 0; i < pats.size(); ++i)
-    for (size_t j = i + 1; j < pats.size(); ++j)
-      if (!is_empty_bytes(intersect_bytes(pats[i].dfa, pats[j].dfa, false, 200000)))
-        fail(pointer_append(ptr, "patternProperties"), "patterns '" + pats[i].pattern + "' and '" + pats[j].pattern +
-                                                           "' overlap (only disjoint patternProperties are supported)");
+  // propertyNames: restrict every key
+  std::optional<Rule> names_ok;
+  if (n.contains("propertyNames")) {
+    std::string pp = pointer_append(ptr, "propertyNames");
+    Json pn = normalize(n["propertyNames"], pp, 0);
+    if (pn != true) {
+      bool strings = pn.is_object() && (!pn.contains("type") || std::find(pn["type"].begin(), pn["type"].end(), "string") != pn["type"].end());
+      if (pn.is_object())
+        for (auto it = pn.begin(); it != pn.end(); ++it)
+          if (it.key() != "type" && it.key() != "pattern" && it.key() != "minLength" && it.key() != "maxLength" &&
+              it.key() != "format" && it.key() != "enum")
+            fail(pp, "'" + it.key() + "' in propertyNames is not supported");
+      if (!strings) {
+        names_ok = literal_set_dfa({});
+      } else if (pn.contains("enum")) {
+        std::vector<std::string> lits;
+        for (const Json& v : pn["enum"])
+          if (v.is_string()) lits.push_back(key_content(v.get<std::string>()));
+        bool trivial = false;
+        names_ok = intersect_bytes(literal_set_dfa(lits), string_content_dfa(pn, pp, trivial), false, 200000);
+      } else {
+        bool trivial = false;
+        names_ok = string_content_dfa(pn, pp, trivial);
+      }
+    }
+  }
+  if (names_ok) {
+    std::vector<Named> kept;
+    for (Named& x : named) {
+      if (accepts_bytes(*names_ok, key_content(x.name))) kept.push_back(std::move(x));
+      else if (x.required) return gb_.frags(rule).alt({});
+    }
+    named = std::move(kept);
+    for (Pat& p : pats) p.dfa = intersect_bytes(p.dfa, *names_ok, false, 200000);
+  }
   std::vector<std::string> literals;
   for (const Named& x : named) literals.push_back(key_content(x.name));
   Rule named_dfa = literal_set_dfa(literals);
@@ -159,20 +207,42 @@ Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string&
     member(key, m, v);
     extras.push_back(m);
   };
-  for (const Pat& p : pats) keyed_member(intersect_bytes(p.dfa, named_dfa, true, 200000), p.schema, p.ptr);
+  // patternProperties: one member kind per non-empty region of overlapping patterns
+  if (pats.size() > 6) fail(pointer_append(ptr, "patternProperties"), "more than 6 patterns are not supported");
+  for (size_t mask = 1; mask < (size_t(1) << pats.size()); ++mask) {
+    std::optional<Rule> region;
+    Json schemas = Json::array();
+    std::string rptr;
+    for (size_t i = 0; i < pats.size(); ++i)
+      if (mask >> i & 1) {
+        region = region ? intersect_bytes(*region, pats[i].dfa, false, 200000) : pats[i].dfa;
+        schemas.push_back(pats[i].schema);
+        if (rptr.empty()) rptr = pats[i].ptr;
+      }
+    for (size_t i = 0; i < pats.size() && !is_empty_bytes(*region); ++i)
+      if (!(mask >> i & 1)) region = intersect_bytes(*region, pats[i].dfa, true, 200000);
+    region = intersect_bytes(*region, named_dfa, true, 200000);
+    keyed_member(*region, schemas.size() == 1 ? schemas[0] : Json{{"allOf", schemas}}, rptr);
+  }
   if (addl != false) {
     bool trivial = false;
-    Rule any = string_content_dfa(Json::object(), ptr, trivial);
+    Rule any = names_ok ? *names_ok : string_content_dfa(Json::object(), ptr, trivial);
     Rule rest = intersect_bytes(any, named_dfa, true, 200000);
     for (const Pat& p : pats) rest = intersect_bytes(rest, p.dfa, true, 200000);
     keyed_member(rest, addl, pointer_append(ptr, "additionalProperties"));
   }
   size_t n_required = std::count_if(named.begin(), named.end(), [](const Named& x) { return x.required; });
-  if (n.contains("minProperties") && n["minProperties"].get<double>() > double(n_required))
-    fail(pointer_append(ptr, "minProperties"), "unsupported unless implied by required");
-  if (n.contains("maxProperties") && (!extras.empty() || double(named.size()) > n["maxProperties"].get<double>()))
-    fail(pointer_append(ptr, "maxProperties"), "unsupported unless implied by a closed set of properties");
-
+  bool any_order = opts_.property_order == JsonSchemaOptions::PropertyOrder::any;
+  auto count_kw = [&](const char* kw) -> std::optional<uint64_t> {
+    if (!n.contains(kw)) return std::nullopt;
+    if (!n[kw].is_number() || n[kw].get<double>() < 0) fail(pointer_append(ptr, kw), "must be a non-negative integer");
+    return uint64_t(std::min(n[kw].get<double>(), 1e9));
+  };
+  std::optional<uint64_t> min_props = count_kw("minProperties"), max_props = count_kw("maxProperties");
+  if (min_props && *min_props <= n_required) min_props.reset();
+  if (max_props && extras.empty() && named.size() <= *max_props) max_props.reset();
+  if (!any_order && (min_props || max_props || !deps.empty()))
+    fail(ptr, "minProperties/maxProperties/dependentRequired need property order 'any' (or to be implied by required)");
   Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("{"), ws(rule)});
   Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("}")});
   auto edge = [&](int32_t from, int32_t to, int32_t m, bool with_sep) {
@@ -202,28 +272,64 @@ Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string&
     gb_.frags(rule).eps(more, close.in);
     return {open.in, close.out};
   }
-  if (n_required > kMaxAnyOrderRequired)
-    fail(pointer_append(ptr, "required"), "more than 12 required properties with property order 'any'");
+  // any order: the state tracks which tracked properties (required or in dependentRequired) have
+  // been written and, for min/maxProperties, how many members (capped)
   std::vector<int> bit(named.size(), -1);
   int nb = 0;
-  for (size_t i = 0; i < named.size(); ++i)
-    if (named[i].required) bit[i] = nb++;
-  size_t states = size_t(1) << nb;
-  std::vector<int32_t> more(states);
-  for (auto& s : more) s = nfa.add_state();
-  int32_t first = open.out;
-  auto all_members = [&](int32_t from, size_t mask, bool with_sep) {
+  size_t required_mask = 0;
+  for (size_t i = 0; i < named.size(); ++i) {
+    bool tracked = named[i].required ||
+                   std::any_of(deps.begin(), deps.end(), [&](const auto& d) {
+                     return d.first == named[i].name || std::find(d.second.begin(), d.second.end(), named[i].name) != d.second.end();
+                   });
+    if (!tracked) continue;
+    if (named[i].required) required_mask |= size_t(1) << nb;
+    bit[i] = nb++;
+  }
+  auto bit_of = [&](const std::string& name) {
+    for (size_t i = 0; i < named.size(); ++i)
+      if (named[i].name == name) return bit[i];
+    return -1;
+  };
+  uint64_t cap = max_props ? *max_props : min_props ? *min_props : 0;
+  if (nb > int(kMaxAnyOrderRequired) || (size_t(1) << nb) * (cap + 1) > 8192)
+    fail(ptr, "too many required/dependent properties or too large min/maxProperties for property order 'any'");
+  size_t masks = size_t(1) << nb;
+  auto idx = [&](size_t mask, uint64_t c) { return size_t(c) * masks + mask; };
+  std::vector<int32_t> more(masks * size_t(cap + 1));
+  for (auto& x : more) x = nfa.add_state();
+  auto accepting = [&](size_t mask, uint64_t c) {
+    if ((mask & required_mask) != required_mask) return false;
+    if (min_props && c < *min_props) return false;
+    for (const auto& [a, bs] : deps) {
+      if (!(mask >> bit_of(a) & 1)) continue;
+      for (const std::string& b : bs)
+        if (!(mask >> bit_of(b) & 1)) return false;
+    }
+    return true;
+  };
+  auto next_count = [&](uint64_t c) -> std::optional<uint64_t> {
+    if (max_props) return c + 1 <= *max_props ? std::optional<uint64_t>(c + 1) : std::nullopt;
+    return std::min<uint64_t>(c + 1, cap);
+  };
+  auto all_members = [&](int32_t from, size_t mask, uint64_t c, bool with_sep) {
+    auto nc = next_count(c);
+    if (!nc) return;
     for (size_t i = 0; i < named.size(); ++i) {
       if (bit[i] >= 0 && (mask >> bit[i] & 1)) continue;
       size_t nm = bit[i] >= 0 ? (mask | (size_t(1) << bit[i])) : mask;
-      edge(from, more[nm], named_rules[i], with_sep);
+      edge(from, more[idx(nm, *nc)], named_rules[i], with_sep);
     }
-    for (int32_t e : extras) edge(from, more[mask], e, with_sep);
+    for (int32_t e : extras) edge(from, more[idx(mask, *nc)], e, with_sep);
   };
-  all_members(first, 0, false);
-  for (size_t mask = 0; mask < states; ++mask) all_members(more[mask], mask, true);
-  if (nb == 0) gb_.frags(rule).eps(first, close.in);
-  gb_.frags(rule).eps(more[states - 1], close.in);
+  int32_t first = open.out;
+  all_members(first, 0, 0, false);
+  if (accepting(0, 0)) gb_.frags(rule).eps(first, close.in);
+  for (uint64_t c = 0; c <= cap; ++c)
+    for (size_t mask = 0; mask < masks; ++mask) {
+      all_members(more[idx(mask, c)], mask, c, true);
+      if (accepting(mask, c)) gb_.frags(rule).eps(more[idx(mask, c)], close.in);
+    }
   return {open.in, close.out};
 }
 
