@@ -11,6 +11,7 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"detokenize", "decode a JSON array of token ids to text", cli_detokenize},
       CliCommand{"generate", "generate text from a prompt, streamed to stdout", cli_generate},
       CliCommand{"bench", "measure prefill and decode speed and the prefix-cache speed-up", cli_bench},
+      CliCommand{"grammar", "check a text against a JSON Schema or regex grammar; run MaskBench files", cli_grammar},
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };
   return table;

@@ -20,5 +20,6 @@ int cli_detokenize(std::span<const std::string> args);
 int cli_logits(std::span<const std::string> args);
 int cli_generate(std::span<const std::string> args);
 int cli_bench(std::span<const std::string> args);
+int cli_grammar(std::span<const std::string> args);
 
 }  // namespace exl
