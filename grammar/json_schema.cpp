@@ -27,7 +27,10 @@ constexpr size_t kMaxAlternatives = 256;
 
 std::string show(const std::string& ptr) { return "#" + ptr; }
 
-bool is_annotation(const std::string& k) { return kAnnotations.count(k) || k.rfind("x-", 0) == 0; }
+// Validation keywords of some JSON Schema draft that this compiler does not implement.
+const std::set<std::string> kValidationKeywords = {
+    "dependentSchemas", "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "$recursiveAnchor", "disallow", "extends", "divisibleBy"};
 
 Json type_array(const Json& t, const std::string& ptr) {
   Json out = Json::array();
@@ -68,6 +71,11 @@ std::string pointer_append(const std::string& ptr, const std::string& token) {
 
 bool SchemaCompiler::ignored(const std::string& kw) const {
   return std::find(opts_.ignore_keywords.begin(), opts_.ignore_keywords.end(), kw) != opts_.ignore_keywords.end();
+}
+
+bool SchemaCompiler::is_annotation(const std::string& k) const {
+  if (kAnnotations.count(k) || k.rfind("x-", 0) == 0) return true;
+  return opts_.ignore_unknown_keywords && !kSupported.count(k) && !kValidationKeywords.count(k);
 }
 
 void SchemaCompiler::check_keywords(const Json& s, const std::string& ptr) const {
@@ -429,7 +437,7 @@ bool SchemaCompiler::provably_disjoint(const Json& a, const Json& b) const {
     for (auto p = a["properties"].begin(); p != a["properties"].end(); ++p) {
       const std::string& name = p.key();
       auto req = [&](const Json& s) { return std::find(s["required"].begin(), s["required"].end(), name) != s["required"].end(); };
-      if (!b["properties"].contains(name) || !req(a) || !req(b)) continue;
+      if (!b["properties"].contains(name) || (!req(a) && !req(b))) continue;
       const Json& pa = p.value();
       const Json& pb = b["properties"][name];
       auto vals = [](const Json& s) -> std::optional<Json> {
@@ -445,6 +453,19 @@ bool SchemaCompiler::provably_disjoint(const Json& a, const Json& b) const {
       if (!common) return true;
     }
   }
+  // a key one side requires is forbidden by the other, closed, side
+  auto closed_excludes_required = [](const Json& closed, const Json& other) {
+    if (!closed.contains("additionalProperties") || closed["additionalProperties"] != false ||
+        closed.contains("patternProperties") || !other.contains("required") ||
+        (other.contains("type") && !has_type(other["type"], "object")))
+      return false;
+    // the closed side must not accept non-objects either, or they could match both
+    if (!closed.contains("type") || closed["type"].size() != 1 || closed["type"][0] != "object") return false;
+    for (const Json& r : other["required"])
+      if (!closed.contains("properties") || !closed["properties"].contains(r.get<std::string>())) return true;
+    return false;
+  };
+  if (closed_excludes_required(a, b) || closed_excludes_required(b, a)) return true;
   return false;
 }
 

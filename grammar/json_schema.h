@@ -42,6 +42,10 @@ struct JsonSchemaOptions {
   // Lenient mode: keywords listed here are ignored wherever they appear ("format" ignores every
   // format, "uniqueItems" every uniqueItems, ...).
   std::vector<std::string> ignore_keywords;
+  // Lenient mode: keywords that are no validation keyword of any JSON Schema draft ("self",
+  // "javaType", typos) are treated as annotations, as validators do, instead of being errors.
+  // Known validation keywords that are not supported stay errors.
+  bool ignore_unknown_keywords = false;
 };
 
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts = {});

@@ -43,6 +43,7 @@ class SchemaCompiler {
 
   GrammarBuilder gb_;
   bool ignored(const std::string& kw) const;
+  bool is_annotation(const std::string& kw) const;
 
  private:
   friend struct Impl;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -30,34 +31,36 @@ struct NodeKeyHash {
   }
 };
 
-struct PositionMask {
-  std::vector<uint32_t> bits;      // non-empty when the accepted set is large
-  std::vector<int32_t> accepted;   // otherwise
-  std::vector<int32_t> uncertain;  // need the real stack
-};
-
 }  // namespace
 
 struct GrammarRuntime {
+  static constexpr uint32_t kUnset = UINT32_MAX;
   const Grammar& g;
   const TokenIndex* idx;
   std::mutex mu;
   std::vector<NodeKey> nodes;
+  std::vector<std::vector<uint32_t>> node_steps;  // per node, per byte class: index into step_results
   std::unordered_map<NodeKey, int32_t, NodeKeyHash> node_ids;
-  std::unordered_map<uint64_t, uint32_t> step_ids;
-  std::deque<MatchState> step_results;
-  std::unordered_map<uint64_t, PositionMask> positions;
+  std::deque<MatchState> step_results;  // [0] is the dead state
+  std::unordered_map<uint64_t, std::shared_ptr<const PositionMask>> positions;
   std::unordered_map<std::string, std::vector<uint32_t>> masks;
-  // scratch
+  size_t max_depth = 0;
   std::vector<int32_t> work;
   std::vector<int32_t> seen;
 
-  GrammarRuntime(const Grammar& gr, const TokenIndex* ix) : g(gr), idx(ix) { step_results.emplace_back(); }
+  GrammarRuntime(const Grammar& gr, const TokenIndex* ix) : g(gr), idx(ix) {
+    step_results.emplace_back();
+    if (idx)
+      for (const TrieNode& n : idx->nodes()) max_depth = std::max<size_t>(max_depth, n.depth);
+  }
 
   int32_t intern(int32_t rule, int32_t state, int32_t parent) {
     NodeKey k{rule, state, parent};
     auto [it, fresh] = node_ids.emplace(k, int32_t(nodes.size()));
-    if (fresh) nodes.push_back(k);
+    if (fresh) {
+      nodes.push_back(k);
+      node_steps.emplace_back();
+    }
     return it->second;
   }
 
@@ -67,7 +70,7 @@ struct GrammarRuntime {
     else work.push_back(parent);
   }
 
-  // Expands calls and returns from `seeds` (already in work) into out.
+  // Expands calls and returns from the nodes in `work` into out.
   void closure(MatchState& out) {
     seen.clear();
     size_t steps = 0;
@@ -109,12 +112,14 @@ struct GrammarRuntime {
   }
 
   const MatchState& step1(int32_t n, uint8_t b) {
-    uint64_t key = (uint64_t(uint32_t(n)) << 8) | b;
-    auto it = step_ids.find(key);
-    if (it != step_ids.end()) return step_results[it->second];
     NodeKey k = nodes[size_t(n)];
-    int32_t t = g.rules[size_t(k.rule)].step(k.state, b);
-    uint32_t id = 0;
+    const Rule& r = g.rules[size_t(k.rule)];
+    uint8_t cls = r.byte_class[b];
+    if (node_steps[size_t(n)].empty()) node_steps[size_t(n)].assign(size_t(r.n_classes), kUnset);
+    uint32_t id = node_steps[size_t(n)][cls];
+    if (id != kUnset) return step_results[id];
+    int32_t t = r.trans[size_t(k.state) * size_t(r.n_classes) + cls];
+    id = 0;
     if (t >= 0) {
       MatchState s;
       work.push_back(intern(k.rule, t, k.parent));
@@ -122,7 +127,7 @@ struct GrammarRuntime {
       id = uint32_t(step_results.size());
       step_results.push_back(std::move(s));
     }
-    step_ids.emplace(key, id);
+    node_steps[size_t(n)][cls] = id;
     return step_results[id];
   }
 
@@ -141,6 +146,13 @@ struct GrammarRuntime {
     }
   }
 
+  // The state after byte b; single-node states come straight from the step cache.
+  const MatchState* advance(const MatchState& in, uint8_t b, MatchState& buf) {
+    if (in.nodes.size() == 1) return &step1(in.nodes[0], b);
+    step(in, b, buf);
+    return &buf;
+  }
+
   bool walk_bytes(MatchState& cur, std::string_view bytes) {
     MatchState next;
     for (char c : bytes) {
@@ -151,32 +163,71 @@ struct GrammarRuntime {
     return true;
   }
 
+  // A canonical serialization of the automaton reachable from (rule, state) when it calls no
+  // rule (its token classes then depend on nothing else); nullopt otherwise.
+  std::optional<std::string> callfree_key(int32_t rule, int32_t state) const {
+    const Rule& r = g.rules[size_t(rule)];
+    if (r.kind != Rule::Kind::automaton) return std::nullopt;
+    std::vector<int32_t> id(r.states.size(), -1);
+    std::vector<int32_t> order{state};
+    id[size_t(state)] = 0;
+    std::string key;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (order.size() > 4096) return std::nullopt;
+      int32_t s = order[i];
+      if (!r.states[size_t(s)].calls.empty()) return std::nullopt;
+      key += r.states[size_t(s)].accepting ? 'A' : 'N';
+      for (int b = 0; b < 256;) {
+        int32_t t = r.step(s, uint8_t(b));
+        int e = b;
+        while (e + 1 < 256 && r.step(s, uint8_t(e + 1)) == t) ++e;
+        if (t >= 0) {
+          if (id[size_t(t)] < 0) id[size_t(t)] = int32_t(order.size()), order.push_back(t);
+          int32_t v = id[size_t(t)];
+          key += char(b);
+          key += char(e);
+          key.append(reinterpret_cast<const char*>(&v), sizeof v);
+        }
+        b = e + 1;
+      }
+      key += ';';
+    }
+    return key;
+  }
+
   const PositionMask& position(int32_t rule, int32_t state) {
     uint64_t key = (uint64_t(uint32_t(rule)) << 32) | uint32_t(state);
     auto it = positions.find(key);
-    if (it != positions.end()) return it->second;
-    PositionMask pm = compute_position(rule, state);
-    return positions.emplace(key, std::move(pm)).first->second;
+    if (it != positions.end()) return *it->second;
+    std::optional<std::string> ck = callfree_key(rule, state);
+    std::shared_ptr<const PositionMask> pm = ck ? idx->cached_mask(*ck) : nullptr;
+    if (!pm) {
+      pm = std::make_shared<const PositionMask>(compute_position(rule, state));
+      if (ck) idx->cache_mask(*ck, pm);
+    }
+    return *positions.emplace(key, std::move(pm)).first->second;
   }
 
   PositionMask compute_position(int32_t rule, int32_t state) {
     const auto& tn = idx->nodes();
     const auto& toks = idx->trie_tokens();
-    std::vector<MatchState> lv(1);
-    std::vector<uint8_t> bseen(1, 0);
-    lv[0] = start(rule, state, kBarrier);
-    lv[0].barrier = false;
+    std::vector<const MatchState*> lv(max_depth + 1);
+    std::vector<MatchState> buf(max_depth + 1);
+    std::vector<uint8_t> bseen(max_depth + 1, 0);
+    MatchState init = start(rule, state, kBarrier);
+    init.barrier = false;
+    lv[0] = &init;
     std::vector<int32_t> acc, unc;
     size_t i = 1;
     while (i < tn.size()) {
       const TrieNode& nd = tn[i];
       size_t d = nd.depth;
-      if (lv.size() <= d) lv.resize(d + 1), bseen.resize(d + 1);
-      step(lv[d - 1], nd.byte, lv[d]);
-      bseen[d] = bseen[d - 1] || lv[d].barrier;
-      bool alive = !lv[d].nodes.empty();
+      const MatchState* cur = advance(*lv[d - 1], nd.byte, buf[d]);
+      lv[d] = cur;
+      bseen[d] = bseen[d - 1] || cur->barrier;
+      bool alive = !cur->nodes.empty();
       for (uint32_t t = nd.tok_begin; t < nd.tok_end; ++t) {
-        if (alive || lv[d].barrier) acc.push_back(toks[t]);
+        if (alive || cur->barrier) acc.push_back(toks[t]);
         else if (bseen[d - 1]) unc.push_back(toks[t]);
       }
       if (!alive) {
@@ -195,8 +246,43 @@ struct GrammarRuntime {
     } else {
       pm.accepted = std::move(acc);
     }
+    std::sort(unc.begin(), unc.end(), [&](int32_t a, int32_t b) { return idx->bytes(a) < idx->bytes(b); });
     pm.uncertain = std::move(unc);
     return pm;
+  }
+
+  // Marks the uncertain tokens of a position that node n accepts; tokens come sorted by bytes,
+  // so states along a shared prefix are reused.
+  void check_uncertain(int32_t n, const std::vector<int32_t>& tokens, std::vector<uint32_t>& m) {
+    std::vector<const MatchState*> lv(max_depth + 1);
+    std::vector<MatchState> buf(max_depth + 1);
+    MatchState root;
+    root.nodes.assign(1, n);
+    lv[0] = &root;
+    size_t computed = 0;
+    bool dead_at_computed = false;
+    std::string_view prev;
+    for (int32_t t : tokens) {
+      if (m[size_t(t) / 32] & (1u << (t % 32))) continue;
+      std::string_view b = idx->bytes(t);
+      size_t lcp = 0;
+      while (lcp < b.size() && lcp < prev.size() && b[lcp] == prev[lcp]) ++lcp;
+      prev = b;
+      size_t d = std::min(lcp, computed);
+      if (d == computed && dead_at_computed) continue;
+      computed = d;
+      dead_at_computed = false;
+      for (; computed < b.size(); ++computed) {
+        const MatchState* next = advance(*lv[computed], uint8_t(b[computed]), buf[computed + 1]);
+        lv[computed + 1] = next;
+        if (next->dead()) {
+          ++computed;
+          dead_at_computed = true;
+          break;
+        }
+      }
+      if (!dead_at_computed) m[size_t(t) / 32] |= 1u << (t % 32);
+    }
   }
 
   const std::vector<uint32_t>& mask(const MatchState& s) {
@@ -206,19 +292,13 @@ struct GrammarRuntime {
     if (it != masks.end()) return it->second;
     if (masks.size() >= kMaskCacheEntries) masks.clear();
     std::vector<uint32_t> m(idx->mask_words(), 0);
-    MatchState cur;
     for (int32_t n : s.nodes) {
       NodeKey k = nodes[size_t(n)];
       const PositionMask& pm = position(k.rule, k.state);
       if (!pm.bits.empty())
         for (size_t w = 0; w < m.size(); ++w) m[w] |= pm.bits[w];
       for (int32_t t : pm.accepted) m[size_t(t) / 32] |= 1u << (t % 32);
-      for (int32_t t : pm.uncertain) {
-        if (m[size_t(t) / 32] & (1u << (t % 32))) continue;
-        cur.nodes.assign(1, n);
-        cur.accept = cur.barrier = false;
-        if (walk_bytes(cur, idx->bytes(t))) m[size_t(t) / 32] |= 1u << (t % 32);
-      }
+      check_uncertain(n, pm.uncertain, m);
     }
     if (s.accept)
       for (int32_t e : idx->eos_ids()) m[size_t(e) / 32] |= 1u << (e % 32);

@@ -54,6 +54,20 @@ TokenIndex::TokenIndex(std::vector<std::string> token_bytes, std::vector<int32_t
   nodes_[0].subtree_end = uint32_t(nodes_.size());
 }
 
+std::shared_ptr<const PositionMask> TokenIndex::cached_mask(const std::string& key) const {
+  std::lock_guard lock(cache_mu_);
+  auto it = cache_.find(key);
+  return it == cache_.end() ? nullptr : it->second;
+}
+
+void TokenIndex::cache_mask(const std::string& key, std::shared_ptr<const PositionMask> mask) const {
+  constexpr size_t kMaxCacheBytes = size_t(256) << 20;
+  std::lock_guard lock(cache_mu_);
+  size_t bytes = key.size() + mask->bits.size() * 4 + (mask->accepted.size() + mask->uncertain.size()) * 4;
+  if (cache_bytes_ + bytes > kMaxCacheBytes) cache_.clear(), cache_bytes_ = 0;
+  if (cache_.emplace(key, std::move(mask)).second) cache_bytes_ += bytes;
+}
+
 bool TokenIndex::is_eos(int32_t id) const { return id >= 0 && size_t(id) < is_eos_.size() && is_eos_[size_t(id)]; }
 
 }  // namespace exl

@@ -49,6 +49,7 @@ JsonSchemaOptions schema_options(const ParsedArgs& a) {
   if (ws == "flexible") o.whitespace = JsonSchemaOptions::Whitespace::flexible;
   else if (ws != "compact") throw UsageError("--whitespace: expected 'compact' or 'flexible'");
   if (auto v = a.values.find("--ignore-keyword"); v != a.values.end()) o.ignore_keywords = v->second;
+  o.ignore_unknown_keywords = a.has("--ignore-unknown-keywords");
   return o;
 }
 
@@ -66,7 +67,8 @@ int check(std::span<const std::string> args) {
        {"--text", "T", "the text to check"},
        {"--property-order", "ORDER", "schema (default) or any"},
        {"--whitespace", "WS", "compact (default) or flexible"},
-       {"--ignore-keyword", "KW", "lenient mode: ignore this schema keyword (repeatable)", false, true}}};
+       {"--ignore-keyword", "KW", "lenient mode: ignore this schema keyword (repeatable)", false, true},
+       {"--ignore-unknown-keywords", "", "lenient mode: treat keywords of no JSON Schema draft as annotations"}}};
   return run_command(spec, args, [](const ParsedArgs& a) {
     if (a.has("--json-schema") == a.has("--regex")) throw UsageError("exactly one of --json-schema and --regex is required");
     if (a.has("--instance") == a.has("--text")) throw UsageError("exactly one of --instance and --text is required");
@@ -120,16 +122,20 @@ int maskbench(std::span<const std::string> args) {
   static const CommandSpec spec{
       "grammar maskbench",
       "Run MaskBench-format files ({schema, tests:[{data, valid}]}): compile each schema (property order\n"
-      "any), feed each test's compact serialization token by token, timing every mask. Prints one JSON object.",
+      "any), feed each test's compact serialization token by token, timing every mask. Prints one JSON object.\n"
+      "Keywords of no JSON Schema draft (\"self\", \"javaType\", ...) are ignored as annotations unless\n"
+      "--strict-keywords; unsupported validation keywords are compile errors either way.",
       {"FILE..."},
       {{"--tokenizer", "DIR", "model or tokenizer directory", true},
        {"--whitespace", "WS", "compact (default) or flexible"},
        {"--ignore-keyword", "KW", "lenient mode: ignore this schema keyword (repeatable)", false, true},
+       {"--strict-keywords", "", "unknown keywords are compile errors"},
        {"--errors", "", "list compile errors and misclassified tests on stderr"}},
       1};
   return run_command(spec, args, [](const ParsedArgs& a) {
     JsonSchemaOptions opts = schema_options(a);
     opts.property_order = JsonSchemaOptions::PropertyOrder::any;
+    opts.ignore_unknown_keywords = !a.has("--strict-keywords");
     bool show_errors = a.has("--errors");
     auto tok = load_tokenizer(*a.get("--tokenizer"));
     auto index = token_index(*tok);
