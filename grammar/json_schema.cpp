@@ -472,18 +472,25 @@ bool SchemaCompiler::provably_disjoint(const Json& a, const Json& b) const {
 Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
   Json types = n.contains("type") ? n["type"] : Json(kTypes);
   if (n.contains("enum")) return enum_frag(rule, n, ptr);
-  if (n.contains("multipleOf")) {
-    const Json& m = n["multipleOf"];
-    bool ok = m.is_number() && m.get<double>() == 1.0 && !has_type(types, "number");
-    if (!ok) fail(pointer_append(ptr, "multipleOf"), "unsupported (only multipleOf: 1 on integers)");
-  }
+
   if (n.contains("uniqueItems") && n["uniqueItems"] == true && has_type(types, "array"))
     fail(pointer_append(ptr, "uniqueItems"), "unsupported keyword 'uniqueItems' (true)");
   std::vector<Frag> alts;
   if (has_type(types, "null")) alts.push_back(gb_.frags(rule).literal("null"));
   if (has_type(types, "boolean")) alts.push_back(gb_.frags(rule).alt({gb_.frags(rule).literal("true"), gb_.frags(rule).literal("false")}));
-  if (has_type(types, "number")) alts.push_back(number_frag(rule, n, ptr));
-  else if (has_type(types, "integer")) alts.push_back(integer_frag(rule, n, ptr));
+  if (has_type(types, "number") || has_type(types, "integer")) {
+    bool number = has_type(types, "number");
+    if (n.contains("multipleOf")) {
+      int32_t r = gb_.add_rule(fresh(ptr + "/multipleOf"));
+      Frag f = number ? number_frag(r, n, ptr) : integer_frag(r, n, ptr);
+      gb_.frags(r).set_root(f);
+      Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
+      gb_.set_from_dfa(r, intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000));
+      alts.push_back(gb_.frags(rule).call(r));
+    } else {
+      alts.push_back(number ? number_frag(rule, n, ptr) : integer_frag(rule, n, ptr));
+    }
+  }
   if (has_type(types, "string")) alts.push_back(string_frag(rule, n, ptr));
   if (has_type(types, "array")) alts.push_back(array_frag(rule, n, ptr, depth));
   if (has_type(types, "object")) alts.push_back(object_frag(rule, n, ptr, depth));

@@ -355,6 +355,51 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
   return r;
 }
 
+Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
+  if (!m.is_number() || m.get<double>() <= 0) fail(ptr, "must be a positive number");
+  std::string text = m.dump();
+  if (text.find_first_of("eE") != std::string::npos) fail(ptr, "multipleOf " + text + ": exponent form is not supported");
+  size_t dot = text.find('.');
+  size_t q = dot == std::string::npos ? 0 : text.size() - dot - 1;
+  std::string digits_only = dot == std::string::npos ? text : text.substr(0, dot) + text.substr(dot + 1);
+  while (q > 0 && digits_only.back() == '0') digits_only.pop_back(), --q;
+  uint64_t p = std::stoull(digits_only);
+  if (p == 0 || p * (q + 2) > 20000) fail(ptr, "multipleOf " + text + " is not supported (too fine-grained)");
+  // states: int part residue r -> 2 + r; fraction (r, j digits) -> 2 + p + j * p + r
+  Nfa nfa;
+  auto st = [&](uint64_t r, int64_t j) { return int32_t(2 + (j < 0 ? 0 : p * uint64_t(j + 1)) + r); };
+  size_t n_states = 2 + p * (q + 2);
+  while (nfa.out.size() < n_states) nfa.add_state();
+  int32_t signed_start = nfa.add_state();
+  FragBuilder fb(nfa);
+  fb.eps(0, signed_start);
+  nfa.out[0].push_back({NfaEdge::Kind::bytes, '-', '-', -1, signed_start});
+  uint64_t pow10q = 1;
+  for (size_t i = 0; i < q; ++i) pow10q = pow10q * 10 % p;
+  for (int d = 0; d <= 9; ++d)
+    nfa.out[size_t(signed_start)].push_back({NfaEdge::Kind::bytes, uint8_t('0' + d), uint8_t('0' + d), -1, st(uint64_t(d) % p, -1)});
+  for (uint64_t r = 0; r < p; ++r) {
+    int32_t s = st(r, -1);
+    for (int d = 0; d <= 9; ++d)
+      nfa.out[size_t(s)].push_back({NfaEdge::Kind::bytes, uint8_t('0' + d), uint8_t('0' + d), -1, st((r * 10 + uint64_t(d)) % p, -1)});
+    nfa.out[size_t(s)].push_back({NfaEdge::Kind::bytes, '.', '.', -1, st(r, 0)});
+    if (r * pow10q % p == 0) fb.eps(s, 1);
+    for (size_t j = 0; j <= q; ++j) {
+      int32_t f = st(r, int64_t(j));
+      uint64_t scale = 1;
+      for (size_t i = j; i < q; ++i) scale = scale * 10 % p;
+      if (r * scale % p == 0) fb.eps(f, 1);
+      if (j < q) {
+        for (int d = 0; d <= 9; ++d)
+          nfa.out[size_t(f)].push_back({NfaEdge::Kind::bytes, uint8_t('0' + d), uint8_t('0' + d), -1, st((r * 10 + uint64_t(d)) % p, int64_t(j + 1))});
+      } else {
+        nfa.out[size_t(f)].push_back({NfaEdge::Kind::bytes, '0', '0', -1, f});
+      }
+    }
+  }
+  return determinize_bytes(nfa, "multipleOf", kMaxDfaStates);
+}
+
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
   bool has_re = n.contains("pattern") || (n.contains("format") && !ignored("format"));
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "grammar/grammar_error.h"
 #include "grammar_test_util.h"
 
@@ -50,6 +52,16 @@ TEST(GrammarJsonSchema, NumberBounds) {
     EXPECT_EQ(schema_accepts(s, t), ok(std::stod(t))) << t;
   }
   EXPECT_NE(compile_error(R"({"type":"number","minimum":0.5})").find("#/minimum: non-integer bounds"), std::string::npos);
+}
+
+TEST(GrammarJsonSchema, MultipleOf) {
+  const std::string i = R"({"type":"integer","multipleOf":7,"minimum":-30,"maximum":30})";
+  for (int v = -40; v <= 40; ++v) EXPECT_EQ(schema_accepts(i, std::to_string(v)), v % 7 == 0 && v >= -30 && v <= 30) << v;
+  const std::string d = R"({"type":"number","multipleOf":0.25})";
+  for (const char* t : {"0.25", "1", "1.5", "-2.75", "0.1", "3.125", "10.50", "2.2500", "0.3"}) {
+    double v = std::stod(t);
+    EXPECT_EQ(schema_accepts(d, t), std::fmod(v * 4, 1.0) == 0) << t;
+  }
 }
 
 TEST(GrammarJsonSchema, StringsPatternsAndLengths) {
