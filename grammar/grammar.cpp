@@ -87,6 +87,24 @@ Frag FragBuilder::opt(Frag x) {
   return f;
 }
 
+Frag FragBuilder::dfa(const Rule& d) {
+  int32_t base = int32_t(nfa_->out.size());
+  for (size_t i = 0; i < d.states.size(); ++i) nfa_->add_state();
+  int32_t out = nfa_->add_state();
+  for (size_t s = 0; s < d.states.size(); ++s) {
+    int32_t from = base + int32_t(s);
+    if (d.states[s].accepting) eps(from, out);
+    for (int b = 0; b < 256;) {
+      int32_t t = d.step(int32_t(s), uint8_t(b));
+      int e = b;
+      while (e + 1 < 256 && d.step(int32_t(s), uint8_t(e + 1)) == t) ++e;
+      if (t >= 0) nfa_->out[size_t(from)].push_back({NfaEdge::Kind::bytes, uint8_t(b), uint8_t(e), -1, base + t});
+      b = e + 1;
+    }
+  }
+  return {base, out};
+}
+
 void FragBuilder::set_root(Frag f) {
   eps(0, f.in);
   eps(f.out, 1);

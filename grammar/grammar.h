@@ -94,6 +94,7 @@ class FragBuilder {
   Frag star(Frag f);
   Frag plus(Frag f);
   Frag opt(Frag f);
+  Frag dfa(const struct Rule& byte_dfa);  // a copy of a byte-only DFA (as from determinize_bytes)
   void eps(int32_t from, int32_t to);
   void set_root(Frag f);  // connect the rule's start/final to f
   Nfa& nfa() { return *nfa_; }

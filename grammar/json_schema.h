@@ -22,7 +22,8 @@
 // top-level value); strings use the escapes a compact serializer writes (\" \\ \b \f \n \r \t,
 // \u00XX for other controls, everything else raw UTF-8). Properties in schema order (named
 // properties first, in schema order; then additional/pattern properties) or in any order
-// (required properties tracked exactly, at most 12 of them per object).
+// (required properties tracked as a set, at most 12 per object; with more, the required ones
+// must keep their schema order among themselves — never accepting a missing one).
 #pragma once
 #include <string>
 #include <string_view>

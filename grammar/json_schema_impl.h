@@ -33,6 +33,7 @@ class SchemaCompiler {
   Rule string_content_dfa(const Json& s, const std::string& ptr, bool& trivial);
   Rule key_pattern_dfa(const std::string& pattern, const std::string& ptr);
   static Rule literal_set_dfa(const std::vector<std::string>& literals);
+  static Rule length_dfa(uint64_t min, uint64_t max);
   // Decimal numbers (optional '-', digits, optional fraction, no exponent) that are multiples of m.
   static Rule multiple_of_dfa(const Json& m, const std::string& ptr);
 

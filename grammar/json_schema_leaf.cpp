@@ -291,6 +291,46 @@ Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string&
   return gb_.frags(rule).alt(alts);
 }
 
+// JSON string bodies of min..max characters, built directly: one copy of the one-character
+// automaton per count.
+Rule SchemaCompiler::length_dfa(uint64_t min, uint64_t max) {
+  static const Rule one = [] {
+    Nfa nfa;
+    FragBuilder fb(nfa);
+    fb.set_root(emit_code_set(fb, CodeSet::all(), true));
+    return determinize_bytes(nfa, "char", 1000);
+  }();
+  uint64_t blocks = max == kUnbounded ? min + 1 : max + 1;
+  std::vector<int32_t> inner;  // non-accepting states of `one`, in order
+  std::vector<int32_t> pos(one.states.size(), -1);
+  for (size_t s = 0; s < one.states.size(); ++s)
+    if (!one.states[s].accepting) pos[s] = int32_t(inner.size()), inner.push_back(int32_t(s));
+  Rule r;
+  r.name = "length";
+  r.byte_class = one.byte_class;
+  r.n_classes = one.n_classes;
+  size_t per = inner.size();
+  auto id = [&](uint64_t block, int32_t s) { return int32_t(block * per + size_t(pos[size_t(s)])); };
+  r.states.resize(size_t(blocks) * per);
+  r.trans.assign(r.states.size() * size_t(r.n_classes), -1);
+  for (uint64_t b = 0; b < blocks; ++b) {
+    bool last = max != kUnbounded && b == max;
+    uint64_t after = max == kUnbounded ? std::min(b + 1, min) : b + 1;
+    for (int32_t s : inner) {
+      int32_t me = id(b, s);
+      if (s == 0) r.states[size_t(me)].accepting = b >= min;
+      if (last) continue;
+      for (int c = 0; c < one.n_classes; ++c) {
+        int32_t t = one.trans[size_t(s) * size_t(one.n_classes) + size_t(c)];
+        if (t < 0) continue;
+        r.trans[size_t(me) * size_t(r.n_classes) + size_t(c)] = one.states[size_t(t)].accepting ? id(after, 0) : id(b, t);
+        r.states[size_t(me)].has_bytes = true;
+      }
+    }
+  }
+  return r;
+}
+
 Rule SchemaCompiler::key_pattern_dfa(const std::string& pattern, const std::string& ptr) {
   try {
     return regex_dfa(pattern, true);
@@ -333,21 +373,9 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
   if (min > 0 || max != kUnbounded || parts.empty()) {
-    if (!parts.empty() && ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern))
+    if ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern)
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
-    Nfa nfa;
-    FragBuilder fb(nfa);
-    std::vector<Frag> seq;
-    for (uint64_t i = 0; i < min; ++i) seq.push_back(emit_code_set(fb, CodeSet::all(), true));
-    if (max == kUnbounded) {
-      seq.push_back(fb.star(emit_code_set(fb, CodeSet::all(), true)));
-    } else if (max > min) {
-      Frag tail = fb.opt(emit_code_set(fb, CodeSet::all(), true));
-      for (uint64_t i = min + 1; i < max; ++i) tail = fb.opt(fb.seq({emit_code_set(fb, CodeSet::all(), true), tail}));
-      seq.push_back(tail);
-    }
-    fb.set_root(fb.seq(seq));
-    parts.push_back(determinize_bytes(nfa, "length", kMaxDfaStates));
+    parts.push_back(length_dfa(min, max));
   }
   trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && min == 0 && max == kUnbounded;
   Rule r = parts[0];
@@ -406,15 +434,14 @@ Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string&
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;
   if (min > max) return gb_.frags(rule).alt({});
   if (!has_re && min == 0 && max == kUnbounded) return gb_.frags(rule).call(any_string_rule());
-  if (!has_re) {
+  if (!has_re && (min > kMaxLengthWithPattern || (max != kUnbounded && max > kMaxLengthWithPattern))) {
+    // very long bounds: a counter over single characters (exact, but masks get slower)
     Frag body = repeat_frag(rule, json_char_rule(), uint32_t(min), uint32_t(max));
     return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
   }
   bool trivial = false;
   Rule d = string_content_dfa(n, ptr, trivial);
-  int32_t content = gb_.add_rule(fresh(ptr + "/string"));
-  gb_.set_from_dfa(content, d);
-  return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).call(content), gb_.frags(rule).literal("\"")});
+  return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});
 }
 
 Grammar SchemaCompiler::run() {

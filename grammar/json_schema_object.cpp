@@ -199,11 +199,9 @@ Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string&
   std::vector<int32_t> extras;
   auto keyed_member = [&](const Rule& key_dfa, const Json& schema, const std::string& sptr) {
     if (is_empty_bytes(key_dfa)) return;
-    int32_t k = gb_.add_rule(fresh(sptr + "/key"));
-    gb_.set_from_dfa(k, key_dfa);
     int32_t m = gb_.add_rule(fresh(sptr + "/member"));
     int32_t v = value_rule(schema, sptr, depth);
-    Frag key = gb_.frags(m).seq({gb_.frags(m).literal("\""), gb_.frags(m).call(k), gb_.frags(m).literal("\"")});
+    Frag key = gb_.frags(m).seq({gb_.frags(m).literal("\""), gb_.frags(m).dfa(key_dfa), gb_.frags(m).literal("\"")});
     member(key, m, v);
     extras.push_back(m);
   };
@@ -292,6 +290,29 @@ Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string&
     return -1;
   };
   uint64_t cap = max_props ? *max_props : min_props ? *min_props : 0;
+  if (nb > int(kMaxAnyOrderRequired) && deps.empty() && !min_props && !max_props) {
+    // Too many required properties to track as a set: they must come in schema order relative
+    // to each other (optional and additional ones anywhere). Never accepts a missing one.
+    std::vector<size_t> req_idx;
+    for (size_t i = 0; i < named.size(); ++i)
+      if (named[i].required) req_idx.push_back(i);
+    std::vector<int32_t> at(req_idx.size() + 1);
+    for (auto& x : at) x = nfa.add_state();
+    int32_t first = open.out;
+    auto others = [&](int32_t from, int32_t to, bool with_sep) {
+      for (size_t i = 0; i < named.size(); ++i)
+        if (!named[i].required) edge(from, to, named_rules[i], with_sep);
+      for (int32_t e : extras) edge(from, to, e, with_sep);
+    };
+    edge(first, at[1], named_rules[req_idx[0]], false);
+    others(first, at[0], false);
+    for (size_t j = 0; j <= req_idx.size(); ++j) {
+      others(at[j], at[j], true);
+      if (j < req_idx.size()) edge(at[j], at[j + 1], named_rules[req_idx[j]], true);
+    }
+    gb_.frags(rule).eps(at.back(), close.in);
+    return {open.in, close.out};
+  }
   if (nb > int(kMaxAnyOrderRequired) || (size_t(1) << nb) * (cap + 1) > 8192)
     fail(ptr, "too many required/dependent properties or too large min/maxProperties for property order 'any'");
   size_t masks = size_t(1) << nb;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -94,7 +97,11 @@ struct GrammarRuntime {
       }
       const DfaState& st = r.states[size_t(k.state)];
       if (st.has_bytes) out.nodes.push_back(n);
-      for (const CallEdge& e : st.calls) {
+      // Mask precomputation stops at calls out of the position's own frame: what a callee
+      // accepts is looked at with the real stack (the callee's start is itself in the stack set),
+      // so position masks depend on the position's rule alone.
+      if (k.parent == kBarrier && !st.calls.empty()) out.barrier = true;
+      else for (const CallEdge& e : st.calls) {
         int32_t ret = intern(k.rule, e.next, k.parent);
         work.push_back(intern(e.callee, 0, ret));
       }
@@ -163,8 +170,8 @@ struct GrammarRuntime {
     return true;
   }
 
-  // A canonical serialization of the automaton reachable from (rule, state) when it calls no
-  // rule (its token classes then depend on nothing else); nullopt otherwise.
+  // A canonical serialization of the byte automaton reachable from (rule, state), calls marked
+  // but not followed: position masks depend on nothing else, so vocabularies share them.
   std::optional<std::string> callfree_key(int32_t rule, int32_t state) const {
     const Rule& r = g.rules[size_t(rule)];
     if (r.kind != Rule::Kind::automaton) return std::nullopt;
@@ -172,11 +179,11 @@ struct GrammarRuntime {
     std::vector<int32_t> order{state};
     id[size_t(state)] = 0;
     std::string key;
+    if (r.states.size() > 512) return std::nullopt;
     for (size_t i = 0; i < order.size(); ++i) {
-      if (order.size() > 4096) return std::nullopt;
       int32_t s = order[i];
-      if (!r.states[size_t(s)].calls.empty()) return std::nullopt;
       key += r.states[size_t(s)].accepting ? 'A' : 'N';
+      key += r.states[size_t(s)].calls.empty() ? 'n' : 'c';
       for (int b = 0; b < 256;) {
         int32_t t = r.step(s, uint8_t(b));
         int e = b;
@@ -202,7 +209,12 @@ struct GrammarRuntime {
     std::optional<std::string> ck = callfree_key(rule, state);
     std::shared_ptr<const PositionMask> pm = ck ? idx->cached_mask(*ck) : nullptr;
     if (!pm) {
+      auto t0 = std::chrono::steady_clock::now();
       pm = std::make_shared<const PositionMask>(compute_position(rule, state));
+      if (std::getenv("EXL_GRAMMAR_DEBUG"))
+        std::fprintf(stderr, "position %s:%d callfree=%d acc=%zu/%zu unc=%zu %.3f ms\n", g.rules[size_t(rule)].name.c_str(), state,
+                     int(bool(ck)), pm->accepted.size(), pm->bits.size(), pm->uncertain.size(),
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       if (ck) idx->cache_mask(*ck, pm);
     }
     return *positions.emplace(key, std::move(pm)).first->second;
