@@ -13,8 +13,9 @@ using Json = nlohmann::ordered_json;
 
 [[noreturn]] void fail(const std::string& ptr, const std::string& what);
 
-// A bound on an integer; nullopt = unbounded.
-using IntBound = std::optional<int64_t>;
+// Integers wide enough for bounds up to about 1e37; a bound on one (nullopt = unbounded).
+using Int = __int128;
+using IntBound = std::optional<Int>;
 
 class SchemaCompiler {
  public:

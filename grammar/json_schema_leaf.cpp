@@ -76,7 +76,27 @@ std::optional<double> number_kw(const Json& n, const char* kw, const std::string
   return v.get<double>();
 }
 
-std::string digits(uint64_t v) { return std::to_string(v); }
+std::string digits(Int v) {
+  if (v == 0) return "0";
+  std::string out;
+  for (; v > 0; v /= 10) out.insert(out.begin(), char('0' + int(v % 10)));
+  return out;
+}
+
+constexpr double kMaxBound = 1e37;
+
+// An exact integer from a JSON number that is integral (ceil/floor applied to others).
+Int json_int(const Json& v, bool ceil_it, const std::string& ptr) {
+  if (v.is_number_unsigned()) return Int(v.get<uint64_t>());
+  if (v.is_number_integer()) return Int(v.get<int64_t>());
+  double d = ceil_it ? std::ceil(v.get<double>()) : std::floor(v.get<double>());
+  if (!std::isfinite(d) || std::fabs(d) > kMaxBound) fail(ptr, "bound out of the supported range");
+  return Int(d);
+}
+
+bool json_integral(const Json& v) {
+  return v.is_number_integer() || v.is_number_unsigned() || v.get<double>() == std::floor(v.get<double>());
+}
 
 }  // namespace
 
@@ -157,18 +177,15 @@ Frag SchemaCompiler::int_range(int32_t rule, IntBound lo, IntBound hi) {
     alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(B.substr(0, 1)), self(self, std::string(n, '0'), B.substr(1))}));
     return gb_.frags(rule).alt(alts);
   };
-  auto range = [&](uint64_t a, std::optional<uint64_t> b) -> Frag {
+  auto range = [&](Int a, std::optional<Int> b) -> Frag {
     std::vector<Frag> alts;
-    size_t la = digits(a).size();
-    size_t lb = b ? digits(*b).size() : la;
+    std::string sa = digits(a), sb = b ? digits(*b) : "";
+    size_t la = sa.size();
+    size_t lb = b ? sb.size() : la;
     for (size_t L = la; L <= lb; ++L) {
-      uint64_t lo_l = L == 1 ? 0 : uint64_t(std::pow(10.0, double(L - 1)) + 0.5);
-      uint64_t hi_l = L >= 20 ? UINT64_MAX : uint64_t(std::pow(10.0, double(L)) + 0.5) - 1;
-      lo_l = std::max(lo_l, a);
-      if (b) hi_l = std::min(hi_l, *b);
-      if (lo_l > hi_l) continue;
-      std::string A = digits(lo_l), B = digits(hi_l);
-      if (A.size() != B.size()) continue;
+      std::string A = L == la ? sa : "1" + std::string(L - 1, '0');
+      std::string B = (b && L == lb) ? sb : std::string(L, '9');
+      if (A > B) continue;
       alts.push_back(same_len(same_len, A, B));
     }
     if (!b) {
@@ -181,42 +198,36 @@ Frag SchemaCompiler::int_range(int32_t rule, IntBound lo, IntBound hi) {
   };
   std::vector<Frag> alts;
   if (!hi || *hi >= 0) {
-    uint64_t a = lo ? uint64_t(std::max<int64_t>(*lo, 0)) : 0;
-    std::optional<uint64_t> b;
-    if (hi) b = uint64_t(*hi);
+    Int a = lo ? std::max<Int>(*lo, 0) : 0;
+    std::optional<Int> b = hi;
     if (!b || a <= *b) alts.push_back(range(a, b));
   }
   if (!lo || *lo < 0) {
-    uint64_t a = hi ? std::max<uint64_t>(1, *hi < 0 ? uint64_t(-(*hi + 1)) + 1 : 1) : 1;
-    std::optional<uint64_t> b;
-    if (lo) b = uint64_t(-(*lo + 1)) + 1;
+    Int a = hi && *hi < 0 ? -*hi : 1;
+    std::optional<Int> b;
+    if (lo) b = -*lo;
     if (!b || a <= *b) alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal("-"), range(a, b)}));
   }
   return gb_.frags(rule).alt(alts);
 }
 
 Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string& ptr) {
-  auto to_int = [&](double v, const char* kw) {
-    if (!std::isfinite(v) || std::fabs(v) > 9.0e18) fail(pointer_append(ptr, kw), "bound out of the supported range");
-    return int64_t(v);
-  };
   IntBound lo, hi;
   bool ex_min = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
   bool ex_max = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
-  if (auto v = number_kw(n, "minimum", ptr)) {
-    double c = std::ceil(*v);
-    lo = to_int(c, "minimum") + ((ex_min && c == *v) ? 1 : 0);
-  }
-  if (auto v = number_kw(n, "exclusiveMinimum", ptr)) {
-    int64_t x = to_int(std::floor(*v), "exclusiveMinimum") + 1;
+  auto num = [&](const char* kw) -> const Json* {
+    if (!n.contains(kw) || n[kw].is_boolean()) return nullptr;
+    if (!n[kw].is_number()) fail(pointer_append(ptr, kw), "must be a number");
+    return &n[kw];
+  };
+  if (const Json* v = num("minimum")) lo = json_int(*v, true, pointer_append(ptr, "minimum")) + ((ex_min && json_integral(*v)) ? 1 : 0);
+  if (const Json* v = num("exclusiveMinimum")) {
+    Int x = json_int(*v, false, pointer_append(ptr, "exclusiveMinimum")) + 1;
     lo = lo ? std::max(*lo, x) : x;
   }
-  if (auto v = number_kw(n, "maximum", ptr)) {
-    double f = std::floor(*v);
-    hi = to_int(f, "maximum") - ((ex_max && f == *v) ? 1 : 0);
-  }
-  if (auto v = number_kw(n, "exclusiveMaximum", ptr)) {
-    int64_t x = to_int(std::ceil(*v), "exclusiveMaximum") - 1;
+  if (const Json* v = num("maximum")) hi = json_int(*v, false, pointer_append(ptr, "maximum")) - ((ex_max && json_integral(*v)) ? 1 : 0);
+  if (const Json* v = num("exclusiveMaximum")) {
+    Int x = json_int(*v, true, pointer_append(ptr, "exclusiveMaximum")) - 1;
     hi = hi ? std::min(*hi, x) : x;
   }
   if (lo && hi && *lo > *hi) return gb_.frags(rule).alt({});
@@ -229,15 +240,14 @@ Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string&
   bool ex_max_b = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
   enum Kind { none, incl, excl };
   Kind lk = none, uk = none;
-  int64_t lv = 0, uv = 0;
+  Int lv = 0, uv = 0;
   auto bound = [&](const char* kw, Kind kind, bool lower) {
     auto v = number_kw(n, kw, ptr);
     if (!v) return;
-    if (*v != std::floor(*v) || std::fabs(*v) > 9.0e18)
-      fail(pointer_append(ptr, kw), "non-integer bounds on type number are not supported");
-    auto x = int64_t(*v);
+    if (!json_integral(n[kw])) fail(pointer_append(ptr, kw), "non-integer bounds on type number are not supported");
+    Int x = json_int(n[kw], false, pointer_append(ptr, kw));
     Kind& k = lower ? lk : uk;
-    int64_t& cur = lower ? lv : uv;
+    Int& cur = lower ? lv : uv;
     bool tighter = k == none || (lower ? (x > cur || (x == cur && kind == excl)) : (x < cur || (x == cur && kind == excl)));
     if (tighter) k = kind, cur = x;
   };
@@ -247,11 +257,11 @@ Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string&
   bound("exclusiveMaximum", excl, false);
   if (lk == none && uk == none) return emit_regex(gb_, rule, kNumberRegex, {});
   // one sign: magnitude M >= 0 with int part I; M-bounds (kind, value)
-  auto side = [&](Kind lok, int64_t lov, Kind upk, int64_t upv) -> std::vector<Frag> {
+  auto side = [&](Kind lok, Int lov, Kind upk, Int upv) -> std::vector<Frag> {
     std::vector<Frag> out;
     IntBound A = 0, B;
     bool nz_point = false, z_point = false;
-    if (lok == incl) A = std::max<int64_t>(0, lov);
+    if (lok == incl) A = std::max<Int>(0, lov);
     if (lok == excl) {
       if (lov < 0) A = 0;
       else A = lov + 1, nz_point = true;
@@ -271,8 +281,8 @@ Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string&
                                   gb_.frags(rule).bytes('1', '9'), gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9'))});
     };
     if (!B || *A <= *B) out.push_back(gb_.frags(rule).seq({int_range(rule, A, B), any_frac()}));
-    if (nz_point && (!B || lov <= *B)) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(uint64_t(lov))), nz_frac()}));
-    if (z_point && upv >= *A) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(uint64_t(upv))), zero_frac()}));
+    if (nz_point && (!B || lov <= *B)) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(lov)), nz_frac()}));
+    if (z_point && upv >= *A) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(upv)), zero_frac()}));
     return out;
   };
   std::vector<Frag> alts;
@@ -281,10 +291,10 @@ Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string&
   // x < 0: M = -x > 0
   if (lk == none || lv < 0 || (lk == excl && lv < 0)) {
     Kind mlk = excl;
-    int64_t mlv = 0;
+    Int mlv = 0;
     if (uk != none && uv < 0) mlk = uk, mlv = -uv;  // x <= hi -> M >= -hi ; x < hi -> M > -hi
     Kind muk = none;
-    int64_t muv = 0;
+    Int muv = 0;
     if (lk != none) muk = lk, muv = -lv;  // x >= lo -> M <= -lo ; x > lo -> M < -lo
     for (Frag f : side(mlk, mlv, muk, muv)) alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal("-"), f}));
   }

@@ -110,11 +110,11 @@ double percentile(std::vector<double>& v, double p) {
 
 struct SplitCounts {
   int64_t schemas = 0, compiled = 0, compile_errors = 0, passing = 0;
-  int64_t valid_total = 0, valid_accepted = 0, invalid_total = 0, invalid_rejected = 0;
+  int64_t valid_total = 0, valid_accepted = 0, invalid_total = 0, invalid_rejected = 0, invalid_accepted = 0;
   nlohmann::ordered_json to_json() const {
     return {{"schemas", schemas}, {"compiled", compiled}, {"compile_errors", compile_errors}, {"passing", passing},
             {"valid_total", valid_total}, {"valid_accepted", valid_accepted}, {"invalid_total", invalid_total},
-            {"invalid_rejected", invalid_rejected}};
+            {"invalid_rejected", invalid_rejected}, {"invalid_accepted", invalid_accepted}};
   }
 };
 
@@ -186,6 +186,7 @@ int maskbench(std::span<const std::string> args) {
           (valid ? total.valid_accepted : total.invalid_rejected)++;
         } else {
           all_right = false;
+          if (!valid) ++sc.invalid_accepted, ++total.invalid_accepted;
           if (show_errors) std::cerr << name << ": " << (valid ? "rejected valid " : "ACCEPTED INVALID ") << t.at("data").dump().substr(0, 200) << "\n";
         }
       }
@@ -194,7 +195,8 @@ int maskbench(std::span<const std::string> args) {
     nlohmann::ordered_json out = {{"files", a.positionals.size()}, {"compiled", total.compiled},
                                   {"compile_errors", total.compile_errors}, {"passing", total.passing},
                                   {"valid_total", total.valid_total}, {"valid_accepted", total.valid_accepted},
-                                  {"invalid_total", total.invalid_total}, {"invalid_rejected", total.invalid_rejected}};
+                                  {"invalid_total", total.invalid_total}, {"invalid_rejected", total.invalid_rejected},
+                                  {"invalid_accepted", total.invalid_accepted}};
     std::vector<double> mu = mask_us, cm = compile_ms;
     out["masks"] = mask_us.size();
     out["mask_us_p50"] = percentile(mu, 0.5);

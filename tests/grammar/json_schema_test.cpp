@@ -43,6 +43,11 @@ TEST(GrammarJsonSchema, IntegerRangesAreExact) {
   EXPECT_TRUE(schema_accepts(R"({"type":"integer","minimum":5})", "123456789012345"));
   EXPECT_FALSE(schema_accepts(R"({"type":"integer","maximum":-5})", "-4"));
   EXPECT_TRUE(schema_accepts(R"({"type":"integer","maximum":-5})", "-5000"));
+  const std::string u64 = R"({"type":"integer","minimum":-1e20,"maximum":18446744073709551615})";
+  EXPECT_TRUE(schema_accepts(u64, "18446744073709551615"));
+  EXPECT_FALSE(schema_accepts(u64, "18446744073709551616"));
+  EXPECT_TRUE(schema_accepts(u64, "-100000000000000000000"));
+  EXPECT_FALSE(schema_accepts(u64, "-100000000000000000001"));
 }
 
 TEST(GrammarJsonSchema, NumberBounds) {
