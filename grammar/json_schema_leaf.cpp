@@ -165,6 +165,11 @@ Frag SchemaCompiler::int_range(int32_t rule, IntBound lo, IntBound hi) {
     FragBuilder fb = gb_.frags(rule);
     if (A.empty()) return fb.empty();
     if (A == B) return fb.literal(A);
+    if (A.find_first_not_of('0') == std::string::npos && B.find_first_not_of('9') == std::string::npos) {
+      std::vector<Frag> any;
+      for (size_t i = 0; i < A.size(); ++i) any.push_back(gb_.frags(rule).bytes('0', '9'));
+      return gb_.frags(rule).seq(any);
+    }
     if (A[0] == B[0]) return gb_.frags(rule).seq({fb.literal(A.substr(0, 1)), self(self, A.substr(1), B.substr(1))});
     size_t n = A.size() - 1;
     std::vector<Frag> alts;
