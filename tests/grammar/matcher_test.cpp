@@ -46,7 +46,9 @@ void check_masks_along(std::shared_ptr<const CompiledGrammar> g, const std::vect
       bool bit = mask[size_t(t) / 32] >> (t % 32) & 1;
       ASSERT_EQ(bit, ok) << "step " << step << " token " << t << " '" << ix.bytes(t) << "'";
     }
-    if (step < path.size()) ASSERT_TRUE(m.accept(path[step])) << "step " << step;
+    if (step < path.size()) {
+      ASSERT_TRUE(m.accept(path[step])) << "step " << step;
+    }
   }
 }
 
