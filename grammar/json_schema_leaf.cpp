@@ -188,7 +188,8 @@ Frag SchemaCompiler::int_range(int32_t rule, IntBound lo, IntBound hi) {
     size_t la = sa.size();
     size_t lb = b ? sb.size() : la;
     for (size_t L = la; L <= lb; ++L) {
-      std::string A = L == la ? sa : "1" + std::string(L - 1, '0');
+      std::string A = sa;
+      if (L != la) A.assign(L, '0'), A[0] = '1';
       std::string B = (b && L == lb) ? sb : std::string(L, '9');
       if (A > B) continue;
       alts.push_back(same_len(same_len, A, B));
