@@ -22,5 +22,6 @@ int cli_generate(std::span<const std::string> args);
 int cli_bench(std::span<const std::string> args);
 int cli_synth(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
+int cli_grammar(std::span<const std::string> args);
 
 }  // namespace exl

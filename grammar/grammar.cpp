@@ -1,0 +1,468 @@
+#include "grammar/grammar.h"
+
+#include <algorithm>
+#include <map>
+
+#include "grammar/grammar_error.h"
+
+namespace exl {
+
+size_t Grammar::total_states() const {
+  size_t n = 0;
+  for (const Rule& r : rules) n += r.states.size();
+  return n;
+}
+
+Frag FragBuilder::empty() {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  eps(f.in, f.out);
+  return f;
+}
+
+Frag FragBuilder::bytes(uint8_t lo, uint8_t hi) {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  nfa_->out[size_t(f.in)].push_back({NfaEdge::Kind::bytes, lo, hi, -1, f.out});
+  return f;
+}
+
+Frag FragBuilder::literal(std::string_view s) {
+  int32_t in = nfa_->add_state(), cur = in;
+  for (char c : s) {
+    int32_t nx = nfa_->add_state();
+    nfa_->out[size_t(cur)].push_back({NfaEdge::Kind::bytes, uint8_t(c), uint8_t(c), -1, nx});
+    cur = nx;
+  }
+  return {in, cur};
+}
+
+Frag FragBuilder::call(int32_t rule) {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  nfa_->out[size_t(f.in)].push_back({NfaEdge::Kind::call, 0, 0, rule, f.out});
+  return f;
+}
+
+void FragBuilder::eps(int32_t from, int32_t to) {
+  nfa_->out[size_t(from)].push_back({NfaEdge::Kind::eps, 0, 0, -1, to});
+}
+
+Frag FragBuilder::seq(std::initializer_list<Frag> parts) { return seq(std::vector<Frag>(parts)); }
+
+Frag FragBuilder::seq(const std::vector<Frag>& parts) {
+  if (parts.empty()) return empty();
+  for (size_t i = 0; i + 1 < parts.size(); ++i) eps(parts[i].out, parts[i + 1].in);
+  return {parts.front().in, parts.back().out};
+}
+
+Frag FragBuilder::alt(const std::vector<Frag>& parts) {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  for (const Frag& p : parts) {
+    eps(f.in, p.in);
+    eps(p.out, f.out);
+  }
+  return f;
+}
+
+Frag FragBuilder::star(Frag x) {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  eps(f.in, x.in);
+  eps(f.in, f.out);
+  eps(x.out, x.in);
+  eps(x.out, f.out);
+  return f;
+}
+
+Frag FragBuilder::plus(Frag x) {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  eps(f.in, x.in);
+  eps(x.out, x.in);
+  eps(x.out, f.out);
+  return f;
+}
+
+Frag FragBuilder::opt(Frag x) {
+  Frag f{nfa_->add_state(), nfa_->add_state()};
+  eps(f.in, x.in);
+  eps(f.in, f.out);
+  eps(x.out, f.out);
+  return f;
+}
+
+Frag FragBuilder::dfa(const Rule& d) {
+  int32_t base = int32_t(nfa_->out.size());
+  for (size_t i = 0; i < d.states.size(); ++i) nfa_->add_state();
+  int32_t out = nfa_->add_state();
+  for (size_t s = 0; s < d.states.size(); ++s) {
+    int32_t from = base + int32_t(s);
+    if (d.states[s].accepting) eps(from, out);
+    for (int b = 0; b < 256;) {
+      int32_t t = d.step(int32_t(s), uint8_t(b));
+      int e = b;
+      while (e + 1 < 256 && d.step(int32_t(s), uint8_t(e + 1)) == t) ++e;
+      if (t >= 0) nfa_->out[size_t(from)].push_back({NfaEdge::Kind::bytes, uint8_t(b), uint8_t(e), -1, base + t});
+      b = e + 1;
+    }
+  }
+  return {base, out};
+}
+
+void FragBuilder::set_root(Frag f) {
+  eps(0, f.in);
+  eps(f.out, 1);
+}
+
+int32_t GrammarBuilder::add_rule(std::string name) {
+  nfas_.emplace_back();
+  names_.push_back(std::move(name));
+  repeats_.emplace_back();
+  is_repeat_.push_back(false);
+  return int32_t(nfas_.size() - 1);
+}
+
+int32_t GrammarBuilder::add_repeat(std::string name, int32_t body, uint32_t min, uint32_t max) {
+  int32_t id = add_rule(std::move(name));
+  Rule& r = repeats_.back();
+  r.kind = Rule::Kind::repeat;
+  r.name = names_.back();
+  r.body = body;
+  r.min = min;
+  r.max = max;
+  is_repeat_.back() = true;
+  return id;
+}
+
+void GrammarBuilder::set_from_dfa(int32_t rule, const Rule& d) {
+  Nfa n;
+  n.out.resize(d.states.size() + 2);
+  auto st = [](int32_t s) { return s + 2; };
+  n.out[0].push_back({NfaEdge::Kind::eps, 0, 0, -1, st(0)});
+  for (size_t s = 0; s < d.states.size(); ++s) {
+    if (d.states[s].accepting) n.out[size_t(st(int32_t(s)))].push_back({NfaEdge::Kind::eps, 0, 0, -1, 1});
+    for (int b = 0; b < 256;) {
+      int32_t t = d.step(int32_t(s), uint8_t(b));
+      int e = b;
+      while (e + 1 < 256 && d.step(int32_t(s), uint8_t(e + 1)) == t) ++e;
+      if (t >= 0) n.out[size_t(st(int32_t(s)))].push_back({NfaEdge::Kind::bytes, uint8_t(b), uint8_t(e), -1, st(t)});
+      b = e + 1;
+    }
+  }
+  nfas_[size_t(rule)] = std::move(n);
+}
+
+namespace {
+
+using StateSet = std::vector<int32_t>;
+
+void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark) {
+  std::vector<int32_t> stack(set.begin(), set.end());
+  for (int32_t s : set) mark[size_t(s)] = 1;
+  while (!stack.empty()) {
+    int32_t s = stack.back();
+    stack.pop_back();
+    for (const NfaEdge& e : nfa.out[size_t(s)])
+      if (e.kind == NfaEdge::Kind::eps && !mark[size_t(e.to)]) {
+        mark[size_t(e.to)] = 1;
+        set.push_back(e.to);
+        stack.push_back(e.to);
+      }
+  }
+  for (int32_t s : set) mark[size_t(s)] = 0;
+  std::sort(set.begin(), set.end());
+}
+
+Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
+  Rule r;
+  r.name = std::move(name);
+  std::array<bool, 257> boundary{};
+  boundary[0] = true;
+  for (const auto& edges : nfa.out)
+    for (const NfaEdge& e : edges) {
+      if (e.kind == NfaEdge::Kind::bytes) {
+        boundary[e.lo] = true;
+        boundary[size_t(e.hi) + 1] = true;
+      } else if (e.kind == NfaEdge::Kind::call && !allow_calls) {
+        grammar_fail("grammar: rule '", r.name, "': a byte-only automaton cannot call rules");
+      }
+    }
+  int cls = -1;
+  std::vector<uint8_t> first_byte;
+  for (int b = 0; b < 256; ++b) {
+    if (boundary[size_t(b)]) {
+      ++cls;
+      first_byte.push_back(uint8_t(b));
+    }
+    r.byte_class[size_t(b)] = uint8_t(cls);
+  }
+  r.n_classes = cls + 1;
+  std::vector<uint8_t> mark(nfa.out.size(), 0);
+  std::map<StateSet, int32_t> ids;
+  std::vector<StateSet> sets;
+  auto intern = [&](StateSet s) -> int32_t {
+    closure(nfa, s, mark);
+    auto it = ids.find(s);
+    if (it != ids.end()) return it->second;
+    if (sets.size() >= max_states)
+      grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
+    int32_t id = int32_t(sets.size());
+    ids.emplace(s, id);
+    sets.push_back(std::move(s));
+    return id;
+  };
+  intern({0});
+  std::vector<StateSet> per_class(size_t(r.n_classes));
+  for (size_t i = 0; i < sets.size(); ++i) {
+    for (auto& v : per_class) v.clear();
+    std::map<int32_t, StateSet> per_callee;
+    bool acc = false;
+    for (int32_t s : sets[i]) {
+      if (s == 1) acc = true;
+      for (const NfaEdge& e : nfa.out[size_t(s)]) {
+        if (e.kind == NfaEdge::Kind::bytes) {
+          for (int c = r.byte_class[e.lo]; c <= r.byte_class[e.hi]; ++c) per_class[size_t(c)].push_back(e.to);
+        } else if (e.kind == NfaEdge::Kind::call) {
+          per_callee[e.callee].push_back(e.to);
+        }
+      }
+    }
+    DfaState ds;
+    ds.accepting = acc;
+    std::vector<int32_t> row(size_t(r.n_classes), -1);
+    for (int c = 0; c < r.n_classes; ++c) {
+      auto& t = per_class[size_t(c)];
+      if (t.empty()) continue;
+      std::sort(t.begin(), t.end());
+      t.erase(std::unique(t.begin(), t.end()), t.end());
+      row[size_t(c)] = intern(t);
+      ds.has_bytes = true;
+    }
+    for (auto& [callee, t] : per_callee) ds.calls.push_back({callee, intern(t)});
+    r.trans.insert(r.trans.end(), row.begin(), row.end());
+    r.states.push_back(std::move(ds));
+  }
+  (void)first_byte;
+  return r;
+}
+
+// States of `r` from which an accepting state is reachable, given which rules are productive.
+std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive) {
+  size_t n = r.states.size();
+  std::vector<std::vector<int32_t>> rev(n);
+  for (size_t s = 0; s < n; ++s) {
+    for (int c = 0; c < r.n_classes; ++c) {
+      int32_t t = r.trans[s * size_t(r.n_classes) + size_t(c)];
+      if (t >= 0) rev[size_t(t)].push_back(int32_t(s));
+    }
+    for (const CallEdge& e : r.states[s].calls)
+      if (productive[size_t(e.callee)]) rev[size_t(e.next)].push_back(int32_t(s));
+  }
+  std::vector<bool> live(n, false);
+  std::vector<int32_t> stack;
+  for (size_t s = 0; s < n; ++s)
+    if (r.states[s].accepting) {
+      live[s] = true;
+      stack.push_back(int32_t(s));
+    }
+  while (!stack.empty()) {
+    int32_t s = stack.back();
+    stack.pop_back();
+    for (int32_t p : rev[size_t(s)])
+      if (!live[size_t(p)]) {
+        live[size_t(p)] = true;
+        stack.push_back(p);
+      }
+  }
+  return live;
+}
+
+void prune(Grammar& g) {
+  size_t n = g.rules.size();
+  std::vector<bool> productive(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (productive[i]) continue;
+      const Rule& r = g.rules[i];
+      bool p = r.kind == Rule::Kind::repeat ? (r.min == 0 || productive[size_t(r.body)])
+                                            : live_states(r, productive)[0];
+      if (p) productive[i] = changed = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Rule& r = g.rules[i];
+    if (r.kind == Rule::Kind::repeat) {
+      if (!productive[size_t(r.body)]) r.max = 0;
+      continue;
+    }
+    std::vector<bool> live = live_states(r, productive);
+    for (size_t s = 0; s < r.states.size(); ++s) {
+      bool any = false;
+      for (int c = 0; c < r.n_classes; ++c) {
+        int32_t& t = r.trans[s * size_t(r.n_classes) + size_t(c)];
+        if (t >= 0 && !live[size_t(t)]) t = -1;
+        any |= t >= 0;
+      }
+      r.states[s].has_bytes = any && live[s];
+      auto& calls = r.states[s].calls;
+      calls.erase(std::remove_if(calls.begin(), calls.end(),
+                                 [&](const CallEdge& e) { return !live[s] || !productive[size_t(e.callee)] || !live[size_t(e.next)]; }),
+                  calls.end());
+    }
+  }
+}
+
+void check_left_recursion(const Grammar& g) {
+  size_t n = g.rules.size();
+  std::vector<bool> nullable(n, false);
+  auto reach_states = [&](const Rule& r, auto&& on_call) {
+    std::vector<bool> seen(r.states.size(), false);
+    std::vector<int32_t> stack{0};
+    seen[0] = true;
+    bool acc = false;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      acc |= r.states[size_t(s)].accepting;
+      for (const CallEdge& e : r.states[size_t(s)].calls) {
+        on_call(e.callee);
+        if (nullable[size_t(e.callee)] && !seen[size_t(e.next)]) {
+          seen[size_t(e.next)] = true;
+          stack.push_back(e.next);
+        }
+      }
+    }
+    return acc;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (nullable[i]) continue;
+      const Rule& r = g.rules[i];
+      bool v = r.kind == Rule::Kind::repeat ? (r.min == 0 || r.max == 0 || nullable[size_t(r.body)])
+                                            : reach_states(r, [](int32_t) {});
+      if (v) nullable[i] = changed = true;
+    }
+  }
+  std::vector<std::vector<int32_t>> left(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Rule& r = g.rules[i];
+    if (r.kind == Rule::Kind::repeat) {
+      if (r.max > 0) left[i].push_back(r.body);
+    } else {
+      reach_states(r, [&](int32_t c) { left[i].push_back(c); });
+    }
+  }
+  std::vector<uint8_t> color(n, 0);
+  for (size_t root = 0; root < n; ++root) {
+    if (color[root]) continue;
+    std::vector<std::pair<int32_t, size_t>> stack{{int32_t(root), 0}};
+    color[root] = 1;
+    while (!stack.empty()) {
+      auto& [v, k] = stack.back();
+      if (k < left[size_t(v)].size()) {
+        int32_t w = left[size_t(v)][k++];
+        if (color[size_t(w)] == 1)
+          grammar_fail("grammar: rule '", g.rules[size_t(w)].name,
+                       "' is left-recursive (it can reach itself without consuming input)");
+        if (color[size_t(w)] == 0) {
+          color[size_t(w)] = 1;
+          stack.push_back({w, 0});
+        }
+      } else {
+        color[size_t(v)] = 2;
+        stack.pop_back();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Rule determinize_bytes(const Nfa& nfa, std::string name, size_t max_states) {
+  return determinize(nfa, std::move(name), max_states, false);
+}
+
+Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
+  Grammar g;
+  g.root = root;
+  size_t total = 0;
+  for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (is_repeat_[i]) {
+      g.rules.push_back(repeats_[i]);
+      continue;
+    }
+    g.rules.push_back(determinize(nfas_[i], names_[i], limits.max_states_per_rule, true));
+    total += g.rules.back().states.size();
+    if (total > limits.max_total_states)
+      grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
+  }
+  prune(g);
+  check_left_recursion(g);
+  return g;
+}
+
+Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states) {
+  Nfa n;
+  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  auto intern = [&](int32_t x, int32_t y) {
+    auto [it, fresh] = ids.emplace(std::make_pair(x, y), int32_t(pairs.size()) + 2);
+    if (fresh) {
+      if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
+      pairs.push_back({x, y});
+      n.out.emplace_back();
+    }
+    return it->second;
+  };
+  int32_t start = intern(0, b.states.empty() ? -1 : 0);
+  n.out[0].push_back({NfaEdge::Kind::eps, 0, 0, -1, start});
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    auto [x, y] = pairs[i];
+    int32_t id = int32_t(i) + 2;
+    bool acc_b = y >= 0 && b.states[size_t(y)].accepting;
+    if (a.states[size_t(x)].accepting && (difference ? !acc_b : acc_b))
+      n.out[size_t(id)].push_back({NfaEdge::Kind::eps, 0, 0, -1, 1});
+    for (int c = 0; c < 256; ++c) {
+      int32_t tx = a.step(x, uint8_t(c));
+      if (tx < 0) continue;
+      int32_t ty = y >= 0 ? b.step(y, uint8_t(c)) : -1;
+      if (ty < 0 && !difference) continue;
+      int32_t t = intern(tx, ty);
+      n.out[size_t(id)].push_back({NfaEdge::Kind::bytes, uint8_t(c), uint8_t(c), -1, t});
+    }
+  }
+  Rule r = determinize(n, a.name, max_states, false);
+  Grammar g;
+  g.rules.push_back(std::move(r));
+  prune(g);
+  return std::move(g.rules[0]);
+}
+
+bool is_empty_bytes(const Rule& a) {
+  if (a.states.empty()) return true;
+  std::vector<bool> seen(a.states.size(), false);
+  std::vector<int32_t> stack{0};
+  seen[0] = true;
+  while (!stack.empty()) {
+    int32_t s = stack.back();
+    stack.pop_back();
+    if (a.states[size_t(s)].accepting) return false;
+    for (int c = 0; c < a.n_classes; ++c) {
+      int32_t t = a.trans[size_t(s) * size_t(a.n_classes) + size_t(c)];
+      if (t >= 0 && !seen[size_t(t)]) {
+        seen[size_t(t)] = true;
+        stack.push_back(t);
+      }
+    }
+  }
+  return true;
+}
+
+bool accepts_bytes(const Rule& a, std::string_view s) {
+  int32_t st = 0;
+  for (char c : s) {
+    st = a.step(st, uint8_t(c));
+    if (st < 0) return false;
+  }
+  return a.states[size_t(st)].accepting;
+}
+
+}  // namespace exl

@@ -1,0 +1,637 @@
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+#include <set>
+
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema_impl.h"
+
+namespace exl {
+namespace json_schema_detail {
+namespace {
+
+const std::set<std::string> kAnnotations = {
+    "$schema", "$id", "id", "$comment", "title", "description", "default", "examples", "example",
+    "readOnly", "writeOnly", "deprecated", "$defs", "definitions", "$anchor", "contentMediaType",
+    "contentEncoding", "$vocabulary"};
+const std::set<std::string> kSupported = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
+    "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
+    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
+    "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
+    "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
+    "dependentRequired", "dependencies"};
+const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxAlternatives = 256;
+
+std::string show(const std::string& ptr) { return "#" + ptr; }
+
+// Validation keywords of some JSON Schema draft that this compiler does not implement.
+const std::set<std::string> kValidationKeywords = {
+    "dependentSchemas", "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "$recursiveAnchor", "disallow", "extends", "divisibleBy"};
+
+Json type_array(const Json& t, const std::string& ptr) {
+  Json out = Json::array();
+  auto add = [&](const Json& v) {
+    if (!v.is_string() || std::find(kTypes.begin(), kTypes.end(), v.get<std::string>()) == kTypes.end())
+      fail(pointer_append(ptr, "type"), "unknown type " + v.dump());
+    out.push_back(v);
+  };
+  if (t.is_array()) {
+    for (const Json& v : t) add(v);
+  } else {
+    add(t);
+  }
+  return out;
+}
+
+bool has_type(const Json& types, const std::string& t) {
+  for (const Json& v : types)
+    if (v == t) return true;
+  return false;
+}
+
+}  // namespace
+
+void fail(const std::string& ptr, const std::string& what) {
+  grammar_fail("grammar: json_schema: ", show(ptr), ": ", what);
+}
+
+std::string pointer_append(const std::string& ptr, const std::string& token) {
+  std::string t;
+  for (char c : token) {
+    if (c == '~') t += "~0";
+    else if (c == '/') t += "~1";
+    else t += c;
+  }
+  return ptr + "/" + t;
+}
+
+bool SchemaCompiler::ignored(const std::string& kw) const {
+  return std::find(opts_.ignore_keywords.begin(), opts_.ignore_keywords.end(), kw) != opts_.ignore_keywords.end();
+}
+
+bool SchemaCompiler::is_annotation(const std::string& k) const {
+  if (kAnnotations.count(k) || k.rfind("x-", 0) == 0) return true;
+  return opts_.ignore_unknown_keywords && !kSupported.count(k) && !kValidationKeywords.count(k);
+}
+
+void SchemaCompiler::check_keywords(const Json& s, const std::string& ptr) const {
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    const std::string& k = it.key();
+    if (is_annotation(k) || kSupported.count(k) || ignored(k)) continue;
+    fail(ptr, "unsupported keyword '" + k + "'");
+  }
+}
+
+const Json& SchemaCompiler::resolve_ref(const std::string& ref, const std::string& ptr, std::string& target_ptr) const {
+  std::string where = pointer_append(ptr, "$ref");
+  if (ref.empty() || ref[0] != '#') fail(where, "'" + ref + "': only local references ('#...') are supported");
+  std::string frag = ref.substr(1);
+  std::string decoded;
+  for (size_t i = 0; i < frag.size(); ++i) {
+    if (frag[i] == '%' && i + 2 < frag.size() && isxdigit(uint8_t(frag[i + 1])) && isxdigit(uint8_t(frag[i + 2]))) {
+      decoded += char(std::stoi(frag.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      decoded += frag[i];
+    }
+  }
+  if (!decoded.empty() && decoded[0] != '/') fail(where, "'" + ref + "': anchors are not supported, use a JSON pointer");
+  const Json* cur = &root_;
+  target_ptr.clear();
+  size_t pos = 0;
+  while (pos < decoded.size()) {
+    size_t next = decoded.find('/', pos + 1);
+    std::string tok = decoded.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+    std::string key;
+    for (size_t i = 0; i < tok.size(); ++i) {
+      if (tok[i] == '~' && i + 1 < tok.size() && (tok[i + 1] == '0' || tok[i + 1] == '1')) {
+        key += tok[i + 1] == '0' ? '~' : '/';
+        ++i;
+      } else {
+        key += tok[i];
+      }
+    }
+    if (cur->is_object() && cur->contains(key)) {
+      cur = &(*cur)[key];
+    } else if (cur->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+               std::stoull(key) < cur->size()) {
+      cur = &(*cur)[std::stoull(key)];
+    } else {
+      fail(where, "'" + ref + "' does not resolve in this document");
+    }
+    target_ptr = pointer_append(target_ptr, key);
+    if (next == std::string::npos) break;
+    pos = next;
+  }
+  return *cur;
+}
+
+int32_t SchemaCompiler::ref_rule(const std::string& target_ptr, const Json& target, int depth) {
+  auto it = ref_rules_.find(target_ptr);
+  if (it != ref_rules_.end()) return it->second;
+  int32_t r = gb_.add_rule("ref" + target_ptr);
+  ref_rules_[target_ptr] = r;
+  compile_into(r, target, target_ptr, depth + 1);
+  return r;
+}
+
+int32_t SchemaCompiler::value_rule(const Json& s, const std::string& ptr, int depth) {
+  int32_t r = gb_.add_rule(fresh(ptr));
+  compile_into(r, s, ptr, depth + 1);
+  return r;
+}
+
+// Returns an object without $ref/allOf/const/nullable at the top level (or a boolean schema).
+Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth) {
+  if (depth > kMaxDepth) fail(ptr, "schema nesting (or $ref inlining for allOf) deeper than 64");
+  if (s.is_boolean()) return s;
+  if (!s.is_object()) fail(ptr, "a schema must be an object or a boolean");
+  check_keywords(s, ptr);
+  Json n = Json::object();
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (!is_annotation(it.key()) && !ignored(it.key())) n[it.key()] = it.value();
+  if (n.contains("type")) n["type"] = type_array(n["type"], ptr);
+  if (n.contains("const")) {
+    Json c = n["const"];
+    n.erase("const");
+    Json e = Json::array();
+    if (n.contains("enum")) {
+      for (const Json& v : n["enum"])
+        if (v == c) e.push_back(v);
+    } else {
+      e.push_back(c);
+    }
+    n["enum"] = e;
+  }
+  if (n.contains("items") && n["items"].is_array()) {
+    if (n.contains("prefixItems")) fail(pointer_append(ptr, "items"), "array form together with prefixItems");
+    n["prefixItems"] = n["items"];
+    n.erase("items");
+    if (n.contains("additionalItems")) n["items"] = n["additionalItems"];
+  }
+  n.erase("additionalItems");
+  if (n.contains("dependencies")) {
+    std::string dp = pointer_append(ptr, "dependencies");
+    if (!n["dependencies"].is_object()) fail(dp, "must be an object");
+    Json req = n.contains("dependentRequired") ? n["dependentRequired"] : Json::object();
+    for (auto it = n["dependencies"].begin(); it != n["dependencies"].end(); ++it) {
+      if (!it.value().is_array()) fail(pointer_append(dp, it.key()), "schema dependencies are not supported");
+      req[it.key()] = it.value();
+    }
+    n.erase("dependencies");
+    n["dependentRequired"] = req;
+  }
+  if (n.contains("enum") && !n["enum"].is_array()) fail(pointer_append(ptr, "enum"), "must be an array");
+  if (n.contains("nullable")) {
+    if (n["nullable"] == true && n.contains("type") && !has_type(n["type"], "null")) n["type"].push_back("null");
+    n.erase("nullable");
+  }
+  Json unevaluated = Json::object();
+  for (const char* kw : {"unevaluatedProperties", "unevaluatedItems"})
+    if (n.contains(kw)) unevaluated[kw] = n[kw], n.erase(kw);
+  if (n.contains("not")) {
+    Json x = normalize(n["not"], pointer_append(ptr, "not"), depth + 1);
+    n.erase("not");
+    if (x == true || (x.is_object() && x.empty())) return Json(false);
+    if (x.is_object() && x.size() == 1 && x.contains("type")) {
+      Json keep = Json::array();
+      Json mine = n.contains("type") ? n["type"] : Json(kTypes);
+      for (const Json& t : mine) {
+        bool excluded = has_type(x["type"], t.get<std::string>()) || (t == "integer" && has_type(x["type"], "number"));
+        if (!excluded) keep.push_back(t);
+      }
+      if (has_type(mine, "number") && !has_type(x["type"], "number") && has_type(x["type"], "integer"))
+        fail(pointer_append(ptr, "not"), "'not' excluding integers from numbers is not supported");
+      n["type"] = keep;
+    } else if (x != false) {
+      fail(pointer_append(ptr, "not"), "unsupported keyword 'not' (only type exclusions are supported)");
+    }
+  }
+  if (n.contains("$ref")) {
+    if (!n["$ref"].is_string()) fail(pointer_append(ptr, "$ref"), "must be a string");
+    std::string tp;
+    const Json& target = resolve_ref(n["$ref"].get<std::string>(), ptr, tp);
+    n.erase("$ref");
+    Json t = normalize(target, tp, depth + 1);
+    n = merge(n, t, ptr, depth);
+  }
+  if (n.is_object() && n.contains("allOf")) {
+    Json all = n["allOf"];
+    n.erase("allOf");
+    if (!all.is_array()) fail(pointer_append(ptr, "allOf"), "must be an array");
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!n.is_object()) break;
+      n = merge(n, normalize(all[i], pointer_append(pointer_append(ptr, "allOf"), std::to_string(i)), depth + 1), ptr, depth);
+    }
+  }
+  if (!n.is_object() || unevaluated.empty()) return n;
+  if (n.contains("anyOf") || n.contains("oneOf")) {
+    for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
+    return n;
+  }
+  // With every applicator merged into n, what is left unevaluated is exactly what
+  // additionalProperties / items would apply to.
+  if (unevaluated.contains("unevaluatedProperties") && !n.contains("additionalProperties"))
+    n["additionalProperties"] = unevaluated["unevaluatedProperties"];
+  if (unevaluated.contains("unevaluatedItems")) {
+    if (n.contains("contains")) fail(pointer_append(ptr, "unevaluatedItems"), "unevaluatedItems with contains is not supported");
+    bool tail = n.contains("items") && !n["items"].is_array();
+    bool draft7_tail = n.contains("items") && n["items"].is_array() && n.contains("additionalItems");
+    if (n.contains("items") && n["items"].is_array() && !draft7_tail) n["additionalItems"] = unevaluated["unevaluatedItems"];
+    else if (!tail && !draft7_tail) n["items"] = unevaluated["unevaluatedItems"];
+  }
+  return n;
+}
+
+Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr, int depth) {
+  if (a.is_boolean()) return a == true ? b : a;
+  if (b.is_boolean()) return b == true ? a : b;
+  for (const Json* x : {&a, &b})
+    for (const char* kw : {"unevaluatedProperties", "unevaluatedItems"})
+      if (x->contains(kw)) fail(ptr, std::string(kw) + " inside allOf/anyOf/oneOf combinations is not supported");
+  Json out = a;
+  auto addl_of = [](const Json& s) { return s.contains("additionalProperties") ? s["additionalProperties"] : Json(true); };
+  auto all_of = [](const Json& x, const Json& y) { return Json{{"allOf", Json::array({x, y})}}; };
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    const std::string& k = it.key();
+    const Json& v = it.value();
+    if (!out.contains(k)) {
+      out[k] = v;
+      continue;
+    }
+    Json& o = out[k];
+    if (k == "type") {
+      Json t = Json::array();
+      for (const Json& x : o) {
+        if (has_type(v, x.get<std::string>())) t.push_back(x);
+        else if (x == "number" && has_type(v, "integer")) t.push_back("integer");
+        else if (x == "integer" && has_type(v, "number")) t.push_back("integer");
+      }
+      o = t;
+    } else if (k == "enum") {
+      Json e = Json::array();
+      for (const Json& x : o)
+        if (std::find(v.begin(), v.end(), x) != v.end()) e.push_back(x);
+      o = e;
+    } else if (k == "properties") {
+      for (auto p = v.begin(); p != v.end(); ++p) o[p.key()] = o.contains(p.key()) ? all_of(o[p.key()], p.value()) : p.value();
+    } else if (k == "required") {
+      for (const Json& x : v)
+        if (std::find(o.begin(), o.end(), x) == o.end()) o.push_back(x);
+    } else if (k == "items" || k == "prefixItems") {
+      continue;  // merged below, by position
+    } else if (k == "additionalProperties" || k == "additionalItems") {
+      o = all_of(o, v);
+    } else if (k == "minItems" || k == "minLength" || k == "minProperties" || k == "minimum" ||
+               (k == "exclusiveMinimum" && o.is_number() && v.is_number())) {
+      if (v > o) o = v;
+    } else if (k == "maxItems" || k == "maxLength" || k == "maxProperties" || k == "maximum" ||
+               (k == "exclusiveMaximum" && o.is_number() && v.is_number())) {
+      if (v < o) o = v;
+    } else if (k == "pattern") {
+      Json ps = o.is_array() ? o : Json::array({o});
+      if (v.is_array()) for (const Json& x : v) ps.push_back(x);
+      else ps.push_back(v);
+      o = ps;
+    } else if (k == "anyOf") {
+      Json prod = Json::array();
+      for (const Json& x : o)
+        for (const Json& y : v) prod.push_back(all_of(x, y));
+      if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
+      o = prod;
+    } else if (k == "uniqueItems") {
+      o = o == true || v == true;
+    } else if (o != v) {
+      fail(ptr, "allOf: cannot combine differing '" + k + "' keywords");
+    }
+  }
+  // items: position i < max(prefix lengths) gets each side's prefix schema or its tail
+  if (a.contains("prefixItems") || b.contains("prefixItems") || a.contains("items") || b.contains("items")) {
+    auto prefix = [](const Json& s) { return s.contains("prefixItems") ? s["prefixItems"] : Json::array(); };
+    auto tail = [](const Json& s) { return s.contains("items") ? s["items"] : Json(true); };
+    Json pa = prefix(a), pb = prefix(b);
+    size_t k = std::max(pa.size(), pb.size());
+    Json merged = Json::array();
+    for (size_t i = 0; i < k; ++i) {
+      Json x = i < pa.size() ? pa[i] : tail(a), y = i < pb.size() ? pb[i] : tail(b);
+      merged.push_back(x == true ? y : y == true ? x : all_of(x, y));
+    }
+    out.erase("prefixItems");
+    out.erase("items");
+    if (k > 0) out["prefixItems"] = merged;
+    if (a.contains("items") || b.contains("items")) {
+      Json ta = tail(a), tb = tail(b);
+      out["items"] = ta == true ? tb : tb == true ? ta : all_of(ta, tb);
+    }
+  }
+  // properties one side adds are still subject to the other side's additionalProperties
+  for (const Json* side : {&a, &b}) {
+    const Json& other = side == &a ? b : a;
+    Json addl = addl_of(*side);
+    if (addl == true || !other.contains("properties")) continue;
+    if (side->contains("patternProperties")) fail(ptr, "allOf: additionalProperties with patternProperties across branches");
+    for (auto p = other["properties"].begin(); p != other["properties"].end(); ++p) {
+      bool own = side->contains("properties") && (*side)["properties"].contains(p.key());
+      if (!own) out["properties"][p.key()] = all_of(out["properties"][p.key()], addl);
+    }
+  }
+  (void)depth;
+  return out;
+}
+
+void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string& ptr, int depth) {
+  if (depth > kMaxDepth * 4) fail(ptr, "schema nesting too deep");
+  FragBuilder fb = gb_.frags(rule);
+  if (s.is_object()) {
+    check_keywords(s, ptr);
+    size_t constraints = 0;
+    for (auto it = s.begin(); it != s.end(); ++it) constraints += !is_annotation(it.key()) && !ignored(it.key());
+    if (constraints == 1 && s.contains("$ref") && s["$ref"].is_string()) {
+      std::string tp;
+      const Json& target = resolve_ref(s["$ref"].get<std::string>(), ptr, tp);
+      int32_t callee = ref_rule(tp, target, depth);
+      gb_.frags(rule).set_root(gb_.frags(rule).call(callee));
+      return;
+    }
+  }
+  Json n = normalize(s, ptr, 0);
+  if (n.is_boolean()) {
+    gb_.frags(rule).set_root(n == true ? gb_.frags(rule).call(any_value_rule()) : gb_.frags(rule).alt({}));
+    return;
+  }
+  if (n.contains("anyOf") || n.contains("oneOf")) {
+    Json base = n;
+    base.erase("anyOf");
+    base.erase("oneOf");
+    Json unevaluated = Json::object();
+    for (const char* kw : {"unevaluatedProperties", "unevaluatedItems"})
+      if (base.contains(kw)) unevaluated[kw] = base[kw], base.erase(kw);
+    std::vector<Json> alts{base};
+    for (const char* kw : {"anyOf", "oneOf"}) {
+      if (!n.contains(kw)) continue;
+      const Json& branches = n[kw];
+      if (!branches.is_array() || branches.empty()) fail(pointer_append(ptr, kw), "must be a non-empty array");
+      std::vector<Json> next;
+      for (const Json& a : alts)
+        for (size_t i = 0; i < branches.size(); ++i) {
+          std::string bp = pointer_append(pointer_append(ptr, kw), std::to_string(i));
+          // an unconstrained base keeps the branch as written, so $ref recursion stays a call
+          if (a.is_object() && a.empty() && unevaluated.empty() && std::string(kw) == "anyOf") next.push_back(branches[i]);
+          else next.push_back(merge(a, normalize(branches[i], bp, 0), ptr, 0));
+        }
+      if (next.size() > kMaxAlternatives) fail(ptr, std::string(kw) + ": too many alternatives");
+      if (std::string(kw) == "oneOf")
+        for (size_t i = 0; i < next.size(); ++i)
+          for (size_t j = i + 1; j < next.size(); ++j)
+            if (!provably_disjoint(next[i], next[j]))
+              fail(pointer_append(ptr, "oneOf"), "branches " + std::to_string(i) + " and " + std::to_string(j) +
+                                                     " may overlap (only provably exclusive oneOf is supported)");
+      alts = std::move(next);
+    }
+    for (Json& a : alts) {
+      if (unevaluated.empty() || !a.is_object()) continue;
+      if (a.contains("$ref") || a.contains("allOf")) a = Json{{"allOf", Json::array({a})}};
+      for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) a[it.key()] = it.value();
+    }
+    std::vector<Frag> calls;
+    for (size_t i = 0; i < alts.size(); ++i) {
+      int32_t r = value_rule(alts[i], ptr, depth);
+      calls.push_back(gb_.frags(rule).call(r));
+    }
+    gb_.frags(rule).set_root(gb_.frags(rule).alt(calls));
+    return;
+  }
+  Frag f = typed_frag(rule, n, ptr, depth);
+  gb_.frags(rule).set_root(f);
+  (void)fb;
+}
+
+bool SchemaCompiler::provably_disjoint(const Json& a, const Json& b) const {
+  if (a.is_boolean() || b.is_boolean()) return a == false || b == false;
+  auto types = [](const Json& s) {
+    std::set<std::string> t;
+    if (!s.contains("type")) return std::set<std::string>(kTypes.begin(), kTypes.end());
+    for (const Json& x : s["type"]) t.insert(x.get<std::string>());
+    if (t.count("number")) t.insert("integer");
+    if (t.count("integer")) t.insert("number");
+    return t;
+  };
+  std::set<std::string> ta = types(a), tb = types(b);
+  bool overlap = false;
+  for (const auto& t : ta) overlap |= tb.count(t) > 0;
+  if (!overlap) return true;
+  if (a.contains("enum") && b.contains("enum")) {
+    bool common = false;
+    for (const Json& x : a["enum"])
+      common |= std::find(b["enum"].begin(), b["enum"].end(), x) != b["enum"].end();
+    if (!common) return true;
+  }
+  if (a.contains("enum") && a["enum"].empty()) return true;
+  if (b.contains("enum") && b["enum"].empty()) return true;
+  // a discriminating property: required on both sides, with disjoint const/enum values
+  if (a.contains("properties") && b.contains("properties") && a.contains("required") && b.contains("required")) {
+    for (auto p = a["properties"].begin(); p != a["properties"].end(); ++p) {
+      const std::string& name = p.key();
+      auto req = [&](const Json& s) { return std::find(s["required"].begin(), s["required"].end(), name) != s["required"].end(); };
+      if (!b["properties"].contains(name) || (!req(a) && !req(b))) continue;
+      const Json& pa = p.value();
+      const Json& pb = b["properties"][name];
+      auto vals = [](const Json& s) -> std::optional<Json> {
+        if (!s.is_object()) return std::nullopt;
+        if (s.contains("const")) return Json::array({s["const"]});
+        if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+        return std::nullopt;
+      };
+      auto va = vals(pa), vb = vals(pb);
+      if (!va || !vb) continue;
+      bool common = false;
+      for (const Json& x : *va) common |= std::find(vb->begin(), vb->end(), x) != vb->end();
+      if (!common) return true;
+    }
+  }
+  // a key one side requires is forbidden by the other, closed, side
+  auto closed_excludes_required = [](const Json& closed, const Json& other) {
+    if (!closed.contains("additionalProperties") || closed["additionalProperties"] != false ||
+        closed.contains("patternProperties") || !other.contains("required") ||
+        (other.contains("type") && !has_type(other["type"], "object")))
+      return false;
+    // the closed side must not accept non-objects either, or they could match both
+    if (!closed.contains("type") || closed["type"].size() != 1 || closed["type"][0] != "object") return false;
+    for (const Json& r : other["required"])
+      if (!closed.contains("properties") || !closed["properties"].contains(r.get<std::string>())) return true;
+    return false;
+  };
+  if (closed_excludes_required(a, b) || closed_excludes_required(b, a)) return true;
+  return false;
+}
+
+Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+  Json types = n.contains("type") ? n["type"] : Json(kTypes);
+  if (n.contains("enum")) return enum_frag(rule, n, ptr);
+
+  if (n.contains("uniqueItems") && n["uniqueItems"] == true && has_type(types, "array"))
+    fail(pointer_append(ptr, "uniqueItems"), "unsupported keyword 'uniqueItems' (true)");
+  std::vector<Frag> alts;
+  if (has_type(types, "null")) alts.push_back(gb_.frags(rule).literal("null"));
+  if (has_type(types, "boolean")) alts.push_back(gb_.frags(rule).alt({gb_.frags(rule).literal("true"), gb_.frags(rule).literal("false")}));
+  if (has_type(types, "number") || has_type(types, "integer")) {
+    bool number = has_type(types, "number");
+    if (n.contains("multipleOf")) {
+      int32_t r = gb_.add_rule(fresh(ptr + "/multipleOf"));
+      Frag f = number ? number_frag(r, n, ptr) : integer_frag(r, n, ptr);
+      gb_.frags(r).set_root(f);
+      Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
+      gb_.set_from_dfa(r, intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000));
+      alts.push_back(gb_.frags(rule).call(r));
+    } else {
+      alts.push_back(number ? number_frag(rule, n, ptr) : integer_frag(rule, n, ptr));
+    }
+  }
+  if (has_type(types, "string")) alts.push_back(string_frag(rule, n, ptr));
+  if (has_type(types, "array")) alts.push_back(array_frag(rule, n, ptr, depth));
+  if (has_type(types, "object")) alts.push_back(object_frag(rule, n, ptr, depth));
+  return gb_.frags(rule).alt(alts);
+}
+
+Frag SchemaCompiler::repeat_frag(int32_t rule, int32_t body, uint32_t min, uint32_t max) {
+  constexpr uint32_t kInline = 8;
+  if (max != kUnbounded && max <= kInline) {
+    std::vector<Frag> parts;
+    for (uint32_t i = 0; i < min; ++i) parts.push_back(gb_.frags(rule).call(body));
+    Frag tail = gb_.frags(rule).empty();
+    for (uint32_t i = min; i < max; ++i) tail = gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).call(body), tail}));
+    parts.push_back(tail);
+    return gb_.frags(rule).seq(parts);
+  }
+  if (max == kUnbounded && min <= kInline) {
+    std::vector<Frag> parts;
+    for (uint32_t i = 0; i < min; ++i) parts.push_back(gb_.frags(rule).call(body));
+    parts.push_back(gb_.frags(rule).star(gb_.frags(rule).call(body)));
+    return gb_.frags(rule).seq(parts);
+  }
+  int32_t rep = gb_.add_repeat(gb_.name(body) + "/count", body, min, max);
+  return gb_.frags(rule).call(rep);
+}
+
+Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+  std::vector<Json> prefix;
+  Json tail = true;
+  std::string tail_ptr = pointer_append(ptr, "items");
+  if (n.contains("prefixItems")) {
+    if (!n["prefixItems"].is_array()) fail(pointer_append(ptr, "prefixItems"), "must be an array");
+    for (const Json& x : n["prefixItems"]) prefix.push_back(x);
+    if (n.contains("items")) tail = n["items"];
+  } else if (n.contains("items") && n["items"].is_array()) {
+    for (const Json& x : n["items"]) prefix.push_back(x);
+    if (n.contains("additionalItems")) tail = n["additionalItems"], tail_ptr = pointer_append(ptr, "additionalItems");
+  } else if (n.contains("items")) {
+    tail = n["items"];
+  }
+  auto count = [&](const char* kw, uint64_t dflt) -> uint64_t {
+    if (!n.contains(kw)) return dflt;
+    const Json& v = n[kw];
+    if (!v.is_number() || v.get<double>() < 0) fail(pointer_append(ptr, kw), "must be a non-negative integer");
+    return uint64_t(std::min(v.get<double>(), 1e9));
+  };
+  uint64_t k = prefix.size();
+  uint64_t min = count("minItems", 0), max = count("maxItems", kUnbounded);
+  uint64_t min_contains = count("minContains", 1);
+  if (n.contains("maxContains") && n.contains("contains"))
+    fail(pointer_append(ptr, "maxContains"), "unsupported keyword 'maxContains'");
+  if (n.contains("contains") && min_contains > 0)
+    return contains_frag(rule, n, ptr, depth, tail, std::max(min, min_contains), max, min_contains);
+  if (tail == false) max = std::min(max, k);
+  FragBuilder fb = gb_.frags(rule);
+  if (min > max) return fb.alt({});
+  std::vector<int32_t> prefix_rules;
+  for (size_t i = 0; i < k && i < max; ++i)
+    prefix_rules.push_back(value_rule(prefix[i], pointer_append(pointer_append(ptr, "prefixItems"), std::to_string(i)), depth));
+  int32_t tail_rule = (max > k && tail != false) ? value_rule(tail, tail_ptr, depth) : -1;
+  Nfa& nfa = gb_.nfa(rule);
+  Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("["), ws(rule)});
+  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("]")});
+  int32_t cur = open.out;
+  for (uint64_t i = 0; i < prefix_rules.size(); ++i) {
+    if (i >= min) gb_.frags(rule).eps(cur, close.in);
+    Frag el = i == 0 ? gb_.frags(rule).call(prefix_rules[i])
+                     : gb_.frags(rule).seq({sep(rule, ','), gb_.frags(rule).call(prefix_rules[i])});
+    gb_.frags(rule).eps(cur, el.in);
+    cur = el.out;
+  }
+  (void)nfa;
+  uint64_t done = prefix_rules.size();
+  if (done == k && tail_rule >= 0 && max > k) {
+    uint64_t tmin = min > k ? min - k : 0;
+    uint64_t tmax = max == kUnbounded ? kUnbounded : max - k;
+    int32_t elem = gb_.add_rule(fresh(tail_ptr + "/elem"));
+    gb_.frags(elem).set_root(gb_.frags(elem).seq({sep(elem, ','), gb_.frags(elem).call(tail_rule)}));
+    Frag t;
+    if (k > 0) {
+      t = repeat_frag(rule, elem, uint32_t(tmin), uint32_t(tmax));
+    } else {
+      Frag first = gb_.frags(rule).call(tail_rule);
+      Frag rest = repeat_frag(rule, elem, uint32_t(tmin > 0 ? tmin - 1 : 0), tmax == kUnbounded ? kUnbounded : uint32_t(tmax - 1));
+      t = gb_.frags(rule).seq({first, rest});
+      if (tmin == 0) t = gb_.frags(rule).opt(t);
+    }
+    gb_.frags(rule).eps(cur, t.in);
+    gb_.frags(rule).eps(t.out, close.in);
+  } else if (done >= min) {
+    gb_.frags(rule).eps(cur, close.in);
+  }
+  return {open.in, close.out};
+}
+
+// Arrays with `contains`: at least m elements satisfy contains (and items), the rest only items.
+Frag SchemaCompiler::contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail,
+                                   uint64_t min, uint64_t max, uint64_t m) {
+  if (n.contains("prefixItems") || (n.contains("items") && n["items"].is_array()))
+    fail(pointer_append(ptr, "contains"), "contains together with prefixItems is not supported");
+  if (max != kUnbounded || m > 64 || min > m)
+    fail(pointer_append(ptr, "contains"), "contains with minItems/maxItems or minContains above 64 is not supported");
+  FragBuilder fb = gb_.frags(rule);
+  if (tail == false) return fb.alt({});
+  int32_t plain = value_rule(tail, pointer_append(ptr, "items"), depth);
+  int32_t hit = value_rule(Json{{"allOf", Json::array({tail, n["contains"]})}}, pointer_append(ptr, "contains"), depth);
+  Nfa& nfa = gb_.nfa(rule);
+  Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("["), ws(rule)});
+  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("]")});
+  std::vector<int32_t> more(size_t(m) + 1);
+  for (auto& x : more) x = nfa.add_state();
+  auto edge = [&](int32_t from, int32_t to, int32_t callee, bool with_sep) {
+    Frag c = with_sep ? gb_.frags(rule).seq({sep(rule, ','), gb_.frags(rule).call(callee)}) : gb_.frags(rule).call(callee);
+    gb_.frags(rule).eps(from, c.in);
+    gb_.frags(rule).eps(c.out, to);
+  };
+  edge(open.out, more[0], plain, false);
+  edge(open.out, more[std::min<uint64_t>(1, m)], hit, false);
+  for (uint64_t c = 0; c <= m; ++c) {
+    edge(more[c], more[c], plain, true);
+    edge(more[c], more[std::min(c + 1, m)], hit, true);
+  }
+  gb_.frags(rule).eps(more[m], close.in);
+  return {open.in, close.out};
+}
+
+}  // namespace json_schema_detail
+
+Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
+  json_schema_detail::SchemaCompiler c(schema, opts);
+  return c.run();
+}
+
+Grammar compile_json_schema_text(std::string_view schema_text, const JsonSchemaOptions& opts) {
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(schema_text);
+  } catch (const nlohmann::json::exception& e) {
+    grammar_fail("grammar: json_schema: not valid JSON: ", e.what());
+  }
+  return compile_json_schema(j, opts);
+}
+
+}  // namespace exl

@@ -1,0 +1,56 @@
+// JSON Schema -> Grammar. The grammar accepts exactly the JSON texts (in the chosen whitespace and
+// property-order style) whose values the schema validates, for the supported keywords; a schema
+// using anything else is a GrammarError naming the keyword and its JSON pointer
+// ("grammar: json_schema: /properties/a: unsupported keyword 'not'"), never silently ignored.
+//
+// Supported: type (string or array), enum, const, properties, required, additionalProperties,
+// patternProperties (pairwise disjoint patterns), items (schema, false, or draft-07 array form
+// with additionalItems), prefixItems, minItems/maxItems, minLength/maxLength, pattern (search
+// semantics, combined with lengths and formats by automaton intersection), format (date-time,
+// date, time, email, uuid, uri, ipv4, ipv6, hostname), minimum/maximum/exclusiveMinimum/
+// exclusiveMaximum (integers: exact; numbers: exact for integer-valued bounds, written without an
+// exponent — non-integer bounds on numbers are an error), anyOf, oneOf (only when the branches are
+// provably disjoint: distinct types or distinct const/enum values of a required property),
+// allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
+// any JSON pointer) including recursion, nullable (OpenAPI), minProperties/maxProperties when
+// implied by required/closed objects, uniqueItems: false, multipleOf: 1 on integers.
+// Annotations are ignored: $schema $id id $comment title description default examples example
+// readOnly writeOnly deprecated $defs definitions $anchor contentMediaType contentEncoding and
+// keys starting with "x-".
+//
+// Output text: compact (no whitespace) or flexible ([ \t\n\r]* between tokens, none around the
+// top-level value); strings use the escapes a compact serializer writes (\" \\ \b \f \n \r \t,
+// \u00XX for other controls, everything else raw UTF-8). Properties in schema order (named
+// properties first, in schema order; then additional/pattern properties) or in any order
+// (required properties tracked as a set, at most 12 per object; with more, the required ones
+// must keep their schema order among themselves — never accepting a missing one).
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+
+namespace exl {
+
+struct JsonSchemaOptions {
+  enum class Whitespace { compact, flexible };
+  enum class PropertyOrder { schema, any };
+  Whitespace whitespace = Whitespace::compact;
+  PropertyOrder property_order = PropertyOrder::schema;
+  // Lenient mode: keywords listed here are ignored wherever they appear ("format" ignores every
+  // format, "uniqueItems" every uniqueItems, ...).
+  std::vector<std::string> ignore_keywords;
+  // Lenient mode: keywords that are no validation keyword of any JSON Schema draft ("self",
+  // "javaType", typos) are treated as annotations, as validators do, instead of being errors.
+  // Known validation keywords that are not supported stay errors.
+  bool ignore_unknown_keywords = false;
+};
+
+Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts = {});
+// Parses `schema_text` (keeping property order) then compiles it.
+Grammar compile_json_schema_text(std::string_view schema_text, const JsonSchemaOptions& opts = {});
+
+}  // namespace exl

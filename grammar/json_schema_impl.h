@@ -1,0 +1,80 @@
+// Internals of the JSON Schema compiler, shared by json_schema.cpp (dispatch, combinators,
+// objects, arrays) and json_schema_leaf.cpp (numbers, strings, formats).
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include "grammar/json_schema.h"
+
+namespace exl::json_schema_detail {
+
+using Json = nlohmann::ordered_json;
+
+[[noreturn]] void fail(const std::string& ptr, const std::string& what);
+
+// Integers wide enough for bounds up to about 1e37; a bound on one (nullopt = unbounded).
+using Int = __int128;
+using IntBound = std::optional<Int>;
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const Json& root, const JsonSchemaOptions& opts) : root_(root), opts_(opts) {}
+  Grammar run();
+
+  // rule id whose language is the schema's JSON texts
+  int32_t value_rule(const Json& s, const std::string& ptr, int depth = 0);
+
+  // json_schema_leaf.cpp
+  Frag integer_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag number_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag string_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag int_range(int32_t rule, IntBound lo, IntBound hi);
+  // A byte-only DFA for string contents (between the quotes) satisfying the string keywords.
+  Rule string_content_dfa(const Json& s, const std::string& ptr, bool& trivial);
+  Rule key_pattern_dfa(const std::string& pattern, const std::string& ptr);
+  static Rule literal_set_dfa(const std::vector<std::string>& literals);
+  static Rule length_dfa(uint64_t min, uint64_t max);
+  // Decimal numbers (optional '-', digits, optional fraction, no exponent) that are multiples of m.
+  static Rule multiple_of_dfa(const Json& m, const std::string& ptr);
+
+  // shared rules
+  int32_t any_value_rule();
+  int32_t any_string_rule();
+  int32_t json_char_rule();
+  Frag ws(int32_t rule);
+  Frag sep(int32_t rule, char c);  // ws c ws
+
+  GrammarBuilder gb_;
+  bool ignored(const std::string& kw) const;
+  bool is_annotation(const std::string& kw) const;
+
+ private:
+  friend struct Impl;
+  const Json& root_;
+  JsonSchemaOptions opts_;
+  std::map<std::string, int32_t> ref_rules_;
+  int32_t any_value_ = -1, any_string_ = -1, json_char_ = -1;
+  int counter_ = 0;
+
+ public:
+  std::string fresh(const std::string& base) { return base + "#" + std::to_string(counter_++); }
+  const Json& resolve_ref(const std::string& ref, const std::string& ptr, std::string& target_ptr) const;
+  int32_t ref_rule(const std::string& target_ptr, const Json& target, int depth);
+  void compile_into(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  Json normalize(const Json& s, const std::string& ptr, int depth);
+  Json merge(const Json& a, const Json& b, const std::string& ptr, int depth);
+  void check_keywords(const Json& s, const std::string& ptr) const;
+  Frag typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  Frag array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  Frag contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail, uint64_t min,
+                     uint64_t max, uint64_t m);
+  Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  Frag enum_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag repeat_frag(int32_t rule, int32_t body_rule, uint32_t min, uint32_t max);
+  bool provably_disjoint(const Json& a, const Json& b) const;
+};
+
+std::string pointer_append(const std::string& ptr, const std::string& token);
+
+}  // namespace exl::json_schema_detail

@@ -1,0 +1,469 @@
+#include <cmath>
+
+#include "grammar/code_set.h"
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema_impl.h"
+#include "grammar/regex.h"
+
+namespace exl::json_schema_detail {
+namespace {
+
+constexpr size_t kMaxDfaStates = 200000;
+constexpr uint64_t kMaxLengthWithPattern = 2000;
+constexpr char kNumberRegex[] = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?";
+
+const char* format_regex(const std::string& f) {
+  static const std::string date =
+      "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|[12][0-9]))";
+  static const std::string time =
+      "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+  static const std::string date_time = date + "[Tt]" + time;
+  static const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+  static const std::string hostname = label + "(?:\\." + label + ")*";
+  static const std::string email =
+      "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@" + hostname;
+  static const std::string uuid = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+  static const std::string uri =
+      "[A-Za-z][A-Za-z0-9+.\\-]*:(?:[A-Za-z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*";
+  static const std::string octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  static const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
+  static const std::string h = "[0-9A-Fa-f]{1,4}";
+  static const std::string ipv6 =
+      "(?:(?:" + h + ":){7}" + h + "|(?:" + h + ":){1,7}:|(?:" + h + ":){1,6}:" + h + "|(?:" + h + ":){1,5}(?::" + h +
+      "){1,2}|(?:" + h + ":){1,4}(?::" + h + "){1,3}|(?:" + h + ":){1,3}(?::" + h + "){1,4}|(?:" + h + ":){1,2}(?::" + h +
+      "){1,5}|" + h + ":(?::" + h + "){1,6}|:(?:(?::" + h + "){1,7}|:)|(?:" + h + ":){6}" + ipv4 + "|::(?:" + h +
+      ":){0,5}" + ipv4 + "|(?:" + h + ":){1,5}:" + ipv4 + ")";
+  static const std::string json_pointer = "(?:/(?:[^~/]|~[01])*)*";
+  static const std::string rel_json_pointer = "(?:0|[1-9][0-9]*)(?:#|" + json_pointer + ")";
+  static const std::string dur_time = "T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
+  static const std::string duration =
+      "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:" + dur_time + ")?|" + dur_time + "|[0-9]+W)";
+  static const std::string uri_chars = "A-Za-z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=";
+  static const std::string uri_reference =
+      "(?:[A-Za-z][A-Za-z0-9+.\\-]*:)?(?:[" + uri_chars + "]|%[0-9A-Fa-f]{2})*";
+  static const std::string iri_chars = uri_chars + "\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF";
+  static const std::string iri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?:[" + iri_chars + "]|%[0-9A-Fa-f]{2})*";
+  static const std::string iri_reference = "(?:[A-Za-z][A-Za-z0-9+.\\-]*:)?(?:[" + iri_chars + "]|%[0-9A-Fa-f]{2})*";
+  static const std::string var = "[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\\*)?";
+  static const std::string uri_template = "(?:[^\\x00-\\x20\"'%<>\\\\^`{|}]|%[0-9A-Fa-f]{2}|\\{[+#./;?&=,!@|]?" + var +
+                                          "(?:," + var + ")*\\})*";
+  static const std::string ulabel_ch = "A-Za-z0-9\\u00A1-\\uFFFF";
+  static const std::string ulabel = "[" + ulabel_ch + "](?:[" + ulabel_ch + "\\-]{0,61}[" + ulabel_ch + "])?";
+  static const std::string idn_hostname = ulabel + "(?:\\." + ulabel + ")*";
+  static const std::string idn_email = "[^\\s@\"(),:;<>\\[\\]\\\\]+@" + idn_hostname;
+  static const std::map<std::string, std::string> table = {
+      {"json-pointer", json_pointer}, {"relative-json-pointer", rel_json_pointer}, {"duration", duration},
+      {"uri-reference", uri_reference}, {"iri", iri}, {"iri-reference", iri_reference}, {"uri-template", uri_template},
+      {"idn-hostname", idn_hostname}, {"idn-email", idn_email},
+      {"date", date}, {"time", time}, {"date-time", date_time}, {"hostname", hostname}, {"email", email},
+      {"uuid", uuid}, {"uri", uri}, {"ipv4", ipv4}, {"ipv6", ipv6}};
+  auto it = table.find(f);
+  return it == table.end() ? nullptr : it->second.c_str();
+}
+
+Rule regex_dfa(const std::string& pattern, bool search) {
+  GrammarBuilder tb;
+  int32_t r = tb.add_rule("pattern");
+  tb.frags(r).set_root(emit_regex(tb, r, pattern, {.search = search, .json_string = true, .byte_only = true}));
+  return determinize_bytes(tb.nfa(r), "pattern", kMaxDfaStates);
+}
+
+std::optional<double> number_kw(const Json& n, const char* kw, const std::string& ptr) {
+  if (!n.contains(kw)) return std::nullopt;
+  const Json& v = n[kw];
+  if (v.is_boolean()) return std::nullopt;
+  if (!v.is_number()) fail(pointer_append(ptr, kw), "must be a number");
+  return v.get<double>();
+}
+
+std::string digits(Int v) {
+  if (v == 0) return "0";
+  std::string out;
+  for (; v > 0; v /= 10) out.insert(out.begin(), char('0' + int(v % 10)));
+  return out;
+}
+
+constexpr double kMaxBound = 1e37;
+
+// An exact integer from a JSON number that is integral (ceil/floor applied to others).
+Int json_int(const Json& v, bool ceil_it, const std::string& ptr) {
+  if (v.is_number_unsigned()) return Int(v.get<uint64_t>());
+  if (v.is_number_integer()) return Int(v.get<int64_t>());
+  double d = ceil_it ? std::ceil(v.get<double>()) : std::floor(v.get<double>());
+  if (!std::isfinite(d) || std::fabs(d) > kMaxBound) fail(ptr, "bound out of the supported range");
+  return Int(d);
+}
+
+bool json_integral(const Json& v) {
+  return v.is_number_integer() || v.is_number_unsigned() || v.get<double>() == std::floor(v.get<double>());
+}
+
+}  // namespace
+
+Frag SchemaCompiler::ws(int32_t rule) {
+  FragBuilder fb = gb_.frags(rule);
+  if (opts_.whitespace == JsonSchemaOptions::Whitespace::compact) return fb.empty();
+  return gb_.frags(rule).star(gb_.frags(rule).alt({fb.bytes(' ', ' '), gb_.frags(rule).bytes('\t', '\t'),
+                                                  gb_.frags(rule).bytes('\n', '\n'), gb_.frags(rule).bytes('\r', '\r')}));
+}
+
+Frag SchemaCompiler::sep(int32_t rule, char c) {
+  Frag a = ws(rule);
+  Frag b = gb_.frags(rule).bytes(uint8_t(c), uint8_t(c));
+  Frag d = ws(rule);
+  return gb_.frags(rule).seq({a, b, d});
+}
+
+int32_t SchemaCompiler::json_char_rule() {
+  if (json_char_ >= 0) return json_char_;
+  json_char_ = gb_.add_rule("json_char");
+  FragBuilder fb = gb_.frags(json_char_);
+  fb.set_root(emit_code_set(fb, CodeSet::all(), true));
+  return json_char_;
+}
+
+int32_t SchemaCompiler::any_string_rule() {
+  if (any_string_ >= 0) return any_string_;
+  any_string_ = gb_.add_rule("string");
+  FragBuilder fb = gb_.frags(any_string_);
+  Frag ch = emit_code_set(fb, CodeSet::all(), true);
+  fb.set_root(fb.seq({fb.literal("\""), fb.star(ch), fb.literal("\"")}));
+  return any_string_;
+}
+
+int32_t SchemaCompiler::any_value_rule() {
+  if (any_value_ >= 0) return any_value_;
+  any_value_ = gb_.add_rule("value");
+  int32_t obj = gb_.add_rule("object"), arr = gb_.add_rule("array"), str = any_string_rule();
+  int32_t member = gb_.add_rule("member");
+  {
+    FragBuilder fb = gb_.frags(any_value_);
+    std::vector<Frag> alts = {fb.call(obj), fb.call(arr), fb.call(str), emit_regex(gb_, any_value_, kNumberRegex, {}),
+                              fb.literal("true"), fb.literal("false"), fb.literal("null")};
+    fb.set_root(fb.alt(alts));
+  }
+  {
+    FragBuilder fb = gb_.frags(member);
+    fb.set_root(fb.seq({fb.call(str), sep(member, ':'), fb.call(any_value_)}));
+  }
+  {
+    FragBuilder fb = gb_.frags(obj);
+    Frag list = fb.seq({fb.call(member), fb.star(fb.seq({sep(obj, ','), fb.call(member)}))});
+    fb.set_root(fb.seq({fb.literal("{"), ws(obj), fb.opt(list), ws(obj), fb.literal("}")}));
+  }
+  {
+    FragBuilder fb = gb_.frags(arr);
+    Frag list = fb.seq({fb.call(any_value_), fb.star(fb.seq({sep(arr, ','), fb.call(any_value_)}))});
+    fb.set_root(fb.seq({fb.literal("["), ws(arr), fb.opt(list), ws(arr), fb.literal("]")}));
+  }
+  return any_value_;
+}
+
+Frag SchemaCompiler::int_range(int32_t rule, IntBound lo, IntBound hi) {
+  // numbers in [a, b] (b = nullopt: unbounded) written canonically, a >= 0
+  auto same_len = [&](auto&& self, const std::string& A, const std::string& B) -> Frag {
+    FragBuilder fb = gb_.frags(rule);
+    if (A.empty()) return fb.empty();
+    if (A == B) return fb.literal(A);
+    if (A.find_first_not_of('0') == std::string::npos && B.find_first_not_of('9') == std::string::npos) {
+      std::vector<Frag> any;
+      for (size_t i = 0; i < A.size(); ++i) any.push_back(gb_.frags(rule).bytes('0', '9'));
+      return gb_.frags(rule).seq(any);
+    }
+    if (A[0] == B[0]) return gb_.frags(rule).seq({fb.literal(A.substr(0, 1)), self(self, A.substr(1), B.substr(1))});
+    size_t n = A.size() - 1;
+    std::vector<Frag> alts;
+    alts.push_back(gb_.frags(rule).seq({fb.literal(A.substr(0, 1)), self(self, A.substr(1), std::string(n, '9'))}));
+    if (A[0] + 1 <= B[0] - 1) {
+      std::vector<Frag> parts{gb_.frags(rule).bytes(uint8_t(A[0] + 1), uint8_t(B[0] - 1))};
+      for (size_t i = 0; i < n; ++i) parts.push_back(gb_.frags(rule).bytes('0', '9'));
+      alts.push_back(gb_.frags(rule).seq(parts));
+    }
+    alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(B.substr(0, 1)), self(self, std::string(n, '0'), B.substr(1))}));
+    return gb_.frags(rule).alt(alts);
+  };
+  auto range = [&](Int a, std::optional<Int> b) -> Frag {
+    std::vector<Frag> alts;
+    std::string sa = digits(a), sb = b ? digits(*b) : "";
+    size_t la = sa.size();
+    size_t lb = b ? sb.size() : la;
+    for (size_t L = la; L <= lb; ++L) {
+      std::string A = sa;
+      if (L != la) A.assign(L, '0'), A[0] = '1';
+      std::string B = (b && L == lb) ? sb : std::string(L, '9');
+      if (A > B) continue;
+      alts.push_back(same_len(same_len, A, B));
+    }
+    if (!b) {
+      std::vector<Frag> parts{gb_.frags(rule).bytes('1', '9')};
+      for (size_t i = 0; i < la; ++i) parts.push_back(gb_.frags(rule).bytes('0', '9'));
+      parts.push_back(gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9')));
+      alts.push_back(gb_.frags(rule).seq(parts));
+    }
+    return gb_.frags(rule).alt(alts);
+  };
+  std::vector<Frag> alts;
+  if (!hi || *hi >= 0) {
+    Int a = lo ? std::max<Int>(*lo, 0) : 0;
+    std::optional<Int> b = hi;
+    if (!b || a <= *b) alts.push_back(range(a, b));
+  }
+  if (!lo || *lo < 0) {
+    Int a = hi && *hi < 0 ? -*hi : 1;
+    std::optional<Int> b;
+    if (lo) b = -*lo;
+    if (!b || a <= *b) alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal("-"), range(a, b)}));
+  }
+  return gb_.frags(rule).alt(alts);
+}
+
+Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  IntBound lo, hi;
+  bool ex_min = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
+  bool ex_max = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
+  auto num = [&](const char* kw) -> const Json* {
+    if (!n.contains(kw) || n[kw].is_boolean()) return nullptr;
+    if (!n[kw].is_number()) fail(pointer_append(ptr, kw), "must be a number");
+    return &n[kw];
+  };
+  if (const Json* v = num("minimum")) lo = json_int(*v, true, pointer_append(ptr, "minimum")) + ((ex_min && json_integral(*v)) ? 1 : 0);
+  if (const Json* v = num("exclusiveMinimum")) {
+    Int x = json_int(*v, false, pointer_append(ptr, "exclusiveMinimum")) + 1;
+    lo = lo ? std::max(*lo, x) : x;
+  }
+  if (const Json* v = num("maximum")) hi = json_int(*v, false, pointer_append(ptr, "maximum")) - ((ex_max && json_integral(*v)) ? 1 : 0);
+  if (const Json* v = num("exclusiveMaximum")) {
+    Int x = json_int(*v, true, pointer_append(ptr, "exclusiveMaximum")) - 1;
+    hi = hi ? std::min(*hi, x) : x;
+  }
+  if (lo && hi && *lo > *hi) return gb_.frags(rule).alt({});
+  return int_range(rule, lo, hi);
+}
+
+// Numbers: exact for integer-valued bounds; such numbers are written without an exponent.
+Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  bool ex_min_b = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
+  bool ex_max_b = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
+  enum Kind { none, incl, excl };
+  Kind lk = none, uk = none;
+  Int lv = 0, uv = 0;
+  auto bound = [&](const char* kw, Kind kind, bool lower) {
+    auto v = number_kw(n, kw, ptr);
+    if (!v) return;
+    if (!json_integral(n[kw])) fail(pointer_append(ptr, kw), "non-integer bounds on type number are not supported");
+    Int x = json_int(n[kw], false, pointer_append(ptr, kw));
+    Kind& k = lower ? lk : uk;
+    Int& cur = lower ? lv : uv;
+    bool tighter = k == none || (lower ? (x > cur || (x == cur && kind == excl)) : (x < cur || (x == cur && kind == excl)));
+    if (tighter) k = kind, cur = x;
+  };
+  bound("minimum", ex_min_b ? excl : incl, true);
+  bound("exclusiveMinimum", excl, true);
+  bound("maximum", ex_max_b ? excl : incl, false);
+  bound("exclusiveMaximum", excl, false);
+  if (lk == none && uk == none) return emit_regex(gb_, rule, kNumberRegex, {});
+  // one sign: magnitude M >= 0 with int part I; M-bounds (kind, value)
+  auto side = [&](Kind lok, Int lov, Kind upk, Int upv) -> std::vector<Frag> {
+    std::vector<Frag> out;
+    IntBound A = 0, B;
+    bool nz_point = false, z_point = false;
+    if (lok == incl) A = std::max<Int>(0, lov);
+    if (lok == excl) {
+      if (lov < 0) A = 0;
+      else A = lov + 1, nz_point = true;
+    }
+    if (upk == incl) {
+      if (upv < 0) return out;
+      B = upv - 1, z_point = true;
+    }
+    if (upk == excl) {
+      if (upv <= 0) return out;
+      B = upv - 1;
+    }
+    auto any_frac = [&] { return gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '9'))})); };
+    auto zero_frac = [&] { return gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '0'))})); };
+    auto nz_frac = [&] {
+      return gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9')),
+                                  gb_.frags(rule).bytes('1', '9'), gb_.frags(rule).star(gb_.frags(rule).bytes('0', '9'))});
+    };
+    if (!B || *A <= *B) out.push_back(gb_.frags(rule).seq({int_range(rule, A, B), any_frac()}));
+    if (nz_point && (!B || lov <= *B)) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(lov)), nz_frac()}));
+    if (z_point && upv >= *A) out.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal(digits(upv)), zero_frac()}));
+    return out;
+  };
+  std::vector<Frag> alts;
+  // x >= 0 (written without '-')
+  for (Frag f : side(lk, lv, uk, uv)) alts.push_back(f);
+  // x < 0: M = -x > 0
+  if (lk == none || lv < 0 || (lk == excl && lv < 0)) {
+    Kind mlk = excl;
+    Int mlv = 0;
+    if (uk != none && uv < 0) mlk = uk, mlv = -uv;  // x <= hi -> M >= -hi ; x < hi -> M > -hi
+    Kind muk = none;
+    Int muv = 0;
+    if (lk != none) muk = lk, muv = -lv;  // x >= lo -> M <= -lo ; x > lo -> M < -lo
+    for (Frag f : side(mlk, mlv, muk, muv)) alts.push_back(gb_.frags(rule).seq({gb_.frags(rule).literal("-"), f}));
+  }
+  return gb_.frags(rule).alt(alts);
+}
+
+// JSON string bodies of min..max characters, built directly: one copy of the one-character
+// automaton per count.
+Rule SchemaCompiler::length_dfa(uint64_t min, uint64_t max) {
+  static const Rule one = [] {
+    Nfa nfa;
+    FragBuilder fb(nfa);
+    fb.set_root(emit_code_set(fb, CodeSet::all(), true));
+    return determinize_bytes(nfa, "char", 1000);
+  }();
+  uint64_t blocks = max == kUnbounded ? min + 1 : max + 1;
+  std::vector<int32_t> inner;  // non-accepting states of `one`, in order
+  std::vector<int32_t> pos(one.states.size(), -1);
+  for (size_t s = 0; s < one.states.size(); ++s)
+    if (!one.states[s].accepting) pos[s] = int32_t(inner.size()), inner.push_back(int32_t(s));
+  Rule r;
+  r.name = "length";
+  r.byte_class = one.byte_class;
+  r.n_classes = one.n_classes;
+  size_t per = inner.size();
+  auto id = [&](uint64_t block, int32_t s) { return int32_t(block * per + size_t(pos[size_t(s)])); };
+  r.states.resize(size_t(blocks) * per);
+  r.trans.assign(r.states.size() * size_t(r.n_classes), -1);
+  for (uint64_t b = 0; b < blocks; ++b) {
+    bool last = max != kUnbounded && b == max;
+    uint64_t after = max == kUnbounded ? std::min(b + 1, min) : b + 1;
+    for (int32_t s : inner) {
+      int32_t me = id(b, s);
+      if (s == 0) r.states[size_t(me)].accepting = b >= min;
+      if (last) continue;
+      for (int c = 0; c < one.n_classes; ++c) {
+        int32_t t = one.trans[size_t(s) * size_t(one.n_classes) + size_t(c)];
+        if (t < 0) continue;
+        r.trans[size_t(me) * size_t(r.n_classes) + size_t(c)] = one.states[size_t(t)].accepting ? id(after, 0) : id(b, t);
+        r.states[size_t(me)].has_bytes = true;
+      }
+    }
+  }
+  return r;
+}
+
+Rule SchemaCompiler::key_pattern_dfa(const std::string& pattern, const std::string& ptr) {
+  try {
+    return regex_dfa(pattern, true);
+  } catch (const GrammarError& e) {
+    fail(ptr, e.what());
+  }
+}
+
+Rule SchemaCompiler::literal_set_dfa(const std::vector<std::string>& literals) {
+  Nfa nfa;
+  FragBuilder fb(nfa);
+  std::vector<Frag> alts;
+  for (const std::string& l : literals) alts.push_back(fb.literal(l));
+  fb.set_root(fb.alt(alts));
+  return determinize_bytes(nfa, "literals", kMaxDfaStates);
+}
+
+Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, bool& trivial) {
+  std::vector<Rule> parts;
+  trivial = true;
+  try {
+    if (n.contains("pattern")) {
+      Json ps = n["pattern"].is_array() ? n["pattern"] : Json::array({n["pattern"]});
+      for (const Json& p : ps) {
+        if (!p.is_string()) fail(pointer_append(ptr, "pattern"), "must be a string");
+        parts.push_back(regex_dfa(p.get<std::string>(), true));
+      }
+    }
+  } catch (const GrammarError& e) {
+    std::string m = e.what();
+    if (m.rfind("grammar: json_schema", 0) == 0) throw;
+    fail(pointer_append(ptr, "pattern"), m);
+  }
+  if (n.contains("format") && !ignored("format")) {
+    if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
+    const char* re = format_regex(n["format"].get<std::string>());
+    if (!re) fail(pointer_append(ptr, "format"), "unsupported format '" + n["format"].get<std::string>() + "'");
+    parts.push_back(regex_dfa(re, false));
+  }
+  uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
+  uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
+  if (min > 0 || max != kUnbounded || parts.empty()) {
+    if ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern)
+      fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
+    parts.push_back(length_dfa(min, max));
+  }
+  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && min == 0 && max == kUnbounded;
+  Rule r = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
+  return r;
+}
+
+Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
+  if (!m.is_number() || m.get<double>() <= 0) fail(ptr, "must be a positive number");
+  std::string text = m.dump();
+  if (text.find_first_of("eE") != std::string::npos) fail(ptr, "multipleOf " + text + ": exponent form is not supported");
+  size_t dot = text.find('.');
+  size_t q = dot == std::string::npos ? 0 : text.size() - dot - 1;
+  std::string digits_only = dot == std::string::npos ? text : text.substr(0, dot) + text.substr(dot + 1);
+  while (q > 0 && digits_only.back() == '0') digits_only.pop_back(), --q;
+  uint64_t p = std::stoull(digits_only);
+  if (p == 0 || p * (q + 2) > 20000) fail(ptr, "multipleOf " + text + " is not supported (too fine-grained)");
+  // states: int part residue r -> 2 + r; fraction (r, j digits) -> 2 + p + j * p + r
+  Nfa nfa;
+  auto st = [&](uint64_t r, int64_t j) { return int32_t(2 + (j < 0 ? 0 : p * uint64_t(j + 1)) + r); };
+  size_t n_states = 2 + p * (q + 2);
+  while (nfa.out.size() < n_states) nfa.add_state();
+  int32_t signed_start = nfa.add_state();
+  FragBuilder fb(nfa);
+  fb.eps(0, signed_start);
+  nfa.out[0].push_back({NfaEdge::Kind::bytes, '-', '-', -1, signed_start});
+  uint64_t pow10q = 1;
+  for (size_t i = 0; i < q; ++i) pow10q = pow10q * 10 % p;
+  for (int d = 0; d <= 9; ++d)
+    nfa.out[size_t(signed_start)].push_back({NfaEdge::Kind::bytes, uint8_t('0' + d), uint8_t('0' + d), -1, st(uint64_t(d) % p, -1)});
+  for (uint64_t r = 0; r < p; ++r) {
+    int32_t s = st(r, -1);
+    for (int d = 0; d <= 9; ++d)
+      nfa.out[size_t(s)].push_back({NfaEdge::Kind::bytes, uint8_t('0' + d), uint8_t('0' + d), -1, st((r * 10 + uint64_t(d)) % p, -1)});
+    nfa.out[size_t(s)].push_back({NfaEdge::Kind::bytes, '.', '.', -1, st(r, 0)});
+    if (r * pow10q % p == 0) fb.eps(s, 1);
+    for (size_t j = 0; j <= q; ++j) {
+      int32_t f = st(r, int64_t(j));
+      uint64_t scale = 1;
+      for (size_t i = j; i < q; ++i) scale = scale * 10 % p;
+      if (r * scale % p == 0) fb.eps(f, 1);
+      if (j < q) {
+        for (int d = 0; d <= 9; ++d)
+          nfa.out[size_t(f)].push_back({NfaEdge::Kind::bytes, uint8_t('0' + d), uint8_t('0' + d), -1, st((r * 10 + uint64_t(d)) % p, int64_t(j + 1))});
+      } else {
+        nfa.out[size_t(f)].push_back({NfaEdge::Kind::bytes, '0', '0', -1, f});
+      }
+    }
+  }
+  return determinize_bytes(nfa, "multipleOf", kMaxDfaStates);
+}
+
+Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  bool has_re = n.contains("pattern") || (n.contains("format") && !ignored("format"));
+  uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
+  uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;
+  if (min > max) return gb_.frags(rule).alt({});
+  if (!has_re && min == 0 && max == kUnbounded) return gb_.frags(rule).call(any_string_rule());
+  if (!has_re && (min > kMaxLengthWithPattern || (max != kUnbounded && max > kMaxLengthWithPattern))) {
+    // very long bounds: a counter over single characters (exact, but masks get slower)
+    Frag body = repeat_frag(rule, json_char_rule(), uint32_t(min), uint32_t(max));
+    return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
+  }
+  bool trivial = false;
+  Rule d = string_content_dfa(n, ptr, trivial);
+  return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});
+}
+
+Grammar SchemaCompiler::run() {
+  int32_t root = gb_.add_rule("root");
+  compile_into(root, root_, "", 0);
+  return gb_.finish(root);
+}
+
+}  // namespace exl::json_schema_detail

@@ -1,0 +1,81 @@
+// JSON-Schema-Test-Suite (draft2020-12, required files): every case is compiled with property
+// order "any" and compact whitespace, and every instance's compact serialization is checked.
+// A case passes when the schema compiled and the instance was classified right. Accepting an
+// invalid instance (false positive) is never allowed; schemas we cannot enforce must fail to
+// compile instead. Prints a per-file table.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+#include "test_support.h"
+
+namespace exl {
+namespace {
+
+struct Counts {
+  int cases = 0, pass = 0, false_pos = 0, false_neg = 0, compile_err = 0, compile_err_valid = 0;
+};
+
+TEST(GrammarJsonSchemaSuite, Draft2020_12) {
+  EXL_REQUIRE_SHARED("data/json-schema-test-suite/tests/draft2020-12");
+  auto dir = test::shared_dir() / "data/json-schema-test-suite/tests/draft2020-12";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  JsonSchemaOptions opts;
+  opts.property_order = JsonSchemaOptions::PropertyOrder::any;
+  std::map<std::string, Counts> table;
+  Counts total;
+  std::vector<std::string> false_positives;
+  for (const auto& f : files) {
+    auto groups = nlohmann::ordered_json::parse(test::read_file(f));
+    Counts& c = table[f.filename().string()];
+    for (const auto& g : groups) {
+      std::shared_ptr<CompiledGrammar> cg;
+      try {
+        cg = std::make_shared<CompiledGrammar>(compile_json_schema(g["schema"], opts), nullptr);
+      } catch (const GrammarError&) {
+      }
+      for (const auto& t : g["tests"]) {
+        bool valid = t["valid"].get<bool>();
+        ++c.cases;
+        if (!cg) {
+          ++c.compile_err;
+          c.compile_err_valid += valid;
+          continue;
+        }
+        Matcher m(cg);
+        bool ok = m.accept_bytes(t["data"].dump()) && m.is_accepting();
+        if (ok == valid) ++c.pass;
+        else if (ok) {
+          ++c.false_pos;
+          false_positives.push_back(f.filename().string() + ": " + g["description"].get<std::string>() + " / " +
+                                    t["description"].get<std::string>());
+        } else {
+          ++c.false_neg;
+        }
+      }
+    }
+  }
+  std::printf("%-28s %6s %6s %6s %6s %8s\n", "file", "cases", "pass", "FP", "FN", "no-comp");
+  for (const auto& [name, c] : table) {
+    std::printf("%-28s %6d %6d %6d %6d %8d\n", name.c_str(), c.cases, c.pass, c.false_pos, c.false_neg, c.compile_err);
+    total.cases += c.cases, total.pass += c.pass, total.false_pos += c.false_pos, total.false_neg += c.false_neg;
+    total.compile_err += c.compile_err, total.compile_err_valid += c.compile_err_valid;
+  }
+  std::printf("%-28s %6d %6d %6d %6d %8d  (pass %.1f%%; uncompiled cases with invalid instances: %d)\n", "TOTAL",
+              total.cases, total.pass, total.false_pos, total.false_neg, total.compile_err,
+              100.0 * total.pass / total.cases, total.compile_err - total.compile_err_valid);
+  for (const auto& fp : false_positives) std::printf("FALSE POSITIVE: %s\n", fp.c_str());
+  EXPECT_EQ(total.false_pos, 0);
+  EXPECT_GE(total.pass * 100, total.cases * 65);
+}
+
+}  // namespace
+}  // namespace exl
