@@ -5,15 +5,6 @@
 
 namespace exl {
 
-namespace {
-
-template <typename T>
-std::span<const std::byte> bytes(const std::vector<T>& v) {
-  return std::as_bytes(std::span<const T>(v));
-}
-
-}  // namespace
-
 std::vector<Exl2Group> make_exl2_groups(std::span<const std::pair<int, int64_t>> bits_rows, int64_t in_features) {
   std::vector<Exl2Group> out;
   int64_t row = 0, qrow = 0;
@@ -120,29 +111,6 @@ std::vector<int32_t> Exl2Tensors::q_invperm() const {
 int64_t Exl2Tensors::storage_bytes() const {
   const int64_t G = int64_t(groups.size());
   return 4 * int64_t(q_weight.size()) + 4 * int64_t(q_scale.size()) + 2 * G + 4 * G + 4 * in_features;
-}
-
-void declare_exl2_tensors(const std::string& prefix, const Exl2Tensors& t, std::vector<SafetensorsWriter::Entry>& wide,
-                          std::vector<SafetensorsWriter::Entry>& narrow) {
-  const int64_t G = int64_t(t.groups.size());
-  wide.push_back({prefix + ".q_weight", DType::i32, {t.q_rows, t.padded_out}});
-  wide.push_back({prefix + ".q_scale", DType::i32, {G, t.padded_out / 8}});
-  wide.push_back({prefix + ".q_invperm", DType::i32, {t.in_features}});
-  narrow.push_back({prefix + ".q_scale_max", DType::f16, {G}});
-  narrow.push_back({prefix + ".q_groups", DType::i16, {2 * G}});
-  if (!t.bias.empty()) narrow.push_back({prefix + ".bias", DType::f16, {t.out_features}});
-}
-
-void write_exl2_wide(SafetensorsWriter& w, const Exl2Tensors& t) {
-  w.write_next(bytes(t.q_weight));
-  w.write_next(bytes(t.q_scale));
-  w.write_next(bytes(t.q_invperm()));
-}
-
-void write_exl2_narrow(SafetensorsWriter& w, const Exl2Tensors& t) {
-  w.write_next(bytes(t.q_scale_max));
-  w.write_next(bytes(t.q_groups()));
-  if (!t.bias.empty()) w.write_next(bytes(t.bias));
 }
 
 }  // namespace exl

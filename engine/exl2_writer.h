@@ -3,10 +3,6 @@
 // group, scale codes as nibbles (column n at bits 4·(n%8)), padding columns hold the zero point so
 // they dequantize to 0, and q_invperm = argsort(perm). view() gives the Exl2Matrix the backends and
 // kernels/cpu/dequantize read, so a written layer can be checked through the inference path.
-//
-// Writing: a model file declares the 4-byte tensors of every layer (q_weight, q_scale,
-// q_invperm) before the 2-byte ones (q_scale_max, q_groups, bias), as the synth writer does, so
-// every tensor stays naturally aligned in the safetensors data section.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -14,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "engine/safetensors_writer.h"
 #include "kernels/linear_weights.h"
 
 namespace exl {
@@ -52,12 +47,5 @@ Exl2Tensors make_exl2_tensors(int64_t in_features, int64_t out_features, std::ve
 void set_code(Exl2Tensors& t, size_t g, int64_t j, int64_t n, uint32_t q);
 // Stores the 4-bit scale code (qscale − 1, in [0, 15]) of group g, column n.
 void set_scale_code(Exl2Tensors& t, size_t g, int64_t n, uint32_t code);
-
-// Declares `prefix`'s tensors: 4-byte ones to `wide`, 2-byte ones to `narrow`.
-void declare_exl2_tensors(const std::string& prefix, const Exl2Tensors& t,
-                          std::vector<SafetensorsWriter::Entry>& wide, std::vector<SafetensorsWriter::Entry>& narrow);
-// Writes the tensors in the order declare_exl2_tensors declared them.
-void write_exl2_wide(SafetensorsWriter& w, const Exl2Tensors& t);
-void write_exl2_narrow(SafetensorsWriter& w, const Exl2Tensors& t);
 
 }  // namespace exl

@@ -13,6 +13,7 @@
 #include "engine/model_dir.h"
 #include "engine/quantize_alloc.h"
 #include "engine/quantize_linear.h"
+#include "engine/safetensors_writer.h"
 #include "engine/tensor_access.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/thread_pool.h"
@@ -74,6 +75,37 @@ LayerOptions measure_layer(const DenseLayer& layer, const LinearSpec& spec) {
     o.error.push_back(err / norm);
   }
   return o;
+}
+
+template <typename T>
+std::span<const std::byte> bytes(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+
+// A model file declares the 4-byte tensors of every layer (q_weight, q_scale, q_invperm) before
+// the 2-byte ones (q_scale_max, q_groups, bias), as the synth writer does, so every tensor stays
+// naturally aligned in the safetensors data section.
+void declare_exl2_tensors(const std::string& prefix, const Exl2Tensors& t, std::vector<SafetensorsWriter::Entry>& wide,
+                          std::vector<SafetensorsWriter::Entry>& narrow) {
+  const int64_t G = int64_t(t.groups.size());
+  wide.push_back({prefix + ".q_weight", DType::i32, {t.q_rows, t.padded_out}});
+  wide.push_back({prefix + ".q_scale", DType::i32, {G, t.padded_out / 8}});
+  wide.push_back({prefix + ".q_invperm", DType::i32, {t.in_features}});
+  narrow.push_back({prefix + ".q_scale_max", DType::f16, {G}});
+  narrow.push_back({prefix + ".q_groups", DType::i16, {2 * G}});
+  if (!t.bias.empty()) narrow.push_back({prefix + ".bias", DType::f16, {t.out_features}});
+}
+
+void write_exl2_wide(SafetensorsWriter& w, const Exl2Tensors& t) {
+  w.write_next(bytes(t.q_weight));
+  w.write_next(bytes(t.q_scale));
+  w.write_next(bytes(t.q_invperm()));
+}
+
+void write_exl2_narrow(SafetensorsWriter& w, const Exl2Tensors& t) {
+  w.write_next(bytes(t.q_scale_max));
+  w.write_next(bytes(t.q_groups()));
+  if (!t.bias.empty()) w.write_next(bytes(t.bias));
 }
 
 std::vector<uint16_t> to_f16(std::span<const float> v) {

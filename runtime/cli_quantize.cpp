@@ -1,6 +1,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -12,16 +13,26 @@ namespace exl {
 
 namespace {
 
-// "\rquantize: measure  [#########...........]  12/42" on stderr, redrawn in place.
-void draw_progress(std::string_view stage, size_t done, size_t total) {
-  constexpr int kWidth = 30;
-  const int filled = total ? int(double(done) / double(total) * kWidth) : kWidth;
-  std::string bar(size_t(filled), '#');
-  bar.resize(kWidth, '.');
-  std::fprintf(stderr, "\rquantize: %-8.*s [%s] %zu/%zu", int(stage.size()), stage.data(), bar.c_str(), done, total);
-  if (done == total) std::fputc('\n', stderr);
-  std::fflush(stderr);
-}
+// "\rquantize: measure  [#########...........]  12/42" on stderr, redrawn in place when the bar moves.
+class ProgressBar {
+ public:
+  void operator()(std::string_view stage, size_t done, size_t total) {
+    constexpr int kWidth = 30;
+    const int filled = total ? int(double(done) / double(total) * kWidth) : kWidth;
+    if (stage == stage_ && filled == filled_ && done != total) return;
+    stage_ = std::string(stage);
+    filled_ = filled;
+    std::string bar(size_t(filled), '#');
+    bar.resize(kWidth, '.');
+    std::fprintf(stderr, "\rquantize: %-8s [%s] %zu/%zu", stage_.c_str(), bar.c_str(), done, total);
+    if (done == total) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string stage_;
+  int filled_ = -1;
+};
 
 }  // namespace
 
@@ -45,7 +56,7 @@ int cli_quantize(std::span<const std::string> args) {
     o.head_bits = int(a.get_int("--head-bits", 6));
     o.threads = int(a.get_int("--threads", 0));
     const auto t0 = std::chrono::steady_clock::now();
-    const QuantizeReport r = quantize_model(*a.get("--in"), *a.get("--out"), o, draw_progress);
+    const QuantizeReport r = quantize_model(*a.get("--in"), *a.get("--out"), o, ProgressBar{});
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     nlohmann::ordered_json j = {{"out", *a.get("--out")},
                                 {"target_bpw", r.target_bpw},
