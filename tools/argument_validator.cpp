@@ -30,7 +30,12 @@ std::string escape_token(const std::string& k) {
   return out;
 }
 
-void serialize(const json& v, const std::string& ptr, std::string& out, std::vector<Span>& spans) {
+constexpr int kMaxDepth = 256;
+
+struct TooDeep {};
+
+void serialize(const json& v, const std::string& ptr, std::string& out, std::vector<Span>& spans, int depth = 0) {
+  if (depth > kMaxDepth) throw TooDeep{};
   const size_t begin = out.size();
   if (v.is_object()) {
     out += '{';
@@ -42,14 +47,14 @@ void serialize(const json& v, const std::string& ptr, std::string& out, std::vec
       out += json(k).dump();
       spans.push_back({kb, out.size(), ptr, true, k});
       out += ':';
-      serialize(x, ptr + "/" + escape_token(k), out, spans);
+      serialize(x, ptr + "/" + escape_token(k), out, spans, depth + 1);
     }
     out += '}';
   } else if (v.is_array()) {
     out += '[';
     for (size_t i = 0; i < v.size(); ++i) {
       if (i) out += ',';
-      serialize(v[i], ptr + "/" + std::to_string(i), out, spans);
+      serialize(v[i], ptr + "/" + std::to_string(i), out, spans, depth + 1);
     }
     out += ']';
   } else {
@@ -189,12 +194,13 @@ std::string describe(const json& schema, const json& args, const Span& at) {
 
 }  // namespace
 
-ArgumentValidator::ArgumentValidator(const nlohmann::json& schema) : schema_(schema) {
+ArgumentValidator::ArgumentValidator(const nlohmann::json& schema)
+    : schema_(schema.is_null() ? json{{"type", "object"}} : schema) {
   JsonSchemaOptions opts;
   opts.whitespace = JsonSchemaOptions::Whitespace::flexible;
   opts.property_order = JsonSchemaOptions::PropertyOrder::any;
   try {
-    grammar_ = std::make_shared<CompiledGrammar>(compile_json_schema(nlohmann::ordered_json::parse(schema.dump()), opts),
+    grammar_ = std::make_shared<CompiledGrammar>(compile_json_schema(nlohmann::ordered_json::parse(schema_.dump()), opts),
                                                  nullptr);
   } catch (const GrammarError& e) {
     fail("tools: arguments: input schema: ", e.what());
@@ -210,6 +216,8 @@ std::optional<std::string> ArgumentValidator::check(const nlohmann::json& argume
     serialize(arguments, "", text, spans);
   } catch (const json::exception&) {
     return "arguments contain a string that is not valid UTF-8";
+  } catch (const TooDeep&) {
+    return cat("arguments are nested deeper than ", kMaxDepth, " levels");
   }
   if (text.size() > kMaxArgumentBytes)
     return cat("arguments are ", text.size(), " bytes, more than the limit of ", kMaxArgumentBytes);

@@ -22,8 +22,8 @@ class CompiledGrammar;
 
 class ArgumentValidator {
  public:
-  // Throws exl::Error ("tools: arguments: input schema: grammar: json_schema: ...") when the
-  // grammar engine cannot enforce the schema.
+  // A null schema (none given) means {"type": "object"}. Throws exl::Error ("tools: arguments:
+  // input schema: grammar: json_schema: ...") when the grammar engine cannot enforce the schema.
   explicit ArgumentValidator(const nlohmann::json& schema);
   ~ArgumentValidator();
 

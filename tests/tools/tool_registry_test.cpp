@@ -133,6 +133,26 @@ TEST(ToolRegistry, InvalidArgumentsAreErrorsNamingTheProblem) {
   }
 }
 
+TEST(ToolRegistry, MissingSchemaMeansAnyObject) {
+  ToolRegistry reg;
+  reg.add(echo_tool("free", json()));
+  EXPECT_EQ(reg.check("free", {{"anything", {1, "two", nullptr}}}), std::nullopt);
+  EXPECT_EQ(reg.check("free", json::object()), std::nullopt);
+  auto bad = reg.check("free", json::array());
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_TRUE(contains(bad->content, "at top level: expected object, got array")) << bad->content;
+}
+
+TEST(ToolRegistry, DeeplyNestedArgumentsAreRefusedNotACrash) {
+  ToolRegistry reg;
+  reg.add(echo_tool("free", json()));
+  json deep = 1;
+  for (int i = 0; i < 1000; ++i) deep = json::array({std::move(deep)});
+  auto bad = reg.check("free", {{"x", deep}});
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->content, "invalid arguments for tool 'free': arguments are nested deeper than 256 levels");
+}
+
 TEST(ToolRegistry, InvalidUtf8AndUnknownTool) {
   ToolRegistry reg;
   reg.add(echo_tool("t"));
