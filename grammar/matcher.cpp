@@ -37,6 +37,11 @@ struct NodeKeyHash {
 
 constexpr uint32_t kFar = UINT32_MAX;
 
+struct UncertainResult {
+  std::vector<int32_t> list;
+  std::vector<uint32_t> bits;  // instead of list when large
+};
+
 struct SliceReach {
   std::vector<uint32_t> reach;
   std::vector<uint8_t> exact;
@@ -58,7 +63,7 @@ struct GrammarRuntime {
   size_t max_depth = 0;
   std::vector<int32_t> work;
   std::vector<int32_t> seen;
-  std::unordered_map<int32_t, std::vector<int32_t>> node_uncertain;  // node -> its accepted uncertain tokens
+  std::unordered_map<int32_t, UncertainResult> node_uncertain;  // canonical node -> accepted uncertain tokens
   size_t node_uncertain_size = 0;
   std::vector<std::vector<std::array<uint8_t, 3>>> rule_runs;
   std::vector<std::vector<uint8_t>> rule_flags;
@@ -514,6 +519,28 @@ struct GrammarRuntime {
     }
   }
 
+  // A node that behaves like n for every token (at most max_depth bytes): when n's parent is the
+  // count frame of a repeat over a call-free, non-empty body, counts far from both bounds are
+  // interchangeable, so long counted strings share their uncertain-token checks.
+  int32_t canonical(int32_t n) {
+    NodeKey k = nodes[size_t(n)];
+    if (k.parent < 0) return n;
+    NodeKey p = nodes[size_t(k.parent)];
+    const Rule& rr = g.rules[size_t(p.rule)];
+    if (rr.kind != Rule::Kind::repeat || rr.body != k.rule) return n;
+    const Rule& body = g.rules[size_t(rr.body)];
+    if (body.kind != Rule::Kind::automaton || body.states.empty() || body.states[0].accepting) return n;
+    for (const DfaState& st : body.states)
+      if (!st.calls.empty()) return n;
+    uint64_t far = uint64_t(max_depth) + 2, c = uint32_t(p.state), mn = rr.min, mx = rr.max;
+    uint64_t dmax = mx == kUnbounded ? UINT64_MAX : mx - std::min<uint64_t>(c, mx);
+    uint64_t rep = c;
+    if (c < mn && mn - c >= far && mn >= far) rep = 0;
+    else if (c >= mn && dmax >= far && (mx == kUnbounded || mx - mn >= far)) rep = mn;
+    if (rep == c) return n;
+    return intern(k.rule, k.state, intern(p.rule, int32_t(rep), p.parent));
+  }
+
   const std::vector<uint32_t>& mask(const MatchState& s) {
     std::string key(reinterpret_cast<const char*>(s.nodes.data()), s.nodes.size() * sizeof(int32_t));
     key += s.accept ? '1' : '0';
@@ -533,9 +560,20 @@ struct GrammarRuntime {
       for (int32_t t : pm.accepted) m[size_t(t) / 32] |= 1u << (t % 32);
       if (pm.uncertain.empty()) continue;
       if (node_uncertain_size > (size_t(16) << 20)) node_uncertain.clear(), node_uncertain_size = 0;
-      auto [it, fresh] = node_uncertain.try_emplace(n);
-      if (fresh) check_uncertain(n, pm.uncertain, it->second), node_uncertain_size += it->second.size() + 8;
-      for (int32_t t : it->second) m[size_t(t) / 32] |= 1u << (t % 32);
+      int32_t key = canonical(n);
+      auto [it, fresh] = node_uncertain.try_emplace(key);
+      UncertainResult& ur = it->second;
+      if (fresh) {
+        check_uncertain(key, pm.uncertain, ur.list);
+        if (ur.list.size() > idx->mask_words()) {
+          ur.bits.assign(idx->mask_words(), 0);
+          for (int32_t t : ur.list) ur.bits[size_t(t) / 32] |= 1u << (t % 32);
+          ur.list.clear();
+        }
+        node_uncertain_size += ur.list.size() + ur.bits.size() + 8;
+      }
+      for (int32_t t : ur.list) m[size_t(t) / 32] |= 1u << (t % 32);
+      for (size_t w = 0; w < ur.bits.size(); ++w) m[w] |= ur.bits[w];
     }
     if (s.accept)
       for (int32_t e : idx->eos_ids()) m[size_t(e) / 32] |= 1u << (e % 32);
