@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "grammar/grammar_error.h"
 
@@ -152,6 +153,14 @@ namespace {
 
 using StateSet = std::vector<int32_t>;
 
+struct StateSetHash {
+  size_t operator()(const StateSet& s) const {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+    for (int32_t x : s) h = (h ^ uint32_t(x)) * 0x100000001B3ull, h ^= h >> 29;
+    return size_t(h);
+  }
+};
+
 void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark) {
   std::vector<int32_t> stack(set.begin(), set.end());
   for (int32_t s : set) mark[size_t(s)] = 1;
@@ -194,7 +203,7 @@ Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow
   }
   r.n_classes = cls + 1;
   std::vector<uint8_t> mark(nfa.out.size(), 0);
-  std::map<StateSet, int32_t> ids;
+  std::unordered_map<StateSet, int32_t, StateSetHash> ids;
   std::vector<StateSet> sets;
   auto intern = [&](StateSet s) -> int32_t {
     closure(nfa, s, mark);

@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <mutex>
 #include <chrono>
@@ -34,6 +35,18 @@ struct NodeKeyHash {
   }
 };
 
+constexpr uint32_t kFar = UINT32_MAX;
+
+struct UncertainResult {
+  std::vector<int32_t> list;
+  std::vector<uint32_t> bits;  // instead of list when large
+};
+
+struct SliceReach {
+  std::vector<uint32_t> reach;
+  std::vector<uint8_t> exact;
+};
+
 }  // namespace
 
 struct GrammarRuntime {
@@ -50,11 +63,21 @@ struct GrammarRuntime {
   size_t max_depth = 0;
   std::vector<int32_t> work;
   std::vector<int32_t> seen;
+  std::unordered_map<int32_t, UncertainResult> node_uncertain;  // canonical node -> accepted uncertain tokens
+  size_t node_uncertain_size = 0;
+  std::vector<std::vector<std::array<uint8_t, 3>>> rule_runs;
+  std::vector<std::vector<uint8_t>> rule_flags;
+  std::vector<std::vector<SliceReach>> rule_reach;  // rule -> slice
+  std::vector<int32_t> walk_state;
+  std::vector<uint8_t> walk_seen;
+  bool debug = std::getenv("EXL_GRAMMAR_DEBUG") != nullptr;
+  bool verify = std::getenv("EXL_GRAMMAR_VERIFY") != nullptr;
 
-  GrammarRuntime(const Grammar& gr, const TokenIndex* ix) : g(gr), idx(ix) {
+  GrammarRuntime(const Grammar& gr, const TokenIndex* ix)
+      : g(gr), idx(ix), rule_runs(gr.rules.size()), rule_flags(gr.rules.size()),
+        rule_reach(gr.rules.size()) {
     step_results.emplace_back();
-    if (idx)
-      for (const TrieNode& n : idx->nodes()) max_depth = std::max<size_t>(max_depth, n.depth);
+    if (idx) max_depth = idx->max_depth();
   }
 
   int32_t intern(int32_t rule, int32_t state, int32_t parent) {
@@ -170,32 +193,69 @@ struct GrammarRuntime {
     return true;
   }
 
-  // A canonical serialization of the byte automaton reachable from (rule, state), calls marked
-  // but not followed: position masks depend on nothing else, so vocabularies share them.
-  std::optional<std::string> callfree_key(int32_t rule, int32_t state) const {
+  // Per rule: the byte runs of equal class, and per state whether it can consume a byte (1) and
+  // whether it leaves the position's frame (2: accepting or calling).
+  const std::vector<std::array<uint8_t, 3>>& runs(int32_t rule) {
+    auto& v = rule_runs[size_t(rule)];
+    if (!v.empty()) return v;
     const Rule& r = g.rules[size_t(rule)];
-    if (r.kind != Rule::Kind::automaton) return std::nullopt;
-    std::vector<int32_t> id(r.states.size(), -1);
+    for (int b = 0; b < 256;) {
+      int e = b;
+      while (e + 1 < 256 && r.byte_class[size_t(e + 1)] == r.byte_class[size_t(b)]) ++e;
+      v.push_back({uint8_t(b), uint8_t(e), r.byte_class[size_t(b)]});
+      b = e + 1;
+    }
+    return v;
+  }
+
+  const std::vector<uint8_t>& flags(int32_t rule) {
+    auto& f = rule_flags[size_t(rule)];
+    if (!f.empty()) return f;
+    const Rule& r = g.rules[size_t(rule)];
+    f.resize(r.states.size());
+    for (size_t s = 0; s < r.states.size(); ++s)
+      f[s] = uint8_t((r.states[s].has_bytes ? 1 : 0) | (r.states[s].accepting || !r.states[s].calls.empty() ? 2 : 0));
+    return f;
+  }
+
+  // A canonical serialization of the byte automaton reachable from (rule, state), calls marked
+  // but not followed: position masks depend on nothing else, so vocabularies share them. Only for
+  // small reachable parts (larger ones are computed per grammar).
+  std::optional<std::string> callfree_key(int32_t rule, int32_t state) {
+    constexpr size_t kMaxKeyStates = 64;
+    const Rule& r = g.rules[size_t(rule)];
+    const auto& rn = runs(rule);
+    std::vector<std::pair<int32_t, int32_t>> id;  // (state, canonical id), small
+    auto lookup = [&](int32_t s) {
+      for (auto [k, v] : id)
+        if (k == s) return v;
+      return -1;
+    };
     std::vector<int32_t> order{state};
-    id[size_t(state)] = 0;
+    id.push_back({state, 0});
     std::string key;
-    if (r.states.size() > 512) return std::nullopt;
     for (size_t i = 0; i < order.size(); ++i) {
       int32_t s = order[i];
       key += r.states[size_t(s)].accepting ? 'A' : 'N';
       key += r.states[size_t(s)].calls.empty() ? 'n' : 'c';
-      for (int b = 0; b < 256;) {
-        int32_t t = r.step(s, uint8_t(b));
-        int e = b;
-        while (e + 1 < 256 && r.step(s, uint8_t(e + 1)) == t) ++e;
+      const int32_t* row = &r.trans[size_t(s) * size_t(r.n_classes)];
+      for (size_t k = 0; k < rn.size();) {
+        int32_t t = row[rn[k][2]];
+        size_t e = k;
+        while (e + 1 < rn.size() && row[rn[e + 1][2]] == t) ++e;
         if (t >= 0) {
-          if (id[size_t(t)] < 0) id[size_t(t)] = int32_t(order.size()), order.push_back(t);
-          int32_t v = id[size_t(t)];
-          key += char(b);
-          key += char(e);
+          int32_t v = lookup(t);
+          if (v < 0) {
+            if (order.size() >= kMaxKeyStates) return std::nullopt;
+            v = int32_t(order.size());
+            id.push_back({t, v});
+            order.push_back(t);
+          }
+          key += char(rn[k][0]);
+          key += char(rn[e][1]);
           key.append(reinterpret_cast<const char*>(&v), sizeof v);
         }
-        b = e + 1;
+        k = e + 1;
       }
       key += ';';
     }
@@ -211,47 +271,208 @@ struct GrammarRuntime {
     if (!pm) {
       auto t0 = std::chrono::steady_clock::now();
       pm = std::make_shared<const PositionMask>(compute_position(rule, state));
-      if (std::getenv("EXL_GRAMMAR_DEBUG"))
-        std::fprintf(stderr, "position %s:%d callfree=%d acc=%zu/%zu unc=%zu %.3f ms\n", g.rules[size_t(rule)].name.c_str(), state,
-                     int(bool(ck)), pm->accepted.size(), pm->bits.size(), pm->uncertain.size(),
+      if (debug)
+        std::fprintf(stderr, "position %s:%d callfree=%d slice=%d acc=%zu/%zu unc=%zu %.3f ms\n",
+                     g.rules[size_t(rule)].name.c_str(), state, int(bool(ck)), pm->slice, pm->accepted.size(),
+                     pm->bits.size(), pm->uncertain.size(),
                      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       if (ck) idx->cache_mask(*ck, pm);
     }
     return *positions.emplace(key, std::move(pm)).first->second;
   }
 
-  PositionMask compute_position(int32_t rule, int32_t state) {
-    const auto& tn = idx->nodes();
-    const auto& toks = idx->trie_tokens();
-    std::vector<const MatchState*> lv(max_depth + 1);
-    std::vector<MatchState> buf(max_depth + 1);
-    std::vector<uint8_t> bseen(max_depth + 1, 0);
-    MatchState init = start(rule, state, kBarrier);
-    init.barrier = false;
-    lv[0] = &init;
-    std::vector<int32_t> acc, unc;
-    size_t i = 1;
-    while (i < tn.size()) {
+  // Per state of the rule and slice: `reach` = how many bytes of the slice's language can be read
+  // from it (at a character boundary) with the automaton still able to go on, i.e. the distance to
+  // the nearest (state, language state) pair where some language byte dies (kFar: none); `exact`
+  // = whether every longer string of the language dies within the rule before any return or call
+  // (so no slice member longer than `reach` is accepted or uncertain there).
+  const SliceReach& slice_reach(int32_t rule, size_t slice) {
+    auto& cached = rule_reach[size_t(rule)];
+    if (cached.size() <= slice) cached.resize(slice + 1);
+    SliceReach& out = cached[slice];
+    if (!out.reach.empty()) return out;
+    const Rule& r = g.rules[size_t(rule)];
+    const TokenSlice& sl = idx->slices()[slice];
+    const auto& fl = flags(rule);
+    size_t nu = sl.states.size(), n = r.states.size() * nu;
+    out.reach.assign(r.states.size(), 0);
+    out.exact.assign(r.states.size(), 0);
+    if (n > (size_t(1) << 20)) return out;
+    std::vector<uint32_t> dist(n, kFar), queue;
+    std::vector<uint8_t> dirty(n, 0);
+    std::vector<std::pair<uint32_t, uint32_t>> edges, fwd;  // (to, from), (from, to)
+    for (size_t s = 0; s < r.states.size(); ++s) {
+      const int32_t* row = &r.trans[s * size_t(r.n_classes)];
+      for (size_t u = 0; u < nu; ++u) {
+        auto p = uint32_t(s * nu + u);
+        bool bad = false;
+        for (const SliceRange& rg : sl.states[u]) {
+          int prev = -1;
+          for (int b = rg.lo; b <= rg.hi; ++b) {
+            int c = r.byte_class[size_t(b)];
+            if (c == prev) continue;
+            prev = c;
+            int32_t t = row[c];
+            uint8_t f = t >= 0 ? fl[size_t(t)] : 0;
+            if (!(f & 1)) bad = true;
+            if (f & 2) dirty[p] = 1;
+            if (!(f & 1)) continue;
+            auto q = uint32_t(size_t(t) * nu + rg.next);
+            edges.push_back({q, p});
+            if (!(f & 2)) fwd.push_back({p, q});
+          }
+        }
+        if (bad) dist[p] = 0, queue.push_back(p);
+      }
+    }
+    // lengths count characters: a byte read at a character boundary (u == 0) starts one
+    std::sort(edges.begin(), edges.end());
+    std::deque<uint32_t> dq;
+    for (uint32_t p : queue) (p % nu == 0 ? dq.push_back(p) : dq.push_front(p));
+    for (uint32_t p : queue) dist[p] = p % nu == 0 ? 1 : 0;
+    while (!dq.empty()) {
+      uint32_t q = dq.front();
+      dq.pop_front();
+      auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(q, uint32_t(0)));
+      for (; it != edges.end() && it->first == q; ++it) {
+        uint32_t w = it->second % nu == 0 ? 1 : 0;
+        if (dist[q] + w < dist[it->second]) {
+          dist[it->second] = dist[q] + w;
+          (w ? dq.push_back(it->second) : dq.push_front(it->second));
+        }
+      }
+    }
+    // longest clean path (only alive, non-returning states; kFar on cycles or dirty pairs)
+    std::sort(fwd.begin(), fwd.end());
+    std::vector<uint32_t> start(n + 1, 0);
+    for (auto& e : fwd) ++start[e.first + 1];
+    for (size_t i = 0; i < n; ++i) start[i + 1] += start[i];
+    constexpr uint32_t kUnset = kFar - 1;
+    std::vector<uint32_t> longest(n, kUnset);
+    std::vector<uint8_t> on_stack(n, 0);
+    std::vector<std::pair<uint32_t, uint32_t>> stack;
+    for (size_t s = 0; s < r.states.size(); ++s) {
+      auto root = uint32_t(s * nu);
+      if (longest[root] != kUnset) continue;
+      stack.push_back({root, start[root]});
+      on_stack[root] = 1;
+      longest[root] = 0;
+      while (!stack.empty()) {
+        auto& [p, k] = stack.back();
+        if (dirty[p]) longest[p] = kFar;
+        if (k < start[p + 1] && longest[p] != kFar) {
+          uint32_t q = fwd[k++].second;
+          if (on_stack[q]) {
+            longest[p] = kFar;
+          } else if (longest[q] == kUnset) {
+            on_stack[q] = 1;
+            longest[q] = 0;
+            stack.push_back({q, start[q]});
+          } else {
+            longest[p] = longest[q] == kFar ? kFar : std::max(longest[p], longest[q] + (p % nu == 0 ? 1 : 0));
+          }
+          continue;
+        }
+        uint32_t done = p, v = longest[p];
+        on_stack[done] = 0;
+        stack.pop_back();
+        if (!stack.empty()) {
+          uint32_t& lp = longest[stack.back().first];
+          uint32_t w = stack.back().first % nu == 0 ? 1 : 0;
+          lp = (v == kFar || lp == kFar) ? kFar : std::max(lp, v + w);
+        }
+      }
+    }
+    for (size_t s = 0; s < r.states.size(); ++s) {
+      uint32_t d = dist[s * nu];
+      out.reach[s] = d == kFar ? kFar : d - 1;
+      out.exact[s] = d != kFar && longest[s * nu] == d - 1;
+    }
+    return out;
+  }
+
+  // Classifies the trie's tokens from (rule, state), following byte transitions only: accepted
+  // when the token ends inside the rule or exactly where it returns/calls; uncertain when it
+  // leaves the rule (returns or calls) before its end and then dies in the rule's own bytes.
+  void walk_trie(int32_t rule, int32_t state, const TokenTrie& trie, std::vector<int32_t>& acc,
+                 std::vector<int32_t>& unc) {
+    const Rule& r = g.rules[size_t(rule)];
+    const uint8_t* fl = flags(rule).data();
+    const int32_t* trans = r.trans.data();
+    const uint8_t* cls = r.byte_class.data();
+    const auto nc = size_t(r.n_classes);
+    const TrieNode* tn = trie.nodes.data();
+    const int32_t* toks = trie.tokens.data();
+    walk_state.resize(trie.max_depth + 1);
+    walk_seen.resize(trie.max_depth + 1);
+    int32_t* st = walk_state.data();
+    uint8_t* bseen = walk_seen.data();
+    st[0] = state;
+    bseen[0] = 0;
+    size_t n = trie.nodes.size();
+    for (size_t i = 1; i < n;) {
       const TrieNode& nd = tn[i];
       size_t d = nd.depth;
-      const MatchState* cur = advance(*lv[d - 1], nd.byte, buf[d]);
-      lv[d] = cur;
-      bseen[d] = bseen[d - 1] || cur->barrier;
-      bool alive = !cur->nodes.empty();
-      for (uint32_t t = nd.tok_begin; t < nd.tok_end; ++t) {
-        if (alive || cur->barrier) acc.push_back(toks[t]);
-        else if (bseen[d - 1]) unc.push_back(toks[t]);
+      int32_t t = trans[size_t(st[d - 1]) * nc + cls[nd.byte]];
+      uint8_t f = t >= 0 ? fl[t] : 0;
+      uint8_t bprev = bseen[d - 1];
+      if (nd.tok_begin != nd.tok_end) {
+        if (f) acc.insert(acc.end(), toks + nd.tok_begin, toks + nd.tok_end);
+        else if (bprev) unc.insert(unc.end(), toks + nd.tok_begin, toks + nd.tok_end);
       }
-      if (!alive) {
-        if (bseen[d])
+      if (!(f & 1)) {
+        if (bprev || (f & 2))
           for (size_t j = i + 1; j < nd.subtree_end; ++j)
-            for (uint32_t t = tn[j].tok_begin; t < tn[j].tok_end; ++t) unc.push_back(toks[t]);
+            unc.insert(unc.end(), toks + tn[j].tok_begin, toks + tn[j].tok_end);
         i = nd.subtree_end;
         continue;
       }
+      st[d] = t;
+      bseen[d] = uint8_t(bprev | (f & 2));
       ++i;
     }
+  }
+
+  // EXL_GRAMMAR_VERIFY: checks a sliced position against a walk of the whole trie.
+  void verify_position(int32_t rule, int32_t state, const PositionMask& pm, std::vector<int32_t> acc,
+                       std::vector<int32_t> unc) {
+    if (pm.slice >= 0) {
+      const auto& sb = idx->slices()[size_t(pm.slice)].by_len[pm.slice_len];
+      for (size_t t = 0; t < idx->vocab_size(); ++t)
+        if (sb[t / 32] >> (t % 32) & 1) acc.push_back(int32_t(t));
+    }
+    std::vector<int32_t> fa, fu;
+    walk_trie(rule, state, idx->trie(), fa, fu);
+    for (auto* v : {&acc, &unc, &fa, &fu}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    if (acc != fa || unc != fu)
+      grammar_fail("grammar: matcher: sliced position ", g.rules[size_t(rule)].name, ":", state, " differs from a full walk (",
+                   acc.size(), "/", fa.size(), " accepted, ", unc.size(), "/", fu.size(), " uncertain)");
+  }
+
+  PositionMask compute_position(int32_t rule, int32_t state) {
     PositionMask pm;
+    const TokenTrie* trie = &idx->trie();
+    for (size_t i = 0; i < idx->slices().size(); ++i) {
+      const TokenSlice& sl = idx->slices()[i];
+      const SliceReach& sr = slice_reach(rule, i);
+      uint32_t reach = sr.reach[size_t(state)];
+      if (reach == 0) continue;
+      auto len = uint32_t(std::min<size_t>(reach, sl.max_len));
+      bool complete = len == sl.max_len || sr.exact[size_t(state)];
+      if (!complete && pm.slice >= 0) continue;
+      pm.slice = int32_t(i);
+      pm.slice_len = len;
+      if (complete) {
+        trie = &sl.rest;
+        break;
+      }
+    }
+    std::vector<int32_t> acc, unc;
+    walk_trie(rule, state, *trie, acc, unc);
+    if (verify) verify_position(rule, state, pm, acc, unc);
     if (acc.size() > idx->mask_words()) {
       pm.bits.assign(idx->mask_words(), 0);
       for (int32_t t : acc) pm.bits[size_t(t) / 32] |= 1u << (t % 32);
@@ -265,9 +486,11 @@ struct GrammarRuntime {
 
   // Marks the uncertain tokens of a position that node n accepts; tokens come sorted by bytes,
   // so states along a shared prefix are reused.
-  void check_uncertain(int32_t n, const std::vector<int32_t>& tokens, std::vector<uint32_t>& m) {
-    std::vector<const MatchState*> lv(max_depth + 1);
-    std::vector<MatchState> buf(max_depth + 1);
+  void check_uncertain(int32_t n, const std::vector<int32_t>& tokens, std::vector<int32_t>& out) {
+    size_t depth = 0;
+    for (int32_t t : tokens) depth = std::max(depth, idx->bytes(t).size());
+    std::vector<const MatchState*> lv(depth + 1);
+    std::vector<MatchState> buf(depth + 1);
     MatchState root;
     root.nodes.assign(1, n);
     lv[0] = &root;
@@ -275,7 +498,6 @@ struct GrammarRuntime {
     bool dead_at_computed = false;
     std::string_view prev;
     for (int32_t t : tokens) {
-      if (m[size_t(t) / 32] & (1u << (t % 32))) continue;
       std::string_view b = idx->bytes(t);
       size_t lcp = 0;
       while (lcp < b.size() && lcp < prev.size() && b[lcp] == prev[lcp]) ++lcp;
@@ -293,8 +515,30 @@ struct GrammarRuntime {
           break;
         }
       }
-      if (!dead_at_computed) m[size_t(t) / 32] |= 1u << (t % 32);
+      if (!dead_at_computed) out.push_back(t);
     }
+  }
+
+  // A node that behaves like n for every token (at most max_depth bytes): when n's parent is the
+  // count frame of a repeat over a call-free, non-empty body, counts far from both bounds are
+  // interchangeable, so long counted strings share their uncertain-token checks.
+  int32_t canonical(int32_t n) {
+    NodeKey k = nodes[size_t(n)];
+    if (k.parent < 0) return n;
+    NodeKey p = nodes[size_t(k.parent)];
+    const Rule& rr = g.rules[size_t(p.rule)];
+    if (rr.kind != Rule::Kind::repeat || rr.body != k.rule) return n;
+    const Rule& body = g.rules[size_t(rr.body)];
+    if (body.kind != Rule::Kind::automaton || body.states.empty() || body.states[0].accepting) return n;
+    for (const DfaState& st : body.states)
+      if (!st.calls.empty()) return n;
+    uint64_t far = uint64_t(max_depth) + 2, c = uint32_t(p.state), mn = rr.min, mx = rr.max;
+    uint64_t dmax = mx == kUnbounded ? UINT64_MAX : mx - std::min<uint64_t>(c, mx);
+    uint64_t rep = c;
+    if (c < mn && mn - c >= far && mn >= far) rep = 0;
+    else if (c >= mn && dmax >= far && (mx == kUnbounded || mx - mn >= far)) rep = mn;
+    if (rep == c) return n;
+    return intern(k.rule, k.state, intern(p.rule, int32_t(rep), p.parent));
   }
 
   const std::vector<uint32_t>& mask(const MatchState& s) {
@@ -309,8 +553,27 @@ struct GrammarRuntime {
       const PositionMask& pm = position(k.rule, k.state);
       if (!pm.bits.empty())
         for (size_t w = 0; w < m.size(); ++w) m[w] |= pm.bits[w];
+      if (pm.slice >= 0) {
+        const auto& sb = idx->slices()[size_t(pm.slice)].by_len[pm.slice_len];
+        for (size_t w = 0; w < m.size(); ++w) m[w] |= sb[w];
+      }
       for (int32_t t : pm.accepted) m[size_t(t) / 32] |= 1u << (t % 32);
-      check_uncertain(n, pm.uncertain, m);
+      if (pm.uncertain.empty()) continue;
+      if (node_uncertain_size > (size_t(16) << 20)) node_uncertain.clear(), node_uncertain_size = 0;
+      int32_t key = canonical(n);
+      auto [it, fresh] = node_uncertain.try_emplace(key);
+      UncertainResult& ur = it->second;
+      if (fresh) {
+        check_uncertain(key, pm.uncertain, ur.list);
+        if (ur.list.size() > idx->mask_words()) {
+          ur.bits.assign(idx->mask_words(), 0);
+          for (int32_t t : ur.list) ur.bits[size_t(t) / 32] |= 1u << (t % 32);
+          ur.list.clear();
+        }
+        node_uncertain_size += ur.list.size() + ur.bits.size() + 8;
+      }
+      for (int32_t t : ur.list) m[size_t(t) / 32] |= 1u << (t % 32);
+      for (size_t w = 0; w < ur.bits.size(); ++w) m[w] |= ur.bits[w];
     }
     if (s.accept)
       for (int32_t e : idx->eos_ids()) m[size_t(e) / 32] |= 1u << (e % 32);

@@ -61,6 +61,7 @@ double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::dura
 }  // namespace
 
 int cli_bench(std::span<const std::string> args) {
+  if (!args.empty() && args[0] == "grammar") return cli_bench_grammar(args.subspan(1));
   return run_command(spec(), args, [](const ParsedArgs& a) {
     const std::string backend_name = a.get_or("--backend", "cpu");
     const auto prefill = parse_list("--prefill", a.get_or("--prefill", "512"));

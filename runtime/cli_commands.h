@@ -24,5 +24,6 @@ int cli_synth(std::span<const std::string> args);
 int cli_quantize(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
 int cli_grammar(std::span<const std::string> args);
+int cli_bench_grammar(std::span<const std::string> args);  // `bench grammar` (runtime/cli_grammar.cpp)
 
 }  // namespace exl

@@ -67,6 +67,16 @@ TEST(GrammarMatcher, MaskEqualsPerTokenAcceptOnJson) {
   check_masks_along(g, ids_of({"{\"", "name", "\":\"", "\xC3", "\xA9", "\xE2\x82\xAC", "\",\"", "age", "\":", "-1", "}"}));
 }
 
+// Bounded strings exercise the sliced masks: positions where every short string-text token fits,
+// where only tokens up to the remaining length fit (UTF-8 characters counted once), and patterns.
+TEST(GrammarMatcher, MaskEqualsPerTokenAcceptOnBoundedStrings) {
+  Grammar gr = compile_json_schema_text(
+      R"({"type":"array","items":{"anyOf":[{"type":"string","minLength":2,"maxLength":6},
+          {"type":"string","pattern":"^(ab|\\u00e9)*c?$","maxLength":5}]}})");
+  auto g = std::make_shared<CompiledGrammar>(std::move(gr), index());
+  check_masks_along(g, ids_of({"[\"", "ab", "\xC3\xA9", "\xE2\x82", "\xAC", "a", "\",\"", "abc", "\xC3", "\xA9", "\"]"}));
+}
+
 TEST(GrammarMatcher, RandomWalksAgreeWithAccept) {
   Grammar gr = compile_json_schema_text(
       R"({"type":"array","items":{"anyOf":[{"type":"string","pattern":"^a+b?$"},{"type":"number"},{"$ref":"#"}]},"maxItems":4})");
