@@ -36,8 +36,9 @@ struct ToolTimer::Core {
         continue;
       }
       auto first = queue.begin();
-      if (ToolClock::now() < first->first.first) {
-        cv.wait_until(lock, first->first.first);
+      const ToolClock::time_point due = first->first.first;  // a copy: the entry may go while we wait
+      if (ToolClock::now() < due) {
+        cv.wait_until(lock, due);
         continue;
       }
       Callback fn = std::move(first->second);

@@ -131,6 +131,16 @@ TEST_F(Calculator, SchemaRejectsBadArguments) {
   }
 }
 
+TEST_F(Calculator, DirectInvokeWithMalformedArgumentsIsAnError) {
+  auto tool = make_calculator_tool(opts);
+  ToolResult r = test::invoke_now(*tool, json::object());
+  EXPECT_TRUE(r.is_error);
+  EXPECT_TRUE(r.content.starts_with("calculator: invalid arguments: ")) << r.content;
+  r = test::invoke_now(*tool, {{"expression", 12}});
+  EXPECT_TRUE(r.is_error);
+  EXPECT_TRUE(r.content.starts_with("calculator: invalid arguments: ")) << r.content;
+}
+
 TEST(ExactDecimal, ParseAndFormat) {
   EXPECT_EQ(parse_decimal("12.50", 100), Rational(25, 2));
   EXPECT_EQ(parse_decimal("1e-3", 100), Rational(1, 1000));
