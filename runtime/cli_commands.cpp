@@ -14,6 +14,9 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"synth", "write a random-weight EXL2 model for benchmarks only", cli_synth},
       CliCommand{"serve", "serve a model over the OpenAI-compatible HTTP API", cli_serve},
       CliCommand{"grammar", "check a text against a JSON Schema or regex grammar; run MaskBench files", cli_grammar},
+      CliCommand{"extract", "extract one JSON object per document under a JSON Schema", cli_extract},
+      CliCommand{"batch", "run a JSONL file of chat requests (OpenAI batch or simple form), resumable", cli_batch},
+      CliCommand{"run", "run a scripted multi-turn workflow file", cli_run},
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };
   return table;

@@ -23,5 +23,8 @@ int cli_bench(std::span<const std::string> args);
 int cli_synth(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
 int cli_grammar(std::span<const std::string> args);
+int cli_extract(std::span<const std::string> args);
+int cli_batch(std::span<const std::string> args);
+int cli_run(std::span<const std::string> args);
 
 }  // namespace exl
