@@ -104,6 +104,7 @@ void Generator::finish(Active& a, FinishReason r, std::string error) {
 }
 
 void Generator::emit_token(Active& a, int32_t token) {
+  if (a.job.mask) a.job.mask->accept(token);
   const auto now = Clock::now();
   if (a.stats.n_generated == 0) {
     a.first_token = now;
@@ -113,7 +114,6 @@ void Generator::emit_token(Active& a, int32_t token) {
   a.stats.decode_s = seconds(a.first_token, now);
   a.tokens.push_back(token);
   a.sampler.accept(token);
-  if (a.job.mask) a.job.mask->accept(token);
 
   const bool is_stop = std::find(a.job.stop_tokens.begin(), a.job.stop_tokens.end(), token) != a.job.stop_tokens.end();
   std::string text = (is_stop && !a.job.include_stop_token_text) ? a.detok.flush() : a.detok.push(token);
@@ -146,8 +146,38 @@ void Generator::emit_token(Active& a, int32_t token) {
   ev.text = a.held.substr(0, a.held.size() - keep);
   a.held.erase(0, a.held.size() - keep);
   if (a.job.on_event) a.job.on_event(ev);
-  if (is_stop) finish(a, FinishReason::stop_token);
+  if (is_stop || (a.job.mask && a.job.mask->terminated())) finish(a, FinishReason::stop_token);
   else if (a.stats.n_generated >= a.job.max_new_tokens) finish(a, FinishReason::max_tokens);
+}
+
+bool Generator::emit_forced(Active& a) {
+  const auto generated = std::span<const int32_t>(a.tokens).subspan(a.job.prompt.size());
+  const std::vector<int32_t> forced = a.job.mask->forced_tokens(generated);
+  for (int32_t t : forced) {
+    if (a.finished) break;
+    EXL_CHECK(t >= 0 && t < model_.vocab_size(), "engine: generator: job ", a.id, ": forced token ", t,
+              " out of range [0, ", model_.vocab_size(), ")");
+    emit_token(a, t);
+  }
+  return !forced.empty();
+}
+
+void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask) {
+  std::span<const uint32_t> m;
+  if (a.job.mask) {
+    if (emit_forced(a)) return;  // their logits come with the next forward pass
+    mask.assign(mask_words(logits.size()), 0u);
+    a.job.mask->fill_mask(mask);
+    if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
+      finish(a, FinishReason::error,
+             cat("engine: generator: job ", a.id, ": the output constraint allows no token after ",
+                 a.stats.n_generated, " generated tokens (the grammar is stuck)"));
+      return;
+    }
+    m = mask;
+  }
+  emit_token(a, a.sampler.sample(logits, m));
+  if (a.job.mask && !a.finished) emit_forced(a);
 }
 
 void Generator::admit() {
@@ -209,8 +239,9 @@ bool Generator::step() {
   int64_t budget = opts_.max_step_tokens;
   for (auto& a : active_)
     if (!a->prefilling() && budget > 0) {
-      plan.push_back({a.get(), 1});
-      --budget;
+      const int64_t n = std::min<int64_t>(budget, int64_t(a->tokens.size()) - a->n_done);
+      plan.push_back({a.get(), n});
+      budget -= n;
     }
   for (auto& a : active_)
     if (a->prefilling() && budget > 0) {
@@ -252,16 +283,10 @@ bool Generator::step() {
     Active& a = *ready[i].a;
     cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), size_t(ready[i].n)));
     a.n_done += ready[i].n;
-    if (a.prefilling() || a.finished) continue;
+    if (a.n_done < int64_t(a.tokens.size()) || a.finished) continue;
     std::span<float> row(logits.data() + int64_t(i) * V, size_t(V));
     try {
-      std::span<const uint32_t> m;
-      if (a.job.mask) {
-        mask.assign(mask_words(size_t(V)), 0u);
-        a.job.mask->fill_mask(mask);
-        m = mask;
-      }
-      emit_token(a, a.sampler.sample(row, m));
+      sample_next(a, row, mask);
     } catch (const Error& e) {
       finish(a, FinishReason::error, e.what());
     }

@@ -25,14 +25,20 @@
 
 namespace exl {
 
-// Constrains sampling for one job (the grammar engine implements it). fill_mask sets the bit of
-// every token allowed next (mask has mask_words(vocab) words, all bits clear on entry); accept
-// is told every token the job emits.
+// Constrains sampling for one job (the grammar engine implements it: engine/grammar_constraint.h).
+// fill_mask sets the bit of every token allowed next (mask has mask_words(vocab) words, all bits
+// clear on entry); accept is told every token the job emits, sampled or forced, and throws
+// exl::Error for a token it cannot take. forced_tokens (asked before each sampling and after each
+// sampled token) returns tokens to append without sampling, given the tokens generated so far;
+// the generator emits them like sampled ones (events, stats, max_new_tokens). Once terminated()
+// the job ends with reason stop_token. A mask that allows no token ends the job with an error.
 class LogitsMaskHook {
  public:
   virtual ~LogitsMaskHook() = default;
   virtual void fill_mask(std::span<uint32_t> mask) = 0;
   virtual void accept(int32_t token) = 0;
+  virtual std::vector<int32_t> forced_tokens(std::span<const int32_t> /*generated*/) { return {}; }
+  virtual bool terminated() const { return false; }
 };
 
 enum class FinishReason : uint8_t { stop_token, stop_string, max_tokens, cancelled, error };
@@ -100,6 +106,8 @@ class Generator {
   void admit();
   void finish(Active& a, FinishReason r, std::string error = {});
   void emit_token(Active& a, int32_t token);
+  bool emit_forced(Active& a);
+  void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
 
   Model& model_;
   const Tokenizer& tok_;
