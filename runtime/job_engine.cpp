@@ -3,14 +3,19 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "engine/grammar_constraint.h"
 #include "grammar/json_schema.h"
 #include "kernels/error.h"
 #include "runtime/backend_select.h"
 
 namespace exl {
 
-std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json&, const Tokenizer&) {
-  return nullptr;  // SEAM: replaced by engine/grammar_constraint.h (issue #7 part (a)).
+std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
+                                                                     const Tokenizer& tokenizer) {
+  JsonSchemaOptions o;
+  o.whitespace = JsonSchemaOptions::Whitespace::flexible;
+  auto grammar = compile_json_schema_for(schema, tokenizer, o);
+  return [grammar, &tokenizer] { return make_grammar_constraint(grammar, tokenizer); };
 }
 
 JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
@@ -47,7 +52,7 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
   std::string err;
   try {
     EXL_CHECK(schema.is_object() || schema.is_boolean(), "the schema must be a JSON object");
-    (void)compile_json_schema(schema);
+    hooks_[key] = schema_hook_factory(schema, *tok_);
   } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
     err = cat("runtime: job: schema: ", e.what());
   }
@@ -60,10 +65,7 @@ GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
   GenerationJob job;
   if (spec.schema) {
     check_schema(*spec.schema);
-    const std::string key = spec.schema->dump();
-    auto it = hooks_.find(key);
-    if (it == hooks_.end()) it = hooks_.emplace(key, schema_hook_factory(*spec.schema, *tok_)).first;
-    if (it->second) job.mask = it->second();
+    if (const auto& make = hooks_.at(spec.schema->dump())) job.mask = make();
   }
   const std::string text = tmpl_->render(spec.messages, spec.tools, true);
   job.prompt = tok_->encode(text, true);
@@ -103,7 +105,7 @@ JobOutcome finish_outcome(JobOutcome o, bool has_schema, int64_t max_tokens) {
   }
   if (o.reason == FinishReason::max_tokens) {
     o.error = cat("runtime: job: the reply was cut off at max_tokens (", max_tokens,
-                  ") before its JSON was complete; raise max_tokens");
+                  ") before its JSON was complete; raise max_tokens. It began: '", o.text.substr(0, 120), "'");
     return o;
   }
   try {

@@ -52,10 +52,14 @@ struct JobOutcome {
   GenerationStats stats;
 };
 
-// SEAM (issue #7 part (a)): a factory of fresh per-job mask hooks that constrain output to the
-// JSON texts `schema` validates, from engine/grammar_constraint.h once it lands. Until then it
-// returns nullptr: jobs run unconstrained and an invalid reply is reported as an error, never
-// passed off as valid.
+// A factory of fresh per-job mask hooks (engine/grammar_constraint.h) that constrain output to the
+// JSON texts `schema` validates, properties in schema order, with optional whitespace between
+// tokens: models trained on json.dumps output (the demo model) write ", " and ": ", and forcing
+// compact JSON on them wrecks their values (measured: 0 of 5 demo examples right compact, 5 of 5
+// flexible). The cost: a weak model can emit whitespace until max_tokens, which is reported as a
+// cut-off reply. The schema is compiled for the vocabulary once.
+// Throws GrammarError / exl::Error for a schema the grammar engine cannot compile. The tokenizer
+// must outlive the factory and its hooks.
 std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
                                                                      const Tokenizer& tokenizer);
 
