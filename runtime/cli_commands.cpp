@@ -12,6 +12,7 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"generate", "generate text from a prompt, streamed to stdout", cli_generate},
       CliCommand{"bench", "measure prefill and decode speed and the prefix-cache speed-up", cli_bench},
       CliCommand{"synth", "write a random-weight EXL2 model for benchmarks only", cli_synth},
+      CliCommand{"quantize", "convert an FP16/BF16/FP32 Hugging Face checkpoint to EXL2", cli_quantize},
       CliCommand{"serve", "serve a model over the OpenAI-compatible HTTP API", cli_serve},
       CliCommand{"grammar", "check a text against a JSON Schema or regex grammar; run MaskBench files", cli_grammar},
       CliCommand{"extract", "extract one JSON object per document under a JSON Schema", cli_extract},

@@ -21,6 +21,7 @@ int cli_logits(std::span<const std::string> args);
 int cli_generate(std::span<const std::string> args);
 int cli_bench(std::span<const std::string> args);
 int cli_synth(std::span<const std::string> args);
+int cli_quantize(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
 int cli_grammar(std::span<const std::string> args);
 int cli_extract(std::span<const std::string> args);

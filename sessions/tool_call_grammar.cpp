@@ -1,0 +1,98 @@
+#include "sessions/tool_call_grammar.h"
+
+#include "grammar/grammar_compose.h"
+#include "grammar/grammar_error.h"
+#include "kernels/error.h"
+
+namespace exl {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const char* kWhere = "sessions: tool call grammar: ";
+
+int32_t schema_rule(GrammarComposer& c, const Json& schema, const JsonSchemaOptions& opts, const std::string& what) {
+  try {
+    return c.embed(compile_json_schema(schema, opts));
+  } catch (const GrammarError& e) {
+    grammar_fail(kWhere, what, ": ", e.what());
+  }
+}
+
+// {"name": "<tool>", "<key>": <args>} for one tool.
+int32_t call_rule(GrammarComposer& c, const ToolSpec& t, std::string_view args_key, const JsonSchemaOptions& opts) {
+  const Json params = t.parameters.is_null() ? Json{{"type", "object"}} : t.parameters;
+  const int32_t args = schema_rule(c, params, opts, "tool '" + t.name + "'");
+  const std::string head = "{\"name\": " + Json(t.name).dump(-1, ' ', false, Json::error_handler_t::replace) +
+                           ", \"" + std::string(args_key) + "\": ";
+  return c.sequence("call:" + t.name, {SeqItem::text(head), SeqItem::call(args), SeqItem::text("}")});
+}
+
+int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<ToolSpec>& tools,
+                   const ToolCallGrammarOptions& o) {
+  EXL_CHECK(family != TemplateFamily::llama2, kWhere, "the llama2 template has no tool-call format");
+  EXL_CHECK(!tools.empty(), kWhere, "no tools to call");
+  std::vector<int32_t> alts;
+  const std::string_view key = family == TemplateFamily::llama3 ? "parameters" : "arguments";
+  for (const ToolSpec& t : tools) {
+    EXL_CHECK(!t.name.empty(), kWhere, "a tool has an empty name");
+    if (o.mode == ToolCallMode::named && t.name != o.tool_name) continue;
+    alts.push_back(call_rule(c, t, key, o.schema_options));
+  }
+  EXL_CHECK(!alts.empty(), kWhere, "no tool named '", o.tool_name, "'");
+  const int32_t one = c.alternatives("tool_call", alts);
+  switch (family) {
+    case TemplateFamily::llama3: return one;
+    case TemplateFamily::chatml: {
+      const int32_t block = c.sequence(
+          "tool_call_block", {SeqItem::text("<tool_call>\n"), SeqItem::call(one), SeqItem::text("\n</tool_call>")});
+      return c.list("tool_calls", block, "\n", o.parallel_tool_calls);
+    }
+    case TemplateFamily::mistral: {
+      const int32_t items = c.list("tool_call_items", one, ", ", o.parallel_tool_calls);
+      return c.sequence("tool_calls", {SeqItem::text("[TOOL_CALLS] ["), SeqItem::call(items), SeqItem::text("]")});
+    }
+    case TemplateFamily::llama2: break;
+  }
+  fail(kWhere, "unknown template family");
+}
+
+}  // namespace
+
+std::vector<ToolSpec> tool_specs_from_openai(const Json& tools) {
+  std::vector<ToolSpec> out;
+  if (tools.is_null()) return out;
+  EXL_CHECK(tools.is_array(), kWhere, "'tools' must be an array");
+  for (const auto& t : tools) {
+    const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+    EXL_CHECK(fn && fn->is_object() && fn->contains("name") && (*fn)["name"].is_string(), kWhere,
+              "a tool lacks function.name");
+    ToolSpec s;
+    s.name = (*fn)["name"].get<std::string>();
+    if (fn->contains("parameters")) s.parameters = (*fn)["parameters"];
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolSpec>& tools, const ToolCallGrammarOptions& o) {
+  GrammarComposer c;
+  int32_t root = -1;
+  switch (o.mode) {
+    case ToolCallMode::required:
+    case ToolCallMode::named: root = calls_rule(c, family, tools, o); break;
+    case ToolCallMode::final_answer:
+      root = c.sequence("final_answer", {SeqItem::call(schema_rule(c, o.final_schema, o.schema_options, "final answer"))});
+      break;
+    case ToolCallMode::call_or_final: {
+      const int32_t calls = calls_rule(c, family, tools, o);
+      const int32_t final = schema_rule(c, o.final_schema, o.schema_options, "final answer");
+      root = c.alternatives("call_or_final", {calls, final});
+      break;
+    }
+  }
+  return c.finish(root);
+}
+
+}  // namespace exl

@@ -1,0 +1,61 @@
+// Grammars for a model's tool-call syntax, so `tool_choice: required`, a named tool and an agent's
+// final-answer schema are enforced by constrained decoding. The output parses with the family's
+// ChatTemplate::parse_reply (tools enabled) into calls whose arguments validate against the tool's
+// JSON Schema.
+//
+// Syntax per family (what the official templates render for an assistant tool call):
+//  - llama3:  {"name": "<tool>", "parameters": <args>}            one call only (the template
+//             cannot express parallel calls, so parallel_tool_calls is ignored)
+//  - chatml:  <tool_call>\n{"name": "<tool>", "arguments": <args>}\n</tool_call>
+//             repeated, separated by "\n", when parallel calls are allowed
+//  - mistral: [TOOL_CALLS] [{"name": "<tool>", "arguments": <args>}, ...]   ("[TOOL_CALLS]" is
+//             generated as text; the tokenizer's special [TOOL_CALLS] token is never sampled, and
+//             parse_reply finds the marker in the decoded text either way)
+//  - llama2:  no tool format -> exl::Error
+// <args> is the compact (or, by option, flexible) JSON text of the tool's parameters schema; a
+// tool without one takes any JSON object. Names are written as JSON strings.
+//
+// Modes:
+//  - required: one call of any tool (several when parallel, for chatml and mistral)
+//  - named: calls of that tool only
+//  - final_answer: the JSON text of the final-answer schema, no wrapper
+//  - call_or_final: a `required` call or the final answer (for an agent turn); with llama3 a final
+//    answer shaped like {"name": .., "parameters": {..}} parses as a call — choose schemas that
+//    cannot be mistaken for one.
+// Errors: GrammarError for a schema that cannot be compiled (naming the tool and the keyword);
+// exl::Error for a family without tools, no tools, an unknown named tool.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "sessions/chat_template.h"
+
+namespace exl {
+
+struct ToolSpec {
+  std::string name;
+  nlohmann::ordered_json parameters;  // JSON Schema of the arguments; null = any JSON object
+};
+
+enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final };
+
+struct ToolCallGrammarOptions {
+  ToolCallMode mode = ToolCallMode::required;
+  bool parallel_tool_calls = false;
+  std::string tool_name;                   // named
+  nlohmann::ordered_json final_schema;     // final_answer, call_or_final
+  JsonSchemaOptions schema_options;        // for arguments and the final answer
+};
+
+// The tools of an OpenAI "tools" array ({"type":"function","function":{name, parameters}}).
+std::vector<ToolSpec> tool_specs_from_openai(const nlohmann::ordered_json& tools);
+
+Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolSpec>& tools,
+                          const ToolCallGrammarOptions& options);
+
+}  // namespace exl
