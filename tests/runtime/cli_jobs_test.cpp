@@ -59,7 +59,7 @@ TEST(CliBatch, SimpleFormErrorLinesAndResume) {
   in += "{broken\n\n";
   in += R"({"id":"r1","prompt":"again"})" "\n";
   in += R"({"custom_id":"o1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5}})" "\n";
-  in += R"({"id":"bad-schema","prompt":"x","schema":{"type":"object","not":{}}})" "\n";
+  in += R"({"id":"bad-schema","prompt":"x","schema":{"type":"nonsense"}})" "\n";
   test::write_file(dir / "in.jsonl", in);
   const std::vector<std::string> args = {"--model", model_dir(), "--input", (dir / "in.jsonl").string(),
                                          "--output", (dir / "out.jsonl").string(), "--concurrency", "3", "--threads", "1"};
@@ -82,7 +82,7 @@ TEST(CliBatch, SimpleFormErrorLinesAndResume) {
   EXPECT_EQ(by_key.at("#8")["error"]["code"], "duplicate_id");
   EXPECT_EQ(by_key.at("o1")["response"]["status_code"], 200);
   EXPECT_EQ(by_key.at("o1")["response"]["body"]["object"], "chat.completion");
-  EXPECT_NE(by_key.at("bad-schema")["error"]["message"].get<std::string>().find("'not'"), std::string::npos);
+  EXPECT_NE(by_key.at("bad-schema")["error"]["message"].get<std::string>().find("unknown type"), std::string::npos);
 
   r = test::run_cli(cli_batch, args);
   ASSERT_EQ(r.code, 0) << r.error;
@@ -151,7 +151,7 @@ TEST(CliRun, WorkflowWritesStepOutputsAndTrace) {
       {"name":"intro","system":"You tell stories.","prompt":"A story about {{inputs.names.0}}."},
       {"name":"each","prompt":"Item {{index}}: {{item}} ({{steps.intro}})","for_each":"inputs.names"},
       {"name":"more","prompt":"Go on.","continue":"intro","if":{"path":"inputs.mode","equals":"short"}},
-      {"name":"never","prompt":"x","if":"inputs.missing"}]})J");
+      {"name":"never","prompt":"x","if":"steps.intro.missing"}]})J");
   const fs::path out = dir / "out";
   auto r = test::run_cli(cli_run, {(dir / "wf.json").string(), "--model", model_dir(), "--out", out.string(), "--threads", "1"});
   ASSERT_EQ(r.code, 0) << r.error << r.err;
@@ -226,7 +226,7 @@ TEST(CliExtract, PrintsOneValidObjectPerInputInOrder) {
 TEST(CliExtract, BadSchemaAndInputsAreClearErrors) {
   EXL_REQUIRE_SHARED(kModel);
   const auto dir = test::temp_dir("CliExtract_errors");
-  test::write_file(dir / "bad.json", R"({"type":"object","not":{}})");
+  test::write_file(dir / "bad.json", R"({"type":"nonsense"})");
   test::write_file(dir / "a.txt", "x");
   auto r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string(), (dir / "a.txt").string()});
   EXPECT_EQ(r.code, -1);
