@@ -15,6 +15,9 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"quantize", "convert an FP16/BF16/FP32 Hugging Face checkpoint to EXL2", cli_quantize},
       CliCommand{"serve", "serve a model over the OpenAI-compatible HTTP API", cli_serve},
       CliCommand{"grammar", "check a text against a JSON Schema or regex grammar; run MaskBench files", cli_grammar},
+      CliCommand{"extract", "extract one JSON object per document under a JSON Schema", cli_extract},
+      CliCommand{"batch", "run a JSONL file of chat requests (OpenAI batch or simple form), resumable", cli_batch},
+      CliCommand{"run", "run a scripted multi-turn workflow file", cli_run},
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };
   return table;

@@ -25,5 +25,8 @@ int cli_quantize(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
 int cli_grammar(std::span<const std::string> args);
 int cli_bench_grammar(std::span<const std::string> args);  // `bench grammar` (runtime/cli_grammar.cpp)
+int cli_extract(std::span<const std::string> args);
+int cli_batch(std::span<const std::string> args);
+int cli_run(std::span<const std::string> args);
 
 }  // namespace exl

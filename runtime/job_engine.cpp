@@ -1,0 +1,171 @@
+#include "runtime/job_engine.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/grammar_constraint.h"
+#include "grammar/json_schema.h"
+#include "kernels/error.h"
+#include "runtime/backend_select.h"
+
+namespace exl {
+
+std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
+                                                                     const Tokenizer& tokenizer) {
+  JsonSchemaOptions o;
+  o.whitespace = JsonSchemaOptions::Whitespace::flexible;
+  auto grammar = compile_json_schema_for(schema, tokenizer, o);
+  return [grammar, &tokenizer] { return make_grammar_constraint(grammar, tokenizer); };
+}
+
+JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
+  EXL_CHECK(opts_.max_batch_seqs > 0, "runtime: job: the number of jobs in flight must be positive");
+  EXL_CHECK(opts_.max_context > 0, "runtime: job: the context length must be positive");
+  dir_ = std::make_unique<ModelDir>(opts_.model_dir);
+  std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
+  model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
+  tok_ = load_tokenizer(dir_->path());
+  TemplateTokens tt;
+  if (tok_->bos_id()) tt.bos = tok_->token_bytes(*tok_->bos_id());
+  if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
+  tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
+  backend_ = make_backend(opts_.backend, opts_.cpu_threads);
+  model_ = std::make_unique<Model>(*dir_, *backend_);
+  const int64_t model_ctx = model_->config().max_position_embeddings;
+  ctx_ = model_ctx > 0 ? std::min(model_ctx, opts_.max_context) : opts_.max_context;
+  GeneratorOptions go;
+  go.cache_format = default_cache_format(opts_.backend);
+  go.page_size = 64;
+  go.max_batch_seqs = opts_.max_batch_seqs;
+  go.num_pages = int(int64_t(opts_.max_batch_seqs) * ((ctx_ + go.page_size - 1) / go.page_size) + 1);
+  gen_ = std::make_unique<Generator>(*model_, *tok_, go);
+}
+
+JobEngine::~JobEngine() = default;
+
+void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
+  const std::string key = schema.dump();
+  if (auto it = schema_errors_.find(key); it != schema_errors_.end()) {
+    if (it->second.empty()) return;
+    fail(it->second);
+  }
+  std::string err;
+  try {
+    EXL_CHECK(schema.is_object() || schema.is_boolean(), "the schema must be a JSON object");
+    hooks_[key] = schema_hook_factory(schema, *tok_);
+  } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
+    err = cat("runtime: job: schema: ", e.what());
+  }
+  schema_errors_[key] = err;
+  if (!err.empty()) fail(err);
+}
+
+GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
+  EXL_CHECK(!spec.messages.empty(), "runtime: job: the conversation has no messages");
+  GenerationJob job;
+  if (spec.schema) {
+    check_schema(*spec.schema);
+    if (const auto& make = hooks_.at(spec.schema->dump())) job.mask = make();
+  }
+  const std::string text = tmpl_->render(spec.messages, spec.tools, true);
+  job.prompt = tok_->encode(text, true);
+  if (job.prompt.size() >= 2 && tok_->bos_id() && job.prompt[0] == *tok_->bos_id() && job.prompt[1] == *tok_->bos_id())
+    job.prompt.erase(job.prompt.begin());
+  const int64_t n_prompt = int64_t(job.prompt.size());
+  EXL_CHECK(n_prompt < ctx_, "runtime: job: the prompt has ", n_prompt, " tokens; the context holds ", ctx_);
+  const int64_t room = ctx_ - n_prompt;
+  if (spec.max_tokens) {
+    EXL_CHECK(*spec.max_tokens > 0, "runtime: job: max_tokens must be positive, got ", *spec.max_tokens);
+    EXL_CHECK(*spec.max_tokens <= room, "runtime: job: the prompt has ", n_prompt, " tokens and max_tokens asks for ",
+              *spec.max_tokens, "; the context holds ", ctx_);
+  }
+  job.max_new_tokens = int32_t(spec.max_tokens.value_or(room));
+  job.sampling = spec.sampling;
+  job.stop_tokens.assign(tok_->eos_ids().begin(), tok_->eos_ids().end());
+  job.stop_strings = spec.stop;
+  for (const auto& s : tmpl_->stop_strings())
+    if (!s.empty()) job.stop_strings.push_back(s);
+  return job;
+}
+
+namespace {
+
+JobOutcome finish_outcome(JobOutcome o, bool has_schema, int64_t max_tokens) {
+  if (o.reason == FinishReason::error) {
+    o.ok = false;
+    return o;
+  }
+  if (o.reason == FinishReason::cancelled) {
+    o.error = "runtime: job: cancelled";
+    return o;
+  }
+  if (!has_schema) {
+    o.ok = true;
+    return o;
+  }
+  if (o.reason == FinishReason::max_tokens) {
+    o.error = cat("runtime: job: the reply was cut off at max_tokens (", max_tokens,
+                  ") before its JSON was complete; raise max_tokens. It began: '", o.text.substr(0, 120), "'");
+    return o;
+  }
+  try {
+    o.json = nlohmann::ordered_json::parse(o.text);
+    o.ok = true;
+  } catch (const nlohmann::json::exception&) {
+    o.error = cat("runtime: job: the reply is not valid JSON: '", o.text.substr(0, 200),
+                  o.text.size() > 200 ? "...'" : "'");
+  }
+  return o;
+}
+
+}  // namespace
+
+void JobEngine::submit(ChatJobSpec spec, std::function<void(JobOutcome)> done) {
+  GenerationJob job;
+  try {
+    job = build_job(spec);
+  } catch (const std::exception& e) {
+    JobOutcome o;
+    o.reason = FinishReason::error;
+    o.rejected = true;
+    o.error = e.what();
+    failed_.emplace_back(std::move(done), std::move(o));
+    ++in_flight_;
+    return;
+  }
+  auto acc = std::make_shared<JobOutcome>();
+  const bool has_schema = spec.schema.has_value();
+  const int64_t max_tokens = job.max_new_tokens;
+  job.on_event = [this, acc, has_schema, max_tokens, done = std::move(done)](const GenerationEvent& e) {
+    if (e.type == GenerationEvent::Type::token) {
+      acc->text += e.text;
+      return;
+    }
+    acc->reason = e.reason;
+    acc->error = e.error;
+    acc->stats = e.stats;
+    --in_flight_;
+    done(finish_outcome(std::move(*acc), has_schema, max_tokens));
+  };
+  ++in_flight_;
+  gen_->submit(std::move(job));
+}
+
+bool JobEngine::step() {
+  bool did = false;
+  while (!failed_.empty()) {
+    auto [done, o] = std::move(failed_.front());
+    failed_.erase(failed_.begin());
+    --in_flight_;
+    done(std::move(o));
+    did = true;
+  }
+  return gen_->step() || did;
+}
+
+void JobEngine::run_until_idle() {
+  while (in_flight_ > 0)
+    EXL_CHECK(step(), "runtime: job: internal: ", in_flight_, " jobs in flight but the generator is idle");
+}
+
+}  // namespace exl

@@ -1,0 +1,105 @@
+// What the job commands (extract, batch, run) share: one model directory loaded with its
+// tokenizer, chat template and a continuous-batching Generator, and chat jobs submitted to it —
+// messages rendered by the chat template, optionally constrained by a JSON Schema, collected
+// into one JobOutcome per job. Jobs run when the caller steps the engine (step / run_until_idle),
+// and outcome callbacks run on that thread, so the job commands need no locking.
+// Not thread-safe: one thread owns a JobEngine.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/model_dir.h"
+#include "engine/tokenizer.h"
+#include "kernels/backend.h"
+#include "sessions/chat_template.h"
+
+namespace exl {
+
+struct JobEngineOptions {
+  std::string model_dir;
+  std::string backend = "cpu";
+  int cpu_threads = 0;           // 0 = all
+  int max_batch_seqs = 16;       // jobs decoding at once
+  int64_t max_context = 4096;    // tokens one job may hold (capped by the model's context)
+  std::string chat_template;     // override name; empty = detect
+};
+
+struct ChatJobSpec {
+  std::vector<ChatMessage> messages;
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // OpenAI tool objects, rendered
+  std::optional<nlohmann::ordered_json> schema;  // reply must be JSON valid under it
+  std::optional<int64_t> max_tokens;             // default: the rest of the context
+  SamplerSettings sampling;
+  std::vector<std::string> stop;
+};
+
+struct JobOutcome {
+  bool ok = false;
+  bool rejected = false;             // failed before generating: the spec itself is bad
+  std::string error;                 // when !ok: why (names the layer and the cause)
+  std::string text;                  // the reply text
+  nlohmann::ordered_json json;       // the parsed reply when the job had a schema
+  FinishReason reason = FinishReason::max_tokens;
+  GenerationStats stats;
+};
+
+// A factory of fresh per-job mask hooks (engine/grammar_constraint.h) that constrain output to the
+// JSON texts `schema` validates, properties in schema order, with optional whitespace between
+// tokens: models trained on json.dumps output (the demo model) write ", " and ": ", and forcing
+// compact JSON on them wrecks their values (measured: 0 of 5 demo examples right compact, 5 of 5
+// flexible). The cost: a weak model can emit whitespace until max_tokens, which is reported as a
+// cut-off reply. The schema is compiled for the vocabulary once.
+// Throws GrammarError / exl::Error for a schema the grammar engine cannot compile. The tokenizer
+// must outlive the factory and its hooks.
+std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
+                                                                     const Tokenizer& tokenizer);
+
+class JobEngine {
+ public:
+  // Loads the model; throws exl::Error naming what failed.
+  explicit JobEngine(JobEngineOptions options);
+  ~JobEngine();
+
+  const Tokenizer& tokenizer() const { return *tok_; }
+  std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
+  const std::string& model_id() const { return model_id_; }
+  int64_t context_length() const { return ctx_; }
+
+  // Throws exl::Error ("runtime: job: schema: ...") when the schema cannot be compiled.
+  void check_schema(const nlohmann::ordered_json& schema);
+  // Queues a job; `done` gets its outcome (also for jobs that fail before generating: a prompt
+  // too long for the context, a bad schema) during a later step. Never throws for a bad spec.
+  void submit(ChatJobSpec spec, std::function<void(JobOutcome)> done);
+  // One scheduling step (delivers outcomes of jobs that failed before generating); false when idle.
+  bool step();
+  void run_until_idle();
+  int64_t in_flight() const { return in_flight_; }
+
+ private:
+  GenerationJob build_job(const ChatJobSpec& spec);
+
+  JobEngineOptions opts_;
+  std::string model_id_;
+  std::unique_ptr<ModelDir> dir_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const ChatTemplate> tmpl_;
+  std::unique_ptr<Generator> gen_;
+  int64_t ctx_ = 0;
+  int64_t in_flight_ = 0;
+  std::map<std::string, std::function<std::shared_ptr<LogitsMaskHook>()>> hooks_;  // by schema text
+  std::map<std::string, std::string> schema_errors_;                             // by schema text
+  std::vector<std::pair<std::function<void(JobOutcome)>, JobOutcome>> failed_;  // delivered by step()
+};
+
+}  // namespace exl

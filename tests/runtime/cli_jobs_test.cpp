@@ -1,0 +1,242 @@
+// The job commands (batch, run, extract) end to end on the tiny stories260K model: its replies
+// are meaningless, so these tests check the machinery — durable and resumable batch output
+// (including a SIGKILL mid-job), error lines, workflow files, traces and outputs.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "runtime/cli_commands.h"
+#include "runtime/cli_runner.h"
+#include "runtime/job_engine.h"
+#include "test_support.h"
+
+namespace exl {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+const char* kModel = "models/stories260K-hf";
+
+std::string model_dir() { return (test::shared_dir() / kModel).string(); }
+
+std::vector<ojson> read_jsonl(const fs::path& p) {
+  std::vector<ojson> out;
+  const std::string s = test::read_file(p);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t nl = s.find('\n', pos);
+    EXPECT_NE(nl, std::string::npos) << "partial last line in " << p;
+    if (nl == std::string::npos) break;
+    out.push_back(ojson::parse(s.substr(pos, nl - pos)));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+std::string simple_lines(int n, int max_tokens) {
+  std::string s;
+  for (int i = 0; i < n; ++i)
+    s += ojson{{"id", "r" + std::to_string(i)}, {"prompt", "Once upon a time " + std::to_string(i)}, {"max_tokens", max_tokens}}
+             .dump() +
+         "\n";
+  return s;
+}
+
+TEST(CliBatch, SimpleFormErrorLinesAndResume) {
+  EXL_REQUIRE_SHARED(kModel);
+  const auto dir = test::temp_dir("CliBatch_simple");
+  std::string in = simple_lines(5, 8);
+  in += "{broken\n\n";
+  in += R"({"id":"r1","prompt":"again"})" "\n";
+  in += R"({"custom_id":"o1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5}})" "\n";
+  in += R"({"id":"bad-schema","prompt":"x","schema":{"type":"nonsense"}})" "\n";
+  test::write_file(dir / "in.jsonl", in);
+  const std::vector<std::string> args = {"--model", model_dir(), "--input", (dir / "in.jsonl").string(),
+                                         "--output", (dir / "out.jsonl").string(), "--concurrency", "3", "--threads", "1"};
+  auto r = test::run_cli(cli_batch, args);
+  ASSERT_EQ(r.code, 0) << r.error << r.err;
+  EXPECT_NE(r.err.find("batch: 9 requests: 6 ok, 3 errors, 0 already done"), std::string::npos) << r.err;
+  const auto lines = read_jsonl(dir / "out.jsonl");
+  ASSERT_EQ(lines.size(), 9u);
+  std::map<std::string, ojson> by_key;
+  for (const auto& l : lines) {
+    std::string key = l.contains("line") ? "#" + l["line"].dump() : (l.contains("custom_id") ? l["custom_id"] : l["id"]).get<std::string>();
+    EXPECT_TRUE(by_key.emplace(key, l).second) << "twice: " << key;
+  }
+  for (int i = 0; i < 5; ++i) {
+    const auto& l = by_key.at("r" + std::to_string(i));
+    EXPECT_TRUE(l["output"].is_string()) << l;
+    EXPECT_LE(l["usage"]["completion_tokens"].get<int>(), 8);
+  }
+  EXPECT_EQ(by_key.at("#6")["error"]["code"], "invalid_json_line");
+  EXPECT_EQ(by_key.at("#8")["error"]["code"], "duplicate_id");
+  EXPECT_EQ(by_key.at("o1")["response"]["status_code"], 200);
+  EXPECT_EQ(by_key.at("o1")["response"]["body"]["object"], "chat.completion");
+  EXPECT_NE(by_key.at("bad-schema")["error"]["message"].get<std::string>().find("unknown type"), std::string::npos);
+
+  r = test::run_cli(cli_batch, args);
+  ASSERT_EQ(r.code, 0) << r.error;
+  EXPECT_NE(r.err.find("0 ok, 0 errors, 9 already done"), std::string::npos) << r.err;
+  EXPECT_EQ(read_jsonl(dir / "out.jsonl").size(), 9u);
+}
+
+TEST(CliBatch, SurvivesSigkillAndResumesEveryIdExactlyOnce) {
+  EXL_REQUIRE_SHARED(kModel);
+  const fs::path bin = test::binary_dir() / "exlagent";
+  if (!fs::exists(bin)) GTEST_SKIP() << "the exlagent binary is not built: " << bin;
+  const auto dir = test::temp_dir("CliBatch_sigkill");
+  const int n = 120;
+  test::write_file(dir / "in.jsonl", simple_lines(n, 32));
+  const std::string out = (dir / "out.jsonl").string();
+  const std::vector<std::string> args = {"batch", "--model", model_dir(), "--input", (dir / "in.jsonl").string(),
+                                         "--output", out, "--concurrency", "4", "--threads", "1", "--quiet"};
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 2);
+    ::execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  size_t seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string s = fs::exists(out) ? test::read_file(out) : "";
+    seen = size_t(std::count(s.begin(), s.end(), '\n'));
+    if (seen >= 5) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the batch finished before it could be killed (exit " << WEXITSTATUS(status) << ")";
+  const std::string killed = test::read_file(out);
+  const size_t at_kill = size_t(std::count(killed.begin(), killed.end(), '\n'));
+  ASSERT_GE(at_kill, 5u);
+  ASSERT_LT(at_kill, size_t(n)) << "nothing left to resume";
+
+  auto r = test::run_cli(cli_batch, {args.begin() + 1, args.end()});
+  ASSERT_EQ(r.code, 0) << r.error << r.err;
+  EXPECT_NE(r.err.find(std::to_string(at_kill) + " already done"), std::string::npos) << r.err;
+  const auto lines = read_jsonl(out);
+  ASSERT_EQ(lines.size(), size_t(n));
+  std::map<std::string, int> count;
+  for (const auto& l : lines) {
+    EXPECT_TRUE(l["output"].is_string()) << l;
+    ++count[l["id"].get<std::string>()];
+  }
+  ASSERT_EQ(count.size(), size_t(n));
+  for (const auto& [id, c] : count) EXPECT_EQ(c, 1) << id;
+}
+
+TEST(CliRun, WorkflowWritesStepOutputsAndTrace) {
+  EXL_REQUIRE_SHARED(kModel);
+  const auto dir = test::temp_dir("CliRun_workflow");
+  test::write_file(dir / "wf.json", R"J({"name":"t","inputs":{"names":["Ann","Bo","Cy"],"mode":"short"},
+    "defaults":{"max_tokens":6},
+    "steps":[
+      {"name":"intro","system":"You tell stories.","prompt":"A story about {{inputs.names.0}}."},
+      {"name":"each","prompt":"Item {{index}}: {{item}} ({{steps.intro}})","for_each":"inputs.names"},
+      {"name":"more","prompt":"Go on.","continue":"intro","if":{"path":"inputs.mode","equals":"short"}},
+      {"name":"never","prompt":"x","if":"steps.intro.missing"}]})J");
+  const fs::path out = dir / "out";
+  auto r = test::run_cli(cli_run, {(dir / "wf.json").string(), "--model", model_dir(), "--out", out.string(), "--threads", "1"});
+  ASSERT_EQ(r.code, 0) << r.error << r.err;
+  const auto outputs = ojson::parse(test::read_file(out / "outputs.json"));
+  EXPECT_EQ(ojson::parse(r.out), outputs);
+  EXPECT_TRUE(outputs["intro"].is_string());
+  ASSERT_TRUE(outputs["each"].is_array());
+  EXPECT_EQ(outputs["each"].size(), 3u);
+  EXPECT_TRUE(outputs["more"].is_string());
+  EXPECT_TRUE(outputs["never"].is_null());
+  EXPECT_EQ(ojson::parse(test::read_file(out / "steps" / "each.json")), outputs["each"]);
+  EXPECT_FALSE(fs::exists(out / "steps" / "never.json"));
+
+  const auto trace = read_jsonl(out / "trace.jsonl");
+  ASSERT_EQ(trace.size(), 6u);  // intro, 3 x each, more, never (skipped)
+  EXPECT_EQ(trace[0]["messages"][0]["content"], "You tell stories.");
+  EXPECT_EQ(trace[0]["messages"][1]["content"], "A story about Ann.");
+  EXPECT_EQ(trace[2]["index"], 1);
+  EXPECT_EQ(trace[2]["messages"][0]["content"], "Item 1: Bo (" + outputs["intro"].get<std::string>() + ")");
+  // The continued conversation: intro's turns, its reply, then the new prompt — a prefix-cache hit.
+  const auto& more = trace[4]["messages"];
+  ASSERT_EQ(more.size(), 4u);
+  EXPECT_EQ(more[2]["role"], "assistant");
+  EXPECT_EQ(more[2]["content"], outputs["intro"]);
+  EXPECT_EQ(more[3]["content"], "Go on.");
+  EXPECT_GT(trace[4]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(trace[5]["skipped"], true);
+}
+
+TEST(CliRun, RefusesToolsAndInvalidFilesClearly) {
+  EXL_REQUIRE_SHARED(kModel);
+  const auto dir = test::temp_dir("CliRun_errors");
+  test::write_file(dir / "tools.json", R"({"steps":[{"name":"a","prompt":"p","tools":[{"type":"function"}]}]})");
+  auto r = test::run_cli(cli_run, {(dir / "tools.json").string(), "--model", model_dir()});
+  EXPECT_EQ(r.code, -1);
+  EXPECT_NE(r.error.find("runtime: run: step 'a' uses tools, which need the agent loop"), std::string::npos) << r.error;
+  test::write_file(dir / "bad.json", R"({"steps":[{"name":"a","promt":"p"}]})");
+  r = test::run_cli(cli_run, {(dir / "bad.json").string(), "--model", model_dir()});
+  EXPECT_NE(r.error.find("/steps/0: missing required property 'prompt'"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("/steps/0: unknown property 'promt'"), std::string::npos) << r.error;
+  r = test::run_cli(cli_run, {(dir / "bad.json").string()});
+  EXPECT_EQ(r.code, -1);
+}
+
+// On the demo model (stories260K's replies under a flexible-whitespace grammar are mostly newlines).
+TEST(CliExtract, PrintsOneValidObjectPerInputInOrder) {
+  const fs::path demo = test::source_dir() / "examples" / "demo-model" / "model";
+  if (!fs::exists(demo / "config.json")) GTEST_SKIP() << "examples/demo-model/model is absent";
+  const auto dir = test::temp_dir("CliExtract_valid");
+  test::write_file(dir / "schema.json", R"({"type":"object","properties":{"name":{"type":"string"},
+    "age":{"type":"integer"},"city":{"type":"string"}},"required":["name","age","city"]})");
+  test::write_file(dir / "a.txt", "Keiko Tanaka is a 29-year-old chef. Home for Keiko is Osaka.\n");
+  test::write_file(dir / "b.txt", "Meet Victor Dahl, a pilot who is 51 years old. Victor moved to Oslo some years ago.");
+  auto r = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
+                                       (dir / "a.txt").string(), (dir / "b.txt").string()});
+  ASSERT_EQ(r.code, 0) << r.error << r.err;
+  std::istringstream lines(r.out);
+  std::vector<ojson> got;
+  for (std::string line; std::getline(lines, line);) got.push_back(ojson::parse(line));
+  ASSERT_EQ(got.size(), 2u) << r.out;
+  for (const auto& j : got) {
+    ASSERT_TRUE(j.is_object());
+    EXPECT_TRUE(j["name"].is_string());
+    EXPECT_TRUE(j["age"].is_number_integer());
+    EXPECT_TRUE(j["city"].is_string());
+  }
+  // The demo model reads these right (it scores ~97% field exact match on its held-out set).
+  EXPECT_EQ(got[0]["name"], "Keiko Tanaka");
+  EXPECT_EQ(got[1]["age"], 51);
+}
+
+TEST(CliExtract, BadSchemaAndInputsAreClearErrors) {
+  EXL_REQUIRE_SHARED(kModel);
+  const auto dir = test::temp_dir("CliExtract_errors");
+  test::write_file(dir / "bad.json", R"({"type":"nonsense"})");
+  test::write_file(dir / "a.txt", "x");
+  auto r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string(), (dir / "a.txt").string()});
+  EXPECT_EQ(r.code, -1);
+  EXPECT_NE(r.error.find("runtime: extract: '" + (dir / "bad.json").string() + "': runtime: job: schema:"), std::string::npos)
+      << r.error;
+  r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string(), (dir / "nope.txt").string()});
+  EXPECT_NE(r.error.find("cannot read input"), std::string::npos) << r.error;
+  r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string()});
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace exl
