@@ -114,9 +114,13 @@ std::vector<int32_t> GrammarConstraint::forced_tokens(std::span<const int32_t> g
   if (matcher_.is_terminated()) return {};
   std::string forced = matcher_.forced_bytes();
   forced.resize(whole_chars(forced));
-  if (forced.empty()) return {};
   std::string context;
-  if (tok_.dummy_prefix() != DummyPrefix::none) context = "\n";
+  if (tok_.dummy_prefix() != DummyPrefix::none) {
+    context = "\n";
+    // SentencePiece normalization drops trailing spaces, so they never encode as themselves.
+    while (!forced.empty() && forced.back() == ' ') forced.pop_back();
+  }
+  if (forced.empty()) return {};
   if (!generated.empty()) {
     const int32_t last = generated.back();
     if (tok_.is_special(last)) return {};
@@ -125,10 +129,11 @@ std::vector<int32_t> GrammarConstraint::forced_tokens(std::span<const int32_t> g
   if (whole_chars(context) != context.size()) return {};
   const std::vector<int32_t> ids = tok_.encode(context + forced, false);
   // Byte offsets of the encoding; a dummy-prefix space, if any, shifts them by one.
-  size_t total = 0;
-  for (int32_t t : ids) total += tok_.token_bytes(t).size();
-  const size_t shift = total - (context.size() + forced.size());
-  if (shift > 1) return {};
+  std::string encoded;
+  for (int32_t t : ids) encoded += tok_.token_bytes(t);
+  const std::string text = context + forced;
+  const size_t shift = encoded == text ? 0 : encoded == " " + text ? 1 : std::string::npos;
+  if (shift == std::string::npos) return {};  // normalization changed the text: force nothing
   const size_t f_begin = shift + context.size(), f_end = f_begin + forced.size();
   const bool complete = complete_after(forced);
   std::vector<int32_t> out;

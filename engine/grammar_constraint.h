@@ -15,7 +15,9 @@
 //  - and each forced token ends strictly before the end of F (what follows F may merge with the
 //    last piece, so its boundary is not certain) — except when the grammar is complete after F
 //    (accepting and allowing nothing but EOS): then every token of F and one EOS id are forced.
-// F is cut back to a whole UTF-8 character first. So forced tokens are the ones a tokenizer would
+// F is cut back to a whole UTF-8 character first (and, with a dummy prefix, loses trailing spaces,
+// which SentencePiece normalization strips); when the tokens' bytes are not exactly the text
+// (normalization changed it), nothing is forced. So forced tokens are the ones a tokenizer would
 // produce for the text, and sampling resumes at the first boundary that depends on the model.
 //
 // Thread-safety: a GrammarConstraint belongs to one job (the generator's stepping thread).

@@ -1,17 +1,25 @@
 // Where constrained decoding plugs into the HTTP API: response_format json_object / json_schema
-// and tool_choice required / named need a grammar mask on the job. Until the grammar engine is
-// wired in, every such request is refused with 400 not_supported_error: a constraint we cannot
-// enforce is never silently dropped (fail closed).
+// and tool_choice required / named become a grammar mask on the job (engine/grammar_constraint.h):
+//  - tool_choice required / named: the family's tool-call syntax with arguments valid for the
+//    tool's schema (sessions/tool_call_grammar.h); several calls when parallel_tool_calls;
+//  - otherwise response_format json_schema / json_object: that schema ({"type":"object"} for
+//    json_object), compact JSON; with tool_choice auto and tools, a tool call is allowed too;
+//  - otherwise no constraint.
+// A schema the grammar cannot enforce is a 400 invalid_request_error whose message names the
+// keyword and where it is; it is never silently dropped (fail closed). Compiled grammars are
+// cached by request shape (thread-safe), so repeated schemas reuse their mask caches.
 #pragma once
 #include <memory>
 
 #include "engine/generator.h"
 #include "engine/tokenizer.h"
 #include "runtime/openai_request.h"
+#include "sessions/chat_template.h"
 
 namespace exl {
 
 // nullptr when the request needs no constraint. Throws ApiError.
-std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& request, const Tokenizer& tokenizer);
+std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& request, const Tokenizer& tokenizer,
+                                                       TemplateFamily family);
 
 }  // namespace exl

@@ -96,7 +96,7 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
 
 RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
-  auto mask = make_output_constraint(cr, state.tokenizer());
+  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family());
   std::string text;
   try {
     text = state.chat_template()->render(cr.messages, cr.tools, true);

@@ -8,6 +8,8 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import Ajv2020 from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
@@ -127,8 +129,103 @@ test('errors surface as SDK errors with OpenAI fields', { skip }, async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
   await assert.rejects(client.chat.completions.create({
     model: 'stories', messages,
-    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object' } } },
-  }), (e) => e instanceof OpenAI.BadRequestError && e.type === 'not_supported_error');
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { properties: { a: { $dynamicRef: '#meta' } } } } },
+  }), (e) => e instanceof OpenAI.BadRequestError && e.type === 'invalid_request_error' && e.param === 'response_format' &&
+    /'\$dynamicRef'/.test(e.message) && /\/properties\/a/.test(e.message));
   const ok = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 2 });
   assert.equal(ok.object, 'chat.completion');
+});
+
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats(ajv);
+
+const storySchema = {
+  type: 'object',
+  properties: {
+    hero: { type: 'string', maxLength: 12 },
+    age: { type: 'integer', minimum: 1, maximum: 12 },
+    mood: { enum: ['happy', 'sad', 'brave'] },
+    friends: { type: 'array', items: { type: 'string', maxLength: 8 }, maxItems: 2 },
+    day: { type: 'string', format: 'date' },
+  },
+  required: ['hero', 'age', 'mood', 'friends', 'day'],
+  additionalProperties: false,
+};
+
+test('response_format json_schema: every reply validates with ajv', { skip }, async () => {
+  const validate = ajv.compile(storySchema);
+  for (let seed = 1; seed <= 8; seed++) {
+    const r = await client.chat.completions.create({
+      model: 'stories', messages, max_tokens: 200, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'story', schema: storySchema, strict: true } },
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop', `seed ${seed}`);
+    const value = JSON.parse(r.choices[0].message.content);
+    assert.ok(validate(value), `seed ${seed}: ${r.choices[0].message.content} ${JSON.stringify(validate.errors)}`);
+  }
+  const obj = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 40, temperature: 0, response_format: { type: 'json_object' },
+  });
+  if (obj.choices[0].finish_reason === 'stop') {
+    const v = JSON.parse(obj.choices[0].message.content);
+    assert.equal(typeof v, 'object');
+    assert.ok(v !== null && !Array.isArray(v));
+  } else {
+    assert.equal(obj.choices[0].finish_reason, 'length');
+    assert.equal(obj.choices[0].message.content[0], '{');
+  }
+});
+
+// The ChatML tool preamble alone nearly fills stories260K's 512-token context, so the tool-call
+// test serves the same model with the much shorter Mistral template ([TOOL_CALLS] syntax).
+async function startServer(extra) {
+  const proc = spawn(bin, ['serve', '--model', modelDir, '--port', '0', '--api-key', KEY, '--threads', '1', ...extra],
+                     { stdio: ['ignore', 'ignore', 'pipe'] });
+  const port = await new Promise((resolve, reject) => {
+    let err = '';
+    proc.stderr.on('data', (d) => {
+      err += d;
+      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    proc.on('exit', (code) => reject(new Error(`server exited (${code}): ${err}`)));
+  });
+  return { proc, client: new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 }) };
+}
+
+const weatherTools = [
+  { type: 'function', function: { name: 'w',
+    parameters: { type: 'object', properties: { c: { type: 'string', maxLength: 4 } }, required: ['c'],
+      additionalProperties: false } } },
+];
+
+test('tool_choice required / named: every reply is a valid tool call', { skip }, async () => {
+  const { proc, client: mistral } = await startServer(['--chat-template', 'mistral']);
+  try {
+    const validators = Object.fromEntries(weatherTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+    const choices = ['required', { type: 'function', function: { name: 'w' } }];
+    for (const tool_choice of choices) {
+      for (let seed = 1; seed <= 5; seed++) {
+        const r = await mistral.chat.completions.create({
+          model: 'stories', temperature: 1, seed, tools: weatherTools, tool_choice, parallel_tool_calls: false,
+          messages: [{ role: 'user', content: 'Oslo?' }],
+        });
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
+        assert.equal(c.message.tool_calls.length, 1);
+        for (const call of c.message.tool_calls) {
+          assert.equal(call.type, 'function');
+          assert.equal(call.function.name, 'w');
+          const validate = validators[call.function.name];
+          assert.ok(validate, `unknown tool ${call.function.name}`);
+          const args = JSON.parse(call.function.arguments);
+          assert.ok(validate(args), `${call.function.arguments} ${JSON.stringify(validate.errors)}`);
+        }
+      }
+    }
+  } finally {
+    const exited = new Promise((resolve) => proc.on('exit', resolve));
+    proc.kill('SIGTERM');
+    await exited;
+  }
 });

@@ -167,21 +167,30 @@ TEST_F(Router, ValidationNamesTheField) {
   expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"n", 2}})), *state_), 400, "not_supported_error", "n");
 }
 
-TEST_F(Router, ConstraintsWeCannotEnforceFailClosed) {
+TEST_F(Router, ConstraintsBecomeGrammarMasksAndUnenforceableOnesFailClosed) {
   const json tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
-  expect_error(route(req("POST", "/v1/chat/completions",
-                         chat_body({{"response_format", {{"type", "json_schema"},
-                                                          {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}}}})),
-                     *state_),
-               400, "not_supported_error", "response_format");
-  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"response_format", {{"type", "json_object"}}}})), *state_),
-               400, "not_supported_error", "response_format");
-  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"tools", tools}, {"tool_choice", "required"}})), *state_),
-               400, "not_supported_error", "tool_choice");
-  expect_error(route(req("POST", "/v1/chat/completions",
-                         chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}})),
-                     *state_),
-               400, "not_supported_error", "tool_choice");
+  const json schema_rf = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}};
+  const std::vector<std::string> enforced = {
+      chat_body({{"response_format", schema_rf}}),
+      chat_body({{"response_format", {{"type", "json_object"}}}}),
+      chat_body({{"tools", tools}, {"response_format", schema_rf}}),
+      chat_body({{"tools", tools}, {"tool_choice", "required"}}),
+      chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}),
+  };
+  for (const auto& body : enforced) {
+    auto r = route(req("POST", "/v1/chat/completions", body), *state_);
+    ASSERT_TRUE(r.plan.has_value()) << body << ": " << r.response.body;
+    EXPECT_NE(r.plan->job.mask, nullptr) << body;
+  }
+  const json bad_schema = {{"type", "json_schema"},
+                           {"json_schema", {{"name", "x"}, {"schema", json::parse(R"({"properties":{"a":{"$dynamicRef":"#meta"}}})")}}}};
+  auto bad = route(req("POST", "/v1/chat/completions", chat_body({{"response_format", bad_schema}})), *state_);
+  expect_error(bad, 400, "invalid_request_error", "response_format");
+  EXPECT_NE(bad.response.body.find("/properties/a"), std::string::npos) << bad.response.body;
+  EXPECT_NE(bad.response.body.find("'$dynamicRef'"), std::string::npos) << bad.response.body;
+  const json bad_tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","$dynamicRef":"#meta"}}}])");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"tools", bad_tools}, {"tool_choice", "required"}})), *state_),
+               400, "invalid_request_error", "tools");
   expect_error(route(req("POST", "/v1/chat/completions",
                          chat_body({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
                      *state_),
