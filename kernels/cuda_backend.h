@@ -18,4 +18,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // and for tests. Throws exl::Error for a pool of another backend.
 void* cuda_kv_pool_data(KvPool& pool);
 
+// Measured device-to-device copy bandwidth of CUDA device `device` in bytes per second, counting
+// bytes read plus bytes written: the median of 10 copies of `bytes` bytes after 2 warm-up copies
+// (the memory-bound roofline that `exlagent bench` reports against). Throws without CUDA.
+double cuda_copy_bandwidth(int device, size_t bytes = size_t(1) << 30);
+
 }  // namespace exl
