@@ -213,15 +213,24 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   const int kc = k1 - k0;
   const int m0 = blockIdx.y * MB;
   const int mc = min(MB, rows - m0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n0 = blockIdx.x * k_exl2_gemv_cols_per_block + lane * 4;
+  const int sub = (kc + kWarps * 32 - 1) / (kWarps * 32) * 32;
+  const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
+  // The warp's first group and its first word rows are fetched while the activations are gathered.
+  const int g_first = kw0 < kw1 ? w.group_of_row[kw0] : 0;
+  if (kw0 < kw1 && n0 < w.N) {
+    const Exl2GroupDesc gd = w.groups[g_first];
+    const int qr = gd.qrow_start + ((kw0 - gd.row_start) * gd.bits >> 5);
+    const int qend = gd.qrow_start + (gd.rows * gd.bits + 31) / 32;
+    for (int b = 0; b < gd.bits && qr + b < qend; ++b)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+  }
   for (int i = threadIdx.x; i < MB * kc; i += blockDim.x) {
     const int m = i / kc, j = i - m * kc;
     xs[m * k_slice + j] = m < mc ? x[size_t(m0 + m) * w.K + w.perm[k0 + j]] : 0.0f;
   }
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int n0 = blockIdx.x * k_exl2_gemv_cols_per_block + lane * 4;
-  const int sub = (kc + kWarps * 32 - 1) / (kWarps * 32) * 32;
-  const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
 
   float acc[MB][4];
 #pragma unroll
@@ -230,7 +239,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     for (int c = 0; c < 4; ++c) acc[m][c] = 0.0f;
 
   if (n0 < w.N && kw0 < kw1) {
-    for (int g = w.group_of_row[kw0]; g < w.n_groups; ++g) {
+    for (int g = g_first; g < w.n_groups; ++g) {
       const Exl2GroupDesc gd = w.groups[g];
       if (gd.row_start >= kw1) break;
       const int rb = max(kw0, gd.row_start), re = min(kw1, gd.row_start + gd.rows);
