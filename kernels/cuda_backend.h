@@ -1,7 +1,10 @@
 // The CUDA backend: the Backend interface (kernels/backend.h) on one NVIDIA GPU, float32
 // activations in device memory, quantized weights kept packed on the device. Kernels live in
 // kernels/cuda/ (see the headers there for each family's algorithm and precision). Builds
-// without CUDA provide stubs that throw.
+// without CUDA provide stubs that throw. Environment knobs for measurements: EXL_CUDA_PROFILE=1
+// prints GPU time per op at destruction (cuda/op_profiler.h); EXL_CUDA_PREFILL_ATTN=0 keeps long
+// prompts on the paged attention kernel instead of cuBLAS (cuda/cuda_prefill_attention.h);
+// EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid (cuda/cuda_linear.h).
 #pragma once
 #include <memory>
 
