@@ -1,7 +1,10 @@
 // The CUDA backend: the Backend interface (kernels/backend.h) on one NVIDIA GPU, float32
 // activations in device memory, quantized weights kept packed on the device. Kernels live in
 // kernels/cuda/ (see the headers there for each family's algorithm and precision). Builds
-// without CUDA provide stubs that throw.
+// without CUDA provide stubs that throw. Environment knobs for measurements: EXL_CUDA_PROFILE=1
+// prints GPU time per op at destruction (cuda/op_profiler.h); EXL_CUDA_PREFILL_ATTN=0 keeps long
+// prompts on the paged attention kernel instead of cuBLAS (cuda/cuda_prefill_attention.h);
+// EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid (cuda/cuda_linear.h).
 #pragma once
 #include <memory>
 
@@ -17,5 +20,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 // (num_pages · layout.page_bytes(), kv_layout.h's format), for copying pages between backends
 // and for tests. Throws exl::Error for a pool of another backend.
 void* cuda_kv_pool_data(KvPool& pool);
+
+// Measured device-to-device copy bandwidth of CUDA device `device` in bytes per second, counting
+// bytes read plus bytes written: the median of 10 copies of `bytes` bytes after 2 warm-up copies
+// (the memory-bound roofline that `exlagent bench` reports against). Throws without CUDA.
+double cuda_copy_bandwidth(int device, size_t bytes = size_t(1) << 30);
 
 }  // namespace exl

@@ -9,5 +9,7 @@ std::unique_ptr<Backend> make_cuda_backend(int) { fail("kernels: cuda: this buil
 
 void* cuda_kv_pool_data(KvPool&) { fail("kernels: cuda: this build has no CUDA backend"); }
 
+double cuda_copy_bandwidth(int, size_t) { fail("kernels: cuda: this build has no CUDA backend"); }
+
 }  // namespace exl
 #endif

@@ -8,6 +8,7 @@
 #include "engine/model.h"
 #include "engine/model_dir.h"
 #include "engine/tokenizer.h"
+#include "kernels/cuda_backend.h"
 #include "runtime/backend_select.h"
 #include "runtime/cli_args.h"
 #include "runtime/cli_commands.h"
@@ -23,7 +24,9 @@ const CommandSpec& spec() {
       "bench",
       "Measure prefill tokens/s, decode tokens/s at several batch sizes and the prefix-cache speed-up\n"
       "(time to first token of a prompt whose prefix is cached vs cold). Prompts are seeded random\n"
-      "token ids. Prints a table, or one JSON object with --json.",
+      "token ids. On cuda, \"% of roofline\" is the bytes a decode step must read (weights except the\n"
+      "embedding table, plus the used KV cache) per step time, over the measured device-to-device copy\n"
+      "bandwidth. Prints a table, or one JSON object with --json.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--backend", "NAME", "cpu (default) or cuda"},
@@ -89,10 +92,13 @@ int cli_bench(std::span<const std::string> args) {
       if (name != "model.embed_tokens.weight" || !(dir.has("lm_head.weight") || dir.has("lm_head.q_weight")))
         step_weight_bytes += dir.find(name)->info->nbytes;
     const double kv_bytes_per_token = model.kv_layout(fmt, page).bytes_per_token();
+    // Roofline: the measured device copy bandwidth (bytes read + written per second) on CUDA.
+    const double copy_bw = backend_name == "cuda" ? cuda_copy_bandwidth(0) : 0.0;
     nlohmann::json out = {{"model", dir.path().string()},
                           {"backend", backend->name()},
                           {"cache", to_string(fmt)},
                           {"weight_bytes_per_step", step_weight_bytes}};
+    if (copy_bw > 0) out["copy_bandwidth_gb_per_s"] = copy_bw / 1e9;
 
     for (int64_t n : prefill) {
       n = std::min(n, max_pos);
@@ -145,6 +151,7 @@ int cli_bench(std::span<const std::string> args) {
                                  {"tokens_per_s", double(b * steps) / best},
                                  {"bytes_per_step", bytes},
                                  {"effective_gb_per_s", bytes / step_s / 1e9}});
+        if (copy_bw > 0) out["decode"].back()["roofline_pct"] = 100.0 * bytes / step_s / copy_bw;
       }
     }
 
@@ -183,12 +190,15 @@ int cli_bench(std::span<const std::string> args) {
     }
     std::cout << "model    " << dir.path().string() << "\nbackend  " << backend->name() << "\ncache    "
               << to_string(fmt) << "\n";
+    if (copy_bw > 0) std::cout << "copy     " << copy_bw / 1e9 << " GB/s device-to-device (read + write)\n";
     for (const auto& p : out["prefill"])
       std::cout << "prefill  " << p["tokens"] << " tokens: " << p["tokens_per_s"].get<double>() << " tok/s\n";
     for (const auto& d : out["decode"])
       std::cout << "decode   batch " << d["batch"] << " ctx " << d["context"] << ": "
                 << d["tokens_per_s"].get<double>() << " tok/s (" << d["step_ms"].get<double>() << " ms/step, "
-                << d["effective_gb_per_s"].get<double>() << " GB/s read)\n";
+                << d["effective_gb_per_s"].get<double>() << " GB/s read"
+                << (d.contains("roofline_pct") ? cat(", ", d["roofline_pct"].get<double>(), "% of roofline") : std::string())
+                << ")\n";
     const auto& pc = out["prefix_cache"];
     std::cout << "prefix   " << pc["prompt_tokens"] << "-token prompt, " << pc["warm_cached_tokens"]
               << " cached: TTFT " << pc["cold_ttft_s"].get<double>() * 1e3 << " ms cold, "

@@ -3,13 +3,17 @@
 #include "kernels/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_linear.h"
+#include "kernels/cuda/cuda_prefill_attention.h"
 #include "kernels/cuda/norm_rope_act.h"
+#include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace exl {
@@ -50,7 +54,13 @@ class CudaBackend final : public Backend {
     EXL_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
     name_ = cat("cuda (", p.name, ", sm_", p.major, p.minor, ", device ", device, ")");
   }
-  ~CudaBackend() override { cudaStreamSynchronize(ctx_.stream()); }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(ctx_.stream());
+    if (prof_.enabled()) {
+      prof_.collect();
+      std::cerr << prof_.report();
+    }
+  }
 
   std::string name() const override { return name_; }
 
@@ -64,8 +74,12 @@ class CudaBackend final : public Backend {
     ctx_.make_current();
     EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.sync();
+    prof_.collect();
   }
-  void synchronize() override { ctx_.sync(); }
+  void synchronize() override {
+    ctx_.sync();
+    prof_.collect();
+  }
 
   std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override {
     return cuda::prepare_cuda_linear(ctx_, w);
@@ -110,18 +124,26 @@ class CudaBackend final : public Backend {
     if (ids.empty()) return;
     ctx_.make_current();
     const auto* d_ids = static_cast<const int32_t*>(ctx_.stage(ids.data(), ids.size_bytes()));
+    prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::embedding(e.type, e.table.data(), e.dim, d_ids, int64_t(ids.size()), out, ctx_.stream()));
+    prof_.end(ctx_.stream(), "embedding");
   }
 
   void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
     ctx_.make_current();
+    prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::rms_norm(x, w, y, rows, dim, eps, ctx_.stream()));
+    prof_.end(ctx_.stream(), "rms_norm");
   }
 
   void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override {
     if (rows == 0) return;
     ctx_.make_current();
-    static_cast<const cuda::CudaLinear&>(w).run(ctx_, x, y, rows);
+    const auto& l = static_cast<const cuda::CudaLinear&>(w);
+    prof_.begin(ctx_.stream());
+    l.run(ctx_, x, y, rows);
+    if (prof_.enabled())
+      prof_.end(ctx_.stream(), cat("linear ", l.out_features, "x", l.in_features, " rows ", rows), double(l.weight_bytes));
   }
 
   void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
@@ -133,19 +155,29 @@ class CudaBackend final : public Backend {
               " rows");
     if (rows == 0) return;
     ctx_.make_current();
+    prof_.begin(ctx_.stream());
     const auto* d_pos = static_cast<const int32_t*>(ctx_.stage(positions.data(), size_t(rows) * sizeof(int32_t)));
-    const auto* d_freq = ctx_.stage(table.inv_freq);
+    if (table.inv_freq != rope_freq_host_) {  // the frequencies stay on the device while unchanged
+      rope_freq_host_ = table.inv_freq;
+      rope_freq_ = ctx_.upload_new(rope_freq_host_);
+    }
+    const auto* d_freq = static_cast<const float*>(rope_freq_.data());
     EXL_CUDA_CHECK(cuda::rope(x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor, ctx_.stream()));
+    prof_.end(ctx_.stream(), "rope (with staging)");
   }
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     ctx_.make_current();
+    prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::swiglu(gate, up, out, n, ctx_.stream()));
+    prof_.end(ctx_.stream(), "swiglu");
   }
 
   void add(float* x, const float* y, int64_t n) override {
     ctx_.make_current();
+    prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::add(x, y, n, ctx_.stream()));
+    prof_.end(ctx_.stream(), "add");
   }
 
   void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
@@ -158,9 +190,11 @@ class CudaBackend final : public Backend {
                 " is outside the pool's ", n_slots, " slots");
     if (slots.empty()) return;
     ctx_.make_current();
+    prof_.begin(ctx_.stream());
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
     EXL_CUDA_CHECK(cuda::kv_write(static_cast<uint8_t*>(p.mem.data()), device_layout(p.layout, layer), k, v, d_slots,
                                   int(slots.size()), ctx_.stream()));
+    prof_.end(ctx_.stream(), "kv_write (with staging)");
   }
 
   void kv_copy(KvPool& pool, int from, int to, int n_rows) override {
@@ -199,6 +233,14 @@ class CudaBackend final : public Backend {
   }
 
   CudaContext ctx_;
+  cuda::OpProfiler prof_;
+  std::vector<float> rope_freq_host_;
+  Buffer rope_freq_;
+  // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
+  bool prefill_attn_disabled_ = [] {
+    const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");
+    return e && std::string(e) == "0";
+  }();
   std::string name_;
 };
 
@@ -223,6 +265,21 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
       cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window, 2 * ctx_.sm_count());
   if (plan.works.empty()) return;
   ctx_.make_current();
+  prof_.begin(ctx_.stream());
+  const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
+    return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
+  });
+  if (long_prompts && !prefill_attn_disabled_) {
+    for (const SeqAttn& s : seqs) {
+      const int64_t n_pages = (s.pos_start + s.n_tokens + L.page_size - 1) / L.page_size;
+      const auto* d_pages = ctx_.stage(s.page_table.data(), size_t(n_pages) * sizeof(int32_t));
+      cuda::prefill_attention(ctx_, static_cast<const uint8_t*>(p.mem.data()), device_layout(L, layer), q, out,
+                              n_heads, scale, sliding_window,
+                              {s.token_begin, s.n_tokens, s.pos_start, static_cast<const int32_t*>(d_pages)});
+    }
+    prof_.end(ctx_.stream(), "attention prefill (cuBLAS)");
+    return;
+  }
   std::vector<int32_t> meta;
   const size_t o_seqs = pack(meta, plan.seqs), o_pages = pack(meta, plan.pages), o_works = pack(meta, plan.works),
                o_pos = pack(meta, plan.token_pos);
@@ -252,11 +309,36 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   }
   EXL_CUDA_CHECK(cuda::attention(a, ctx_.stream()));
   if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + o_pos, plan.n_tokens, ctx_.stream()));
+  if (prof_.enabled())
+    prof_.end(ctx_.stream(), cat("attention ", plan.n_tokens == int(seqs.size()) ? "decode" : "prefill", " (with staging)"));
 }
 
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+double cuda_copy_bandwidth(int device, size_t bytes) {
+  CudaContext ctx(device);
+  Buffer a = ctx.alloc(bytes), b = ctx.alloc(bytes);
+  EXL_CUDA_CHECK(cudaMemsetAsync(a.data(), 0x5a, bytes, ctx.stream()));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  EXL_CUDA_CHECK(cudaEventCreate(&e0));
+  EXL_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    EXL_CUDA_CHECK(cudaEventRecord(e0, ctx.stream()));
+    EXL_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, ctx.stream()));
+    EXL_CUDA_CHECK(cudaEventRecord(e1, ctx.stream()));
+    EXL_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    EXL_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
+}
 
 void* cuda_kv_pool_data(KvPool& pool) {
   auto* p = dynamic_cast<CudaKvPool*>(&pool);

@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_context.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
 
@@ -25,6 +26,8 @@ CudaContext::~CudaContext() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& a : areas_) a.reset();
   ring_.reset();
+  host_ring_.reset();
+  counters_.reset();
   retired_.clear();
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -76,17 +79,40 @@ void* CudaContext::scratch(Scratch which, size_t bytes) {
   return a.data();
 }
 
+unsigned* CudaContext::gemv_counters(size_t n) {
+  if (counters_.bytes() < n * sizeof(unsigned) || !counters_.data()) {
+    sync();
+    counters_.reset();
+    counters_ = alloc(std::max<size_t>(n, 4096) * sizeof(unsigned));
+    EXL_CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
+  }
+  return static_cast<unsigned*>(counters_.data());
+}
+
 const void* CudaContext::stage(const void* src, size_t bytes) {
   const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   if (!ring_.data() || need * 4 > ring_.bytes()) {
-    if (ring_.data()) retired_.push_back(std::move(ring_));
-    ring_ = alloc(std::max<size_t>(need * 4, size_t(1) << 20));
+    sync();
+    host_ring_.reset();
+    ring_.reset();
+    const size_t size = std::max<size_t>(need * 4, size_t(8) << 20);
+    ring_ = alloc(size);
+    void* h = nullptr;
+    EXL_CUDA_CHECK(cudaHostAlloc(&h, size, cudaHostAllocDefault));
+    host_ring_ = Buffer(h, size, [](void* q) { cudaFreeHost(q); });
     ring_used_ = 0;
   }
-  if (ring_used_ + need > ring_.bytes()) ring_used_ = 0;
+  if (ring_used_ + need > ring_.bytes()) {
+    EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned slots of the last lap are free again
+    ring_used_ = 0;
+  }
   void* dst = static_cast<char*>(ring_.data()) + ring_used_;
+  char* host = static_cast<char*>(host_ring_.data()) + ring_used_;
   ring_used_ += need;
-  if (bytes) EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  if (bytes) {
+    std::memcpy(host, src, bytes);
+    EXL_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+  }
   return dst;
 }
 

@@ -14,7 +14,7 @@
 namespace exl::cuda {
 
 // Scratch areas; an op may use any of them, and the next op on the stream may reuse them.
-enum class Scratch : int { act16, weights16, partials, count };
+enum class Scratch : int { act16, weights16, partials, gemv_partials, attn_kv, attn_scores, count };
 
 class CudaContext {
  public:
@@ -47,10 +47,14 @@ class CudaContext {
   // At least `bytes` bytes of scratch area `which`, valid until the next call for the same area.
   // Growing waits for the stream, so that no queued kernel still reads the old area.
   void* scratch(Scratch which, size_t bytes);
-  // Queues a copy of host `src` into a ring of small device buffers and returns its device
-  // address, valid for the kernels queued next. The host memory may be reused as soon as this
-  // returns (pageable copies are staged by the driver). An op may stage up to three arrays;
-  // growing the ring keeps the old one alive until the next sync().
+  // At least `n` zeroed unsigned counters (for kernels that leave them zero again when they
+  // finish); growing waits for the stream.
+  unsigned* gemv_counters(size_t n);
+  // Copies host `src` into a pinned host ring and queues its asynchronous copy into a device ring
+  // of the same size (8 MiB, more for large arrays); returns the device address, valid for the
+  // kernels queued next. The host memory may be reused as soon as this returns. An op may stage
+  // up to three arrays. Wrapping around the ring waits for the stream (once per ring's worth of
+  // staged bytes), so that no queued copy still reads a pinned slot; growing it waits too.
   const void* stage(const void* src, size_t bytes);
   template <typename T>
   const T* stage(const std::vector<T>& v) {
@@ -64,6 +68,8 @@ class CudaContext {
   size_t max_smem_optin_ = 48 * 1024;
   Buffer areas_[int(Scratch::count)];
   Buffer ring_;
+  Buffer host_ring_;  // pinned, same size as ring_
+  Buffer counters_;
   size_t ring_used_ = 0;
   std::vector<Buffer> retired_;
 };

@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_linear.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 
@@ -76,6 +77,7 @@ class Exl2Linear final : public CudaLinear {
     group_of_row_ = ctx.upload_new(group_of_row);
     perm_ = ctx.upload_new(m.perm);
     bias_ = upload_bias(ctx, m.bias);
+    weight_bytes = q_weight_.bytes() + q_scale_.bytes();
     view_.q_weight = static_cast<const uint32_t*>(q_weight_.data());
     view_.q_scale = static_cast<const uint32_t*>(q_scale_.data());
     view_.q_scale_max = static_cast<const uint16_t*>(q_scale_max_.data());
@@ -91,9 +93,14 @@ class Exl2Linear final : public CudaLinear {
   void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
     const float* bias = bias_.f32();
     if (rows <= k_quant_gemv_max_rows) {
-      EXL_CUDA_CHECK(fill_bias(y, bias, int(rows), view_.N, ctx.stream()));
-      const int ks = gemv_k_slice(view_.K, view_.N, rows, 4 * ctx.sm_count());
-      EXL_CUDA_CHECK(exl2_gemv(view_, x, y, int(rows), ks, ctx.stream()));
+      const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, gemv_blocks_per_sm() * ctx.sm_count());
+      const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
+      Exl2GemvScratch sc;
+      if (slices > 1) {
+        sc.partials = static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * view_.N) * 4));
+        sc.counters = ctx.gemv_counters(size_t(ceil_div(view_.N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb)));
+      }
+      EXL_CUDA_CHECK(exl2_gemv(view_, x, bias, y, int(rows), ks, sc, ctx.stream()));
       return;
     }
     dequant_gemm(ctx, x, y, rows, view_.K, view_.N, bias, [&](int n0, int nc, uint16_t* wt) {
@@ -142,6 +149,7 @@ class GptqLinear final : public CudaLinear {
     row_group_ = ctx.upload_new(row_group);
     perm_ = ctx.upload_new(perm);
     bias_ = upload_bias(ctx, m.bias);
+    weight_bytes = qweight_.bytes() + qzeros_.bytes() + scales_.bytes();
     view_.qweight = static_cast<const uint32_t*>(qweight_.data());
     view_.qzeros = static_cast<const uint32_t*>(qzeros_.data());
     view_.scales = static_cast<const uint16_t*>(scales_.data());
@@ -181,6 +189,7 @@ class DenseLinear final : public CudaLinear {
     out_features = N;
     type_ = m.dtype == DType::f32 ? DenseType::f32 : m.dtype == DType::f16 ? DenseType::f16 : DenseType::bf16;
     w_ = ctx.upload_new(m.data, size_t(K * N) * dtype_size(m.dtype));
+    weight_bytes = w_.bytes();
     bias_ = upload_bias(ctx, m.bias);
   }
 
@@ -220,6 +229,24 @@ int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   int64_t ks = ceil_div(ceil_div(K, splits), 32) * 32;
   ks = std::clamp<int64_t>(ks, 64, 1024);
   return int(std::min(ks, ceil_div(K, 32) * 32));
+}
+
+int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
+  const int64_t mb = gemv_rows_per_block(int(std::min<int64_t>(rows, 8)));
+  const int64_t base = ceil_div(N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb);
+  const int64_t splits = std::max<int64_t>(1, ceil_div(target_blocks, base));
+  int64_t ks = ceil_div(ceil_div(K, splits), 128) * 128;
+  ks = std::clamp<int64_t>(ks, 128, 1024);
+  return int(std::min(ks, ceil_div(K, 32) * 32));
+}
+
+int gemv_blocks_per_sm() {
+  static const int n = [] {
+    const char* e = std::getenv("EXL_CUDA_GEMV_BLOCKS_PER_SM");
+    const int v = e ? std::atoi(e) : 0;
+    return v > 0 && v <= 64 ? v : 8;
+  }();
+  return n;
 }
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w) {

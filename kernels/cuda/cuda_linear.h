@@ -7,8 +7,9 @@
 //   Dense: rows ≤ k_dense_gemv_max_rows use dense_gemv (fp32 accumulation); larger batches use
 //   cuBLAS: f16/bf16 weights with activations converted to the same type (fp32 accumulation),
 //   f32 weights with plain fp32 SGEMM (no TF32).
-// y must not alias x. The gemv kernels add K-slice partial sums with float atomics, so results
-// can differ between runs at fp32 rounding level.
+// y must not alias x. The GPTQ gemv adds K-slice partial sums with float atomics, so its results
+// can differ between runs at fp32 rounding level; the EXL2 gemv reduces its slices in a fixed
+// order and is deterministic.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,9 +24,18 @@ inline constexpr int64_t k_quant_gemv_max_rows = 16;
 class CudaLinear : public PreparedLinear {
  public:
   virtual void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const = 0;
+  size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
 };
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
+
+// K-slice of the EXL2 gemv (exl2_gemm.h: 128 columns per block): a multiple of 32 (of 128 unless
+// K is smaller) in 128..1024 that gives about `target_blocks` blocks.
+int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
+
+// EXL2 gemv blocks aimed for per multiprocessor: 8, or EXL_CUDA_GEMV_BLOCKS_PER_SM (1..64) for
+// tuning runs.
+int gemv_blocks_per_sm();
 
 // K-slice (rows per gemv block, a multiple of 32 in 64..1024) that gives about `target_blocks`
 // blocks (4 per multiprocessor: enough loads in flight to approach memory bandwidth).

@@ -18,6 +18,106 @@ __device__ __forceinline__ Cols4 load4(const uint32_t* p) {
 // 0x4B000000 | q are the float 2^23 + q; `z23` is 2^23 + zero. Exact.
 __device__ __forceinline__ float q_minus(uint32_t q, float z23) { return __uint_as_float(0x4B000000u | q) - z23; }
 
+// fp16 bits of a value exactly representable as a normal fp16 number (compile-time constants).
+constexpr uint32_t half_bits(double v) {
+  const uint32_t sign = v < 0 ? 0x8000u : 0u;
+  double a = v < 0 ? -v : v;
+  int e = 0;
+  while (a >= 2.0) a /= 2.0, ++e;
+  while (a < 1.0) a *= 2.0, --e;
+  return sign | uint32_t(e + 15) << 10 | uint32_t((a - 1.0) * 1024.0);
+}
+
+__device__ __forceinline__ __half2 half2_bits(uint32_t b) {
+  __half2 h;
+  *reinterpret_cast<uint32_t*>(&h) = b;
+  return h;
+}
+
+// 8-bit values are carried divided by 16 (exact) so that fp16 partial sums stay far from overflow.
+template <int BITS>
+inline constexpr double k_pre_scale = BITS == 8 ? 1.0 / 16.0 : 1.0;
+
+// Values I and I + 16/BITS of a word (BITS ∈ {2, 4, 8}: they sit exactly 16 bits apart) as the half2
+// (q_I − z, q_{I+P} − z) · k_pre_scale, exact. `w8` is w >> 8. 0x6400 | q·2^s is the fp16
+// 1024 + q·2^s; one fused multiply-add removes the 2^s and 1024 + z.
+template <int BITS, int I>
+__device__ __forceinline__ __half2 pair_minus_zero(uint32_t w, uint32_t w8) {
+  constexpr int S = BITS * I;
+  constexpr int S2 = S >= 8 ? S - 8 : S;
+  constexpr uint32_t M = ((1u << BITS) - 1u) << S2;
+  const uint32_t h = ((S >= 8 ? w8 : w) & (M | (M << 16))) | 0x64006400u;
+  constexpr double inv = k_pre_scale<BITS> / double(1 << S2);
+  constexpr uint32_t mul = half_bits(inv) * 0x10001u;
+  constexpr uint32_t add = half_bits(-(1024.0 * inv + double(1 << (BITS - 1)) * k_pre_scale<BITS>)) * 0x10001u;
+  return __hfma2(half2_bits(h), half2_bits(mul), half2_bits(add));
+}
+
+// One 32-row block of a group for BITS ∈ {2, 4, 8} in half2 arithmetic: products and partial sums
+// of `kRowsPerFlush` rows in fp16 (exact weights, activations rounded to fp16), then added to the
+// fp32 accumulators. The flush interval and k_pre_scale bound the fp16 partial sums: they stay
+// below 65504 for |x| up to ~1000 (4-bit: 8 terms of |q − z| ≤ 8; 8-bit: 2 terms of ≤ 8).
+template <int BITS, int MB>
+__device__ __forceinline__ void block_dot_h2(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
+                                             float (&acc)[MB][4]) {
+  constexpr int P = 16 / BITS;                   // pairs per word
+  constexpr int kRowsPerFlush = BITS == 8 ? 4 : 16;
+  constexpr int kWordsPerFlush = kRowsPerFlush * BITS / 32;
+#pragma unroll
+  for (int f = 0; f < BITS / kWordsPerFlush; ++f) {
+    __half2 h[MB][4];
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) h[m][c] = half2_bits(0u);
+#pragma unroll
+    for (int wj = 0; wj < kWordsPerFlush; ++wj) {
+      const int wi = f * kWordsPerFlush + wj;
+      const int rbase = wi * 2 * P;
+      __half2 xp[MB][P];
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        float xv[2 * P];
+#pragma unroll
+        for (int q = 0; q < 2 * P; q += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(xs + m * xs_stride + rbase + q);
+          xv[q] = v.x, xv[q + 1] = v.y, xv[q + 2] = v.z, xv[q + 3] = v.w;
+        }
+#pragma unroll
+        for (int i = 0; i < P; ++i) xp[m][i] = __floats2half2_rn(xv[i], xv[i + P]);
+      }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint32_t wv = w[c][wi], w8 = wv >> 8;
+        __half2 q[P];
+        if constexpr (P >= 1) q[0] = pair_minus_zero<BITS, 0>(wv, w8);
+        if constexpr (P >= 2) q[1] = pair_minus_zero<BITS, (P >= 2 ? 1 : 0)>(wv, w8);
+        if constexpr (P >= 4) {
+          q[2] = pair_minus_zero<BITS, (P >= 4 ? 2 : 0)>(wv, w8);
+          q[3] = pair_minus_zero<BITS, (P >= 4 ? 3 : 0)>(wv, w8);
+        }
+        if constexpr (P >= 8) {
+          q[4] = pair_minus_zero<BITS, (P >= 8 ? 4 : 0)>(wv, w8);
+          q[5] = pair_minus_zero<BITS, (P >= 8 ? 5 : 0)>(wv, w8);
+          q[6] = pair_minus_zero<BITS, (P >= 8 ? 6 : 0)>(wv, w8);
+          q[7] = pair_minus_zero<BITS, (P >= 8 ? 7 : 0)>(wv, w8);
+        }
+#pragma unroll
+        for (int i = 0; i < P; ++i)
+#pragma unroll
+          for (int m = 0; m < MB; ++m) h[m][c] = __hfma2(q[i], xp[m][i], h[m][c]);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float2 v = __half22float2(h[m][c]);
+        acc[m][c] += (v.x + v.y) * float(1.0 / k_pre_scale<BITS>);
+      }
+  }
+}
+
 // Accumulates rows [r0, r0+cnt) of one group (r0 relative to the group) for 4 columns.
 // xs points at the shared activations of the first of those rows; rows of xs are xs_stride apart.
 template <int BITS, int MB>
@@ -37,22 +137,27 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
 #pragma unroll
         for (int c = 0; c < 4; ++c) w[c][b] = c4.v[c];
       }
+      if constexpr (BITS == 2 || BITS == 4 || BITS == 8) {
+        block_dot_h2<BITS, MB>(w, xs + i, xs_stride, acc);
+        continue;
+      } else {
 #pragma unroll
-      for (int r4 = 0; r4 < 32; r4 += 4) {
-        float wv[4][4];
+        for (int r4 = 0; r4 < 32; r4 += 4) {
+          float wv[4][4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
+          for (int k = 0; k < 4; ++k)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
+            for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
 #pragma unroll
-        for (int m = 0; m < MB; ++m) {
-          const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + i + r4);
+          for (int m = 0; m < MB; ++m) {
+            const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + i + r4);
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
-            acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
-            acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
-            acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
+            for (int c = 0; c < 4; ++c) {
+              acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
+              acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
+              acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
+              acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
+            }
           }
         }
       }
@@ -92,22 +197,40 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
   }
 }
 
+// Block: 4 warps on the same 128 columns (4 per lane), each warp on a quarter of the block's K-slice;
+// the warps' partial sums meet in shared memory. With one K-slice the block writes y (+ bias);
+// otherwise it writes its partial sums, and the last block of the column tile (a counter per
+// tile, reset by that block) adds them up in slice order: deterministic, no atomics on y.
 template <int MB>
-__global__ void __launch_bounds__(k_gemv_threads) exl2_gemv_kernel(Exl2DeviceView w, const float* __restrict__ x,
-                                                                   float* __restrict__ y, int rows, int k_slice) {
-  extern __shared__ float xs[];  // [MB][k_slice]
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_gemv_kernel(Exl2DeviceView w, const float* __restrict__ x, const float* __restrict__ bias, float* __restrict__ y,
+                     int rows, int k_slice, float* __restrict__ part, unsigned* __restrict__ counters) {
+  extern __shared__ float xs[];  // [MB][k_slice], then [warps-1][MB][128] partial sums
+  constexpr int kWarps = k_exl2_gemv_threads / 32;
+  float* red = xs + MB * k_slice;
   const int k0 = blockIdx.z * k_slice;
   const int k1 = min(w.K, k0 + k_slice);
   const int kc = k1 - k0;
   const int m0 = blockIdx.y * MB;
   const int mc = min(MB, rows - m0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n0 = blockIdx.x * k_exl2_gemv_cols_per_block + lane * 4;
+  const int sub = (kc + kWarps * 32 - 1) / (kWarps * 32) * 32;
+  const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
+  // The warp's first group and its first word rows are fetched while the activations are gathered.
+  const int g_first = kw0 < kw1 ? w.group_of_row[kw0] : 0;
+  if (kw0 < kw1 && n0 < w.N) {
+    const Exl2GroupDesc gd = w.groups[g_first];
+    const int qr = gd.qrow_start + ((kw0 - gd.row_start) * gd.bits >> 5);
+    const int qend = gd.qrow_start + (gd.rows * gd.bits + 31) / 32;
+    for (int b = 0; b < gd.bits && qr + b < qend; ++b)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+  }
   for (int i = threadIdx.x; i < MB * kc; i += blockDim.x) {
     const int m = i / kc, j = i - m * kc;
     xs[m * k_slice + j] = m < mc ? x[size_t(m0 + m) * w.K + w.perm[k0 + j]] : 0.0f;
   }
   __syncthreads();
-  const int n0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
-  if (n0 >= w.N) return;
 
   float acc[MB][4];
 #pragma unroll
@@ -115,41 +238,91 @@ __global__ void __launch_bounds__(k_gemv_threads) exl2_gemv_kernel(Exl2DeviceVie
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[m][c] = 0.0f;
 
-  for (int g = w.group_of_row[k0]; g < w.n_groups; ++g) {
-    const Exl2GroupDesc gd = w.groups[g];
-    if (gd.row_start >= k1) break;
-    const int rb = max(k0, gd.row_start), re = min(k1, gd.row_start + gd.rows);
-    if (rb >= re) continue;
-    float gacc[MB][4];
+  if (n0 < w.N && kw0 < kw1) {
+    for (int g = g_first; g < w.n_groups; ++g) {
+      const Exl2GroupDesc gd = w.groups[g];
+      if (gd.row_start >= kw1) break;
+      const int rb = max(kw0, gd.row_start), re = min(kw1, gd.row_start + gd.rows);
+      if (rb >= re) continue;
+      float gacc[MB][4];
 #pragma unroll
-    for (int m = 0; m < MB; ++m)
+      for (int m = 0; m < MB; ++m)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) gacc[m][c] = 0.0f;
-    const int r0 = rb - gd.row_start, cnt = re - rb;
-    const float* xg = xs + (rb - k0);
-    switch (gd.bits) {
-      case 2: exl2_group_dot<2, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
-      case 3: exl2_group_dot<3, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
-      case 4: exl2_group_dot<4, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
-      case 5: exl2_group_dot<5, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
-      case 6: exl2_group_dot<6, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
-      default: exl2_group_dot<8, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
-    }
-    const float smax = __half2float(__ushort_as_half(w.q_scale_max[g]));
-    const uint32_t* srow = w.q_scale + size_t(g) * (w.Np / 8);
+        for (int c = 0; c < 4; ++c) gacc[m][c] = 0.0f;
+      const int r0 = rb - gd.row_start, cnt = re - rb;
+      const float* xg = xs + (rb - k0);
+      switch (gd.bits) {
+        case 2: exl2_group_dot<2, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
+        case 3: exl2_group_dot<3, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
+        case 4: exl2_group_dot<4, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
+        case 5: exl2_group_dot<5, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
+        case 6: exl2_group_dot<6, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
+        default: exl2_group_dot<8, MB>(w.q_weight, w.Np, n0, gd.qrow_start, r0, cnt, xg, k_slice, gacc); break;
+      }
+      const float smax = __half2float(__ushort_as_half(w.q_scale_max[g]));
+      const uint32_t* srow = w.q_scale + size_t(g) * (w.Np / 8);
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float s = exl2_scale(srow, n0 + c, smax);
+      for (int c = 0; c < 4; ++c) {
+        const float s = exl2_scale(srow, n0 + c, smax);
 #pragma unroll
-      for (int m = 0; m < MB; ++m) acc[m][c] = fmaf(gacc[m][c], s, acc[m][c]);
+        for (int m = 0; m < MB; ++m) acc[m][c] = fmaf(gacc[m][c], s, acc[m][c]);
+      }
     }
   }
+  if (warp > 0) {
 #pragma unroll
-  for (int m = 0; m < MB; ++m) {
-    if (m >= mc) break;
+    for (int m = 0; m < MB; ++m)
+      *reinterpret_cast<float4*>(red + ((warp - 1) * MB + m) * k_exl2_gemv_cols_per_block + lane * 4) =
+          make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+  }
+  __syncthreads();
+  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+  const bool split = gridDim.z > 1;
+  if (warp == 0 && n0 < w.N) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-      if (n0 + c < w.N) atomicAdd(y + size_t(m0 + m) * w.N + n0 + c, acc[m][c]);
+    for (int m = 0; m < MB; ++m) {
+      if (m >= mc) break;
+#pragma unroll
+      for (int v = 1; v < kWarps; ++v) {
+        const float4 p =
+            *reinterpret_cast<const float4*>(red + ((v - 1) * MB + m) * k_exl2_gemv_cols_per_block + lane * 4);
+        acc[m][0] += p.x, acc[m][1] += p.y, acc[m][2] += p.z, acc[m][3] += p.w;
+      }
+      float* dst = split ? part + (size_t(blockIdx.z) * rows + m0 + m) * w.N : y + size_t(m0 + m) * w.N;
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (n0 + c < w.N) dst[n0 + c] = acc[m][c] + (!split && bias ? bias[n0 + c] : 0.0f);
+    }
+  }
+  if (!split) return;
+  // The last block of this column tile to finish adds up the K-slices' partial sums.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counters + tile, 1u) == gridDim.z - 1;
+    if (last) counters[tile] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int nb = blockIdx.x * k_exl2_gemv_cols_per_block;
+  for (int i = threadIdx.x; i < mc * k_exl2_gemv_cols_per_block; i += blockDim.x) {
+    const int m = i / k_exl2_gemv_cols_per_block, n = nb + i % k_exl2_gemv_cols_per_block;
+    if (n >= w.N) continue;
+    const float* pz = part + size_t(m0 + m) * w.N + n;
+    const size_t zs = size_t(rows) * w.N;
+    float sum = bias ? bias[n] : 0.0f;
+    int z = 0;
+    for (; z + 8 <= int(gridDim.z); z += 8) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = __ldcg(pz + size_t(z + u) * zs);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) sum += v[u];
+    }
+    for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
+    y[size_t(m0 + m) * w.N + n] = sum;
   }
 }
 
@@ -198,16 +371,19 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, __half
 
 }  // namespace
 
-cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, float* y, int rows, int k_slice, cudaStream_t stream) {
+cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
+                      const Exl2GemvScratch& scratch, cudaStream_t stream) {
   const int mb = gemv_rows_per_block(rows);
-  const dim3 grid((w.N + k_gemv_cols_per_block - 1) / k_gemv_cols_per_block, (rows + mb - 1) / mb,
+  const dim3 grid((w.N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block, (rows + mb - 1) / mb,
                   (w.K + k_slice - 1) / k_slice);
-  const size_t smem = size_t(mb) * size_t(k_slice) * sizeof(float);
+  const size_t smem =
+      size_t(mb) * (size_t(k_slice) + size_t(k_exl2_gemv_threads / 32 - 1) * k_exl2_gemv_cols_per_block) * sizeof(float);
+  constexpr int T = k_exl2_gemv_threads;
   switch (mb) {
-    case 1: exl2_gemv_kernel<1><<<grid, k_gemv_threads, smem, stream>>>(w, x, y, rows, k_slice); break;
-    case 2: exl2_gemv_kernel<2><<<grid, k_gemv_threads, smem, stream>>>(w, x, y, rows, k_slice); break;
-    case 4: exl2_gemv_kernel<4><<<grid, k_gemv_threads, smem, stream>>>(w, x, y, rows, k_slice); break;
-    default: exl2_gemv_kernel<8><<<grid, k_gemv_threads, smem, stream>>>(w, x, y, rows, k_slice); break;
+    case 1: exl2_gemv_kernel<1><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
+    case 2: exl2_gemv_kernel<2><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
+    case 4: exl2_gemv_kernel<4><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
+    default: exl2_gemv_kernel<8><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
   }
   return cudaGetLastError();
 }

@@ -1,9 +1,14 @@
 // EXL2 matrix products on the GPU (kernels in exl2_gemm.cu). The packed tensors are the on-disk
 // ones, uploaded unchanged (no load-time shuffle); `groups` and `group_of_row` are derived tables.
-//   - exl2_gemv: few activation rows. Each thread owns 4 output columns and decodes their words
-//     in registers (one 128-bit load per word row); each block handles a K-slice of `k_slice`
-//     permuted rows (multiple of 32) whose activations it gathers through `perm` into shared
-//     memory, and atomically adds its partial sums into y, which must hold zeros or the bias.
+//   - exl2_gemv: few activation rows. Each lane owns 4 output columns and decodes their words in
+//     registers (one 128-bit load per word row); a block is 4 warps on the same 128 columns, each
+//     on a quarter of the block's K-slice of `k_slice` permuted rows (multiple of 32), whose
+//     activations the block gathers through `perm` into shared memory (the act-order permutation
+//     costs one gather per block). 2-, 4- and 8-bit groups multiply in half2 (exact fp16 weights,
+//     fp16 activations, fp16 partial sums over at most 16 rows, then fp32); 3-, 5- and 6-bit
+//     groups in fp32. The warps' sums meet in shared memory; with several K-slices each block
+//     writes partial sums and the last block of each column tile adds them (+ bias) into y, in
+//     slice order (deterministic; one launch, y need not be initialized).
 //   - exl2_reconstruct: dequantizes columns [n0, n0+nc) into an fp16 [K, nc] row-major matrix in
 //     original row order (row perm[j] ← permuted row j), for the cuBLAS path of larger batches.
 // Launchers return the launch status; all work is queued on `stream`.
@@ -17,6 +22,9 @@
 
 namespace exl::cuda {
 
+inline constexpr int k_exl2_gemv_threads = 128;
+inline constexpr int k_exl2_gemv_cols_per_block = 128;
+
 struct Exl2DeviceView {
   const uint32_t* q_weight = nullptr;     // [QR, Np]
   const uint32_t* q_scale = nullptr;      // [G, Np/8]
@@ -28,8 +36,17 @@ struct Exl2DeviceView {
   int K = 0, N = 0, Np = 0;
 };
 
-// y[rows, N] += x[rows, K] · Wᵀ.
-cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, float* y, int rows, int k_slice, cudaStream_t stream);
+// Work areas of exl2_gemv with S = ceil(K / k_slice) slices: partials [S, rows, N] floats (unused
+// when S = 1) and one counter per column tile (ceil(N/128) · ceil(rows / rows-per-block)) that
+// must be zero before the first call; every call leaves them zero.
+struct Exl2GemvScratch {
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+};
+
+// y[rows, N] = x[rows, K] · Wᵀ (+ bias when not null).
+cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
+                      const Exl2GemvScratch& scratch, cudaStream_t stream);
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);

@@ -5,7 +5,7 @@
 namespace exl::cuda {
 namespace {
 
-constexpr int k_row_threads = 256;
+constexpr int k_row_threads = 1024;  // a 4096-wide row: 4 loads per thread, all in flight
 
 __global__ void __launch_bounds__(k_row_threads)
     rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {
@@ -14,6 +14,7 @@ __global__ void __launch_bounds__(k_row_threads)
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
   double ss = 0;
+#pragma unroll 4
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(k_row_threads)
   }
   __syncthreads();
   const float inv = inv_s;
+#pragma unroll 4
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = w[d] * (xr[d] * inv);
 }
 
@@ -44,6 +46,7 @@ __global__ void rope_kernel(float* x, int n_heads, int head_dim, const int32_t* 
   }
   __syncthreads();
   float* xr = x + size_t(r) * n_heads * head_dim;
+#pragma unroll 4
   for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
     const int h = k / half, i = k - h * half;
     float* v = xr + size_t(h) * head_dim;
@@ -100,7 +103,7 @@ cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_
                  float attn_factor, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<unsigned(rows), 128, smem, stream>>>(x, n_heads, head_dim, positions, inv_freq, attn_factor);
+  rope_kernel<<<unsigned(rows), 512, smem, stream>>>(x, n_heads, head_dim, positions, inv_freq, attn_factor);
   return cudaGetLastError();
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace exl::cuda {
@@ -11,32 +12,6 @@ constexpr int k_warps = 4;
 constexpr int k_rows_per_warp = k_attn_rows / k_warps;
 constexpr int k_max_blocks_per_vec = 8;
 constexpr float k_neg_inf = -__builtin_huge_valf();
-
-__device__ __forceinline__ int64_t vec_index(const KvDeviceLayout& L, int kv, int head, int slot) {
-  return ((int64_t(L.layer) * 2 + kv) * L.n_kv_heads + head) * L.page_size + slot;
-}
-
-// Scales are read and written bytewise: the scale area need not be 2-byte aligned for every layout.
-__device__ __forceinline__ float load_scale(const uint8_t* p) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | (p[1] << 8))));
-}
-
-__device__ __forceinline__ float load_kv(const uint8_t* pool, const KvDeviceLayout& L, int page, int64_t vec, int d) {
-  const uint8_t* page_base = pool + int64_t(page) * L.page_bytes;
-  const uint8_t* data = page_base + vec * L.vec_bytes;
-  switch (L.format) {
-    case 0: return reinterpret_cast<const float*>(data)[d];
-    case 1: return __half2float(reinterpret_cast<const __half*>(data)[d]);
-    case 2: {
-      const float s = load_scale(page_base + L.scales_offset + vec * L.vec_scale_bytes + 2 * (d / L.block));
-      return float(int(int8_t(data[d]))) * s;
-    }
-    default: {
-      const float s = load_scale(page_base + L.scales_offset + vec * L.vec_scale_bytes + 2 * (d / L.block));
-      return float(int((data[d >> 1] >> (4 * (d & 1))) & 15) - 8) * s;
-    }
-  }
-}
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -103,6 +78,48 @@ __global__ void kv_write_kernel(uint8_t* pool, KvDeviceLayout L, const float* __
   }
 }
 
+// fp16 cache, D % 8 == 0: a K/V tile in 16-byte loads, every load of the tile issued before the
+// first is used (the decode path is bound by this latency, not by bandwidth).
+template <int C>  // D ≤ 32·C
+__device__ __forceinline__ void load_tile_fp16(const uint8_t* pool, const KvDeviceLayout& L, const int32_t* pages,
+                                               int kv_head, int t0, int pe, float* Kt, float* Vt) {
+  const int D = L.head_dim, d8 = D / 8;
+  constexpr int kMax = (k_attn_tile * 32 * C / 8 + k_warps * 32 - 1) / (k_warps * 32);
+  const int n = k_attn_tile * d8;
+  uint4 kr[kMax], vr[kMax];
+#pragma unroll
+  for (int u = 0; u < kMax; ++u) {
+    const int i = threadIdx.x + u * k_warps * 32;
+    kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+    if (i < n) {
+      const int j = i / d8, c = i - j * d8, pos = t0 + j;
+      if (pos < pe) {
+        const uint8_t* page_base = pool + int64_t(pages[pos / L.page_size]) * L.page_bytes;
+        const int slot = pos % L.page_size;
+        kr[u] = __ldg(reinterpret_cast<const uint4*>(page_base + vec_index(L, 0, kv_head, slot) * L.vec_bytes) + c);
+        vr[u] = __ldg(reinterpret_cast<const uint4*>(page_base + vec_index(L, 1, kv_head, slot) * L.vec_bytes) + c);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kMax; ++u) {
+    const int i = threadIdx.x + u * k_warps * 32;
+    if (i < n) {
+      const int j = i / d8, c = i - j * d8;
+      const __half2* kh = reinterpret_cast<const __half2*>(&kr[u]);
+      const __half2* vh = reinterpret_cast<const __half2*>(&vr[u]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 kf = __half22float2(kh[e]), vf = __half22float2(vh[e]);
+        Kt[j * (D + 1) + c * 8 + 2 * e] = kf.x;
+        Kt[j * (D + 1) + c * 8 + 2 * e + 1] = kf.y;
+        Vt[j * D + c * 8 + 2 * e] = vf.x;
+        Vt[j * D + c * 8 + 2 * e + 1] = vf.y;
+      }
+    }
+  }
+}
+
 template <int C>  // C = per-lane accumulator slots, ceil(D/32) ≤ C
 __global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
   extern __shared__ float sm[];
@@ -140,8 +157,12 @@ __global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
   }
   const int32_t* pages = a.pages + sq.page_offset;
 
+  const bool vec_load = L.format == 1 && D % 8 == 0;
   for (int t0 = pb; t0 < pe; t0 += k_attn_tile) {
     __syncthreads();
+    if (vec_load) {
+      load_tile_fp16<C>(a.pool, L, pages, wk.kv_head, t0, pe, Kt, Vt);
+    } else
     for (int i = threadIdx.x; i < k_attn_tile * D; i += blockDim.x) {
       const int j = i / D, d = i - j * D, pos = t0 + j;
       float kx = 0.0f, vx = 0.0f;

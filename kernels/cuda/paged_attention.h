@@ -5,7 +5,8 @@
 // k_attn_rows query rows of one sequence that share a kv head (row r = token r / group, query
 // head kv_head·group + r % group), over one partition of `part_size` positions. Each block keeps
 // an online softmax per row (running max, sum and weighted V in fp32) while it streams K/V tiles
-// of k_attn_tile positions, decoded from the cache format into shared memory. When every row
+// of k_attn_tile positions, decoded from the cache format into shared memory (fp16 caches with
+// head_dim % 8 == 0 in 16-byte loads, all of a tile's loads in flight at once). When every row
 // fits in one partition (`direct`), blocks write normalized output; otherwise they write
 // partials (max, sum, acc) that attention_combine merges per row (flash-decoding).
 #pragma once

@@ -136,6 +136,24 @@ TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
   }
 }
 
+TEST_F(CudaBackendTest, LinearExl2HalfPathLargeActivations) {
+  // The 2/4/8-bit gemv paths keep fp16 partial sums over a few rows: activations of magnitude
+  // ~100 (outlier channels) must neither overflow nor lose more than fp32-path accuracy.
+  uint32_t seed = 300;
+  for (const auto& groups : std::vector<std::vector<std::pair<int, int64_t>>>{
+           {{4, 4096}}, {{8, 1024}, {2, 1024}}, {{4, 32}, {8, 32}, {4, 960}}}) {
+    int64_t K = 0;
+    for (const auto& g : groups) K += g.second;
+    auto w = test::random_exl2(K, 300, groups, seed++, false);
+    for (int64_t rows : {1, 4, 9}) {
+      auto x = test::random_floats(size_t(rows * K), seed++, 100.0f);
+      std::vector<float> ref(size_t(rows * 300));
+      cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
+      EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), k_tol_f32) << "K=" << K << " rows=" << rows;
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, LinearGptqV1V2ActOrder) {
   uint32_t seed = 100;
   for (bool act : {false, true})
@@ -355,7 +373,7 @@ struct AttnSeqSpec {
 // Fills a CPU pool with random K/V for every sequence (pages drawn from a shuffled pool), copies
 // its bytes into a GPU pool, and compares GPU attention with the CPU's over the same bytes.
 void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, int KVH, int window,
-                    const std::vector<AttnSeqSpec>& specs, int page_size, uint32_t seed) {
+                    const std::vector<AttnSeqSpec>& specs, int page_size, uint32_t seed, double tol = k_tol_f32) {
   const KvLayout L{2, KVH, D, page_size, fmt};
   const int layer = 1;
   int64_t pages_needed = 0;
@@ -396,7 +414,7 @@ void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, i
   gpu.attention(*pool, layer, dq.f32(), dout.f32(), batch, NH, scale, window);
   std::vector<float> got(q.size());
   gpu.download(got.data(), dout.data(), got.size() * 4);
-  EXPECT_LT(rel_err(got, ref), k_tol_f32) << to_string(fmt) << " D=" << D << " heads " << NH << "/" << KVH
+  EXPECT_LT(rel_err(got, ref), tol) << to_string(fmt) << " D=" << D << " heads " << NH << "/" << KVH
                                           << " window " << window << " page " << page_size;
 }
 
@@ -423,10 +441,17 @@ TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
     }
 }
 
-TEST_F(CudaBackendTest, AttentionLargePrefillUsesDirectPath) {
-  // Enough query rows to fill the device without splitting.
-  attention_case(gpu(), tp_, KvFormat::fp16, 64, 8, 2, 0, {{100, 300}, {0, 257}}, 64, 500);
-  attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}}, 16, 501);
+TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
+  // Every sequence ≥ k_prefill_attn_min_tokens: the cuBLAS path (fp16 queries and probabilities).
+  uint32_t seed = 500;
+  for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (int window : {0, 50}) {
+      attention_case(gpu(), tp_, fmt, 64, 8, 2, window, {{100, 300}, {0, 257}}, 64, seed++, k_tol_f16);
+      attention_case(gpu(), tp_, fmt, 80, 6, 6, window, {{0, 64}, {1000, 65}}, 16, seed++, k_tol_f16);
+      attention_case(gpu(), tp_, fmt, 128, 32, 8, window, {{0, 600}}, 64, seed++, k_tol_f16);
+    }
+  // One short sequence keeps the whole batch on the paged kernel (fp32 everywhere).
+  attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}, {10, 3}}, 16, seed++);
 }
 
 TEST_F(CudaBackendTest, AttentionRejectsBadPageTables) {
@@ -527,6 +552,11 @@ TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
         EXPECT_EQ(ks % 32, 0);
         EXPECT_GE(ks, std::min<int64_t>(64, (K + 31) / 32 * 32));
         EXPECT_LE(ks, 1024);
+        const int ke = cuda::exl2_gemv_k_slice(K, N, rows, 1056);
+        EXPECT_EQ(ke % 32, 0);
+        if (K >= 128) EXPECT_EQ(ke % 128, 0) << K;
+        EXPECT_GE(ke, std::min<int64_t>(128, (K + 31) / 32 * 32));
+        EXPECT_LE(ke, 1024);
       }
 }
 #endif
