@@ -18,8 +18,9 @@
 // readOnly writeOnly deprecated $defs definitions $anchor contentMediaType contentEncoding and
 // keys starting with "x-".
 //
-// Output text: compact (no whitespace) or flexible ([ \t\n\r]* between tokens, none around the
-// top-level value); strings use the escapes a compact serializer writes (\" \\ \b \f \n \r \t,
+// Output text: compact (no whitespace), spaced (exactly ", " and ": " between items and after keys,
+// no other whitespace: what Python's json.dumps writes by default, and what models trained on it
+// expect) or flexible ([ \t\n\r]* between tokens, none around the top-level value); strings use the escapes a compact serializer writes (\" \\ \b \f \n \r \t,
 // \u00XX for other controls, everything else raw UTF-8). Properties in schema order (named
 // properties first, in schema order; then additional/pattern properties) or in any order
 // (required properties tracked as a set, at most 12 per object; with more, the required ones
@@ -36,7 +37,7 @@
 namespace exl {
 
 struct JsonSchemaOptions {
-  enum class Whitespace { compact, flexible };
+  enum class Whitespace { compact, spaced, flexible };
   enum class PropertyOrder { schema, any };
   Whitespace whitespace = Whitespace::compact;
   PropertyOrder property_order = PropertyOrder::schema;

@@ -102,12 +102,14 @@ bool json_integral(const Json& v) {
 
 Frag SchemaCompiler::ws(int32_t rule) {
   FragBuilder fb = gb_.frags(rule);
-  if (opts_.whitespace == JsonSchemaOptions::Whitespace::compact) return fb.empty();
+  if (opts_.whitespace != JsonSchemaOptions::Whitespace::flexible) return fb.empty();
   return gb_.frags(rule).star(gb_.frags(rule).alt({fb.bytes(' ', ' '), gb_.frags(rule).bytes('\t', '\t'),
                                                   gb_.frags(rule).bytes('\n', '\n'), gb_.frags(rule).bytes('\r', '\r')}));
 }
 
 Frag SchemaCompiler::sep(int32_t rule, char c) {
+  if (opts_.whitespace == JsonSchemaOptions::Whitespace::spaced)
+    return gb_.frags(rule).literal(std::string{c, ' '});
   Frag a = ws(rule);
   Frag b = gb_.frags(rule).bytes(uint8_t(c), uint8_t(c));
   Frag d = ws(rule);

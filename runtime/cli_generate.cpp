@@ -45,7 +45,7 @@ const CommandSpec& spec() {
        {"--seeds", "S,S,...", "one job per seed, batched; JSON-lines output"},
        {"--json-schema", "FILE", "constrain the output to this JSON Schema"},
        {"--regex", "R", "constrain the output to this full-match regular expression"},
-       {"--whitespace", "WS", "JSON whitespace: compact (default) or flexible"},
+       {"--whitespace", "WS", "JSON whitespace: compact (default), spaced (\", \" and \": \", as json.dumps) or flexible"},
        {"--sampler", "MODE", "default or llama2c (reproduces llama2.c's run.c sampler exactly)"},
        {"--cache", "FORMAT", "KV cache format: f32 (cpu default), fp16 (cuda default), q8, q4"},
        {"--backend", "NAME", "cpu (default) or cuda"},
@@ -76,7 +76,8 @@ std::shared_ptr<const CompiledGrammar> output_grammar(const ParsedArgs& a, const
   JsonSchemaOptions opts;
   const std::string ws = a.get_or("--whitespace", "compact");
   if (ws == "flexible") opts.whitespace = JsonSchemaOptions::Whitespace::flexible;
-  else if (ws != "compact") throw UsageError("--whitespace: expected 'compact' or 'flexible'");
+  else if (ws == "spaced") opts.whitespace = JsonSchemaOptions::Whitespace::spaced;
+  else if (ws != "compact") throw UsageError("--whitespace: expected 'compact', 'spaced' or 'flexible'");
   try {
     if (a.has("--regex")) return compile_regex_for(*a.get("--regex"), tok);
     if (a.has("--json-schema"))

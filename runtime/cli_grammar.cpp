@@ -57,7 +57,8 @@ JsonSchemaOptions schema_options(const ParsedArgs& a) {
   else if (order != "schema") throw UsageError("--property-order: expected 'schema' or 'any'");
   std::string ws = a.get_or("--whitespace", "compact");
   if (ws == "flexible") o.whitespace = JsonSchemaOptions::Whitespace::flexible;
-  else if (ws != "compact") throw UsageError("--whitespace: expected 'compact' or 'flexible'");
+  else if (ws == "spaced") o.whitespace = JsonSchemaOptions::Whitespace::spaced;
+  else if (ws != "compact") throw UsageError("--whitespace: expected 'compact', 'spaced' or 'flexible'");
   if (auto v = a.values.find("--ignore-keyword"); v != a.values.end()) o.ignore_keywords = v->second;
   o.ignore_unknown_keywords = a.has("--ignore-unknown-keywords");
   return o;
@@ -76,7 +77,7 @@ int check(std::span<const std::string> args) {
        {"--instance", "FILE", "the text to check"},
        {"--text", "T", "the text to check"},
        {"--property-order", "ORDER", "schema (default) or any"},
-       {"--whitespace", "WS", "compact (default) or flexible"},
+       {"--whitespace", "WS", "compact (default), spaced (\", \" and \": \") or flexible"},
        {"--ignore-keyword", "KW", "lenient mode: ignore this schema keyword (repeatable)", false, true},
        {"--ignore-unknown-keywords", "", "lenient mode: treat keywords of no JSON Schema draft as annotations"}}};
   return run_command(spec, args, [](const ParsedArgs& a) {
@@ -144,7 +145,7 @@ int maskbench(std::span<const std::string> args) {
       "--strict-keywords; unsupported validation keywords are compile errors either way.",
       {"FILE..."},
       {{"--tokenizer", "DIR", "model or tokenizer directory", true},
-       {"--whitespace", "WS", "compact (default) or flexible"},
+       {"--whitespace", "WS", "compact (default), spaced (\", \" and \": \") or flexible"},
        {"--ignore-keyword", "KW", "lenient mode: ignore this schema keyword (repeatable)", false, true},
        {"--strict-keywords", "", "unknown keywords are compile errors"},
        {"--clock", "CLOCK", "wall (default) or cpu: time masks and compiles on this thread's CPU clock"},

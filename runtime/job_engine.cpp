@@ -13,7 +13,7 @@ namespace exl {
 std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
                                                                      const Tokenizer& tokenizer) {
   JsonSchemaOptions o;
-  o.whitespace = JsonSchemaOptions::Whitespace::flexible;
+  o.whitespace = JsonSchemaOptions::Whitespace::spaced;
   auto grammar = compile_json_schema_for(schema, tokenizer, o);
   return [grammar, &tokenizer] { return make_grammar_constraint(grammar, tokenizer); };
 }

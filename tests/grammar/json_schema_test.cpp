@@ -116,6 +116,20 @@ TEST(GrammarJsonSchema, FlexibleWhitespace) {
   EXPECT_FALSE(schema_accepts(s, "{ \"a\" :\n [ 1 , 2 ] }"));
 }
 
+TEST(GrammarJsonSchema, SpacedWhitespaceIsPythonJsonDumps) {
+  JsonSchemaOptions o;
+  o.whitespace = JsonSchemaOptions::Whitespace::spaced;
+  const std::string s = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}},"b":{"type":"object"}}})";
+  // json.dumps({"a": [1, 2], "b": {"k": [None, "x, y"]}}) and json.dumps({"a": []})
+  EXPECT_TRUE(schema_accepts(s, R"({"a": [1, 2], "b": {"k": [null, "x, y"]}})", o));
+  EXPECT_TRUE(schema_accepts(s, R"({"a": []})", o));
+  EXPECT_FALSE(schema_accepts(s, R"({"a":[1,2]})", o));
+  EXPECT_FALSE(schema_accepts(s, R"({"a": [1,2]})", o));
+  EXPECT_FALSE(schema_accepts(s, R"({"a" : [1, 2]})", o));
+  EXPECT_FALSE(schema_accepts(s, "{\"a\": [1,\n2]}", o));
+  EXPECT_FALSE(schema_accepts(s, R"( {"a": []})", o));
+}
+
 TEST(GrammarJsonSchema, Arrays) {
   const std::string s = R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"integer"},"minItems":2,"maxItems":3})";
   EXPECT_FALSE(schema_accepts(s, R"(["a"])"));
