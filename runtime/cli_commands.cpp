@@ -13,6 +13,7 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"bench", "measure prefill and decode speed and the prefix-cache speed-up", cli_bench},
       CliCommand{"synth", "write a random-weight EXL2 model for benchmarks only", cli_synth},
       CliCommand{"serve", "serve a model over the OpenAI-compatible HTTP API", cli_serve},
+      CliCommand{"bench-sessions", "N concurrent agent sessions over loopback WebSocket: throughput, TTFT", cli_bench_sessions},
       CliCommand{"grammar", "check a text against a JSON Schema or regex grammar; run MaskBench files", cli_grammar},
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };

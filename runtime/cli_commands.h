@@ -22,6 +22,7 @@ int cli_generate(std::span<const std::string> args);
 int cli_bench(std::span<const std::string> args);
 int cli_synth(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
+int cli_bench_sessions(std::span<const std::string> args);
 int cli_grammar(std::span<const std::string> args);
 
 }  // namespace exl
