@@ -111,8 +111,8 @@ void ToolClientLink::watch(const std::string& id) {
       std::lock_guard lk(self->mu_);
       auto it = self->pending_.find(id);
       if (it == self->pending_.end()) return;
-      if (it->second.cancel->cancelled()) reason = "cancelled";
-      else if (ToolClock::now() >= it->second.deadline) reason = "deadline";
+      if (ToolClock::now() >= it->second.deadline) reason = "deadline";
+      else if (it->second.cancel->cancelled()) reason = "cancelled";
       waited = it->second.deadline - it->second.start;
     }
     if (reason.empty()) return self->watch(id);

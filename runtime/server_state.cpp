@@ -39,8 +39,8 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
 }
 
 ServerState::~ServerState() {
+  if (gen_) gen_->stop();  // no generator callbacks into sessions while they go
   hub_.reset();
-  if (gen_) gen_->stop();
 }
 
 int64_t ServerState::context_length() const {

@@ -23,6 +23,7 @@ struct AgentSession::ToolSlot {
 namespace {
 
 std::atomic<uint64_t> g_next_pin{1};
+constexpr std::chrono::milliseconds kToolTimeoutGrace{100};
 
 json usage_json(int64_t prompt, int64_t completion, int64_t cached) {
   return {{"prompt_tokens", prompt},
@@ -268,7 +269,8 @@ void AgentSession::dispatch_tools(const std::vector<ToolCall>& calls) {
       continue;
     }
     ToolSlot& slot = *slots_[i];
-    slot.timer = std::make_unique<net::steady_timer>(strand_, config_.tool_timeout);
+    // A safety net for tools that ignore their deadline; those that honour it report first.
+    slot.timer = std::make_unique<net::steady_timer>(strand_, config_.tool_timeout + kToolTimeoutGrace);
     std::weak_ptr<AgentSession> weak = weak_from_this();
     const std::string name = c.name;
     const auto timeout = config_.tool_timeout;

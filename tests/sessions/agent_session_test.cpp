@@ -34,6 +34,13 @@ struct Events {
       cv.notify_all();
     };
   }
+  std::string errors() {
+    std::lock_guard lk(mu);
+    std::string s;
+    for (const auto& e : all)
+      if (e.type == "error") s += e.data.dump() + "\n";
+    return s;
+  }
   json wait_done(size_t nth = 1) {
     std::unique_lock lk(mu);
     json out;
@@ -131,7 +138,7 @@ TEST_F(AgentSessionTest, StopsAtMaxTurns) {
   ASSERT_TRUE(s->send("go"));
   EXPECT_FALSE(s->send("again")) << "a second run while one is going";
   json done = ev.wait_done();
-  EXPECT_EQ(done["reason"], "max_turns");
+  EXPECT_EQ(done["reason"], "max_turns") << ev.errors();
   EXPECT_EQ(done["turns"], 3);
   EXPECT_EQ(tool->calls, 3);
   ASSERT_EQ(ev.of("tool_result").size(), 3u);
@@ -152,7 +159,7 @@ TEST_F(AgentSessionTest, UnknownToolAndBadArgumentsGoBackToTheModel) {
   auto s = AgentSession::create(env({bad, "Sorry."}, std::make_shared<EchoTool>(false)), "s-unknown", cfg, ev.sink());
   ASSERT_TRUE(s->send("go"));
   json done = ev.wait_done();
-  EXPECT_EQ(done["reason"], "final");
+  EXPECT_EQ(done["reason"], "final") << ev.errors();
   ASSERT_EQ(ev.of("tool_result").size(), 1u);
   EXPECT_EQ(ev.of("tool_result")[0].data["isError"], true);
   EXPECT_NE(ev.of("tool_result")[0].data["content"].get<std::string>().find("unknown tool 'nope'"), std::string::npos);
@@ -188,7 +195,7 @@ TEST_F(AgentSessionTest, CancelDuringToolCallAndResumeFromDisk) {
   auto r = AgentSession::load(env({"Resumed answer."}, std::make_shared<EchoTool>(false)), "s-cancel", ev2.sink());
   ASSERT_TRUE(r->send("continue"));
   json done2 = ev2.wait_done();
-  EXPECT_EQ(done2["reason"], "final");
+  ASSERT_EQ(done2["reason"], "final") << ev2.errors();
   EXPECT_NE(done2["content"].get<std::string>().find("Resumed answer."), std::string::npos);
   EXPECT_EQ(load_transcript(dir_, "s-cancel").messages.size(), 6u);
   r->close();
