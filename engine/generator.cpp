@@ -82,6 +82,30 @@ void Generator::cancel(uint64_t job) {
   cv_.notify_one();
 }
 
+void Generator::unpin(uint64_t pin) {
+  std::lock_guard lk(mu_);
+  unpins_.push_back(pin);
+  cv_.notify_one();
+}
+
+void Generator::pin_pages(Active& a) {
+  const SeqId kept = cache_->fork(a.seq);
+  for (auto it = pins_.begin(); it != pins_.end(); ++it)
+    if (it->first == a.job.pin) {
+      cache_->release(it->second);
+      pins_.erase(it);
+      break;
+    }
+  pins_.emplace_back(a.job.pin, kept);
+}
+
+bool Generator::release_oldest_pin() {
+  if (pins_.empty()) return false;
+  cache_->release(pins_.front().second);
+  pins_.erase(pins_.begin());
+  return true;
+}
+
 void Generator::finish(Active& a, FinishReason r, std::string error) {
   if (a.finished) return;
   a.finished = true;
@@ -93,6 +117,7 @@ void Generator::finish(Active& a, FinishReason r, std::string error) {
     a.held.clear();
     if (a.job.on_event) a.job.on_event(t);
   }
+  if (a.job.pin && r != FinishReason::error) pin_pages(a);
   cache_->release(a.seq);
   GenerationEvent e;
   e.type = GenerationEvent::Type::done;
@@ -182,15 +207,22 @@ void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint
 
 void Generator::admit() {
   std::vector<std::pair<uint64_t, GenerationJob>> fresh;
-  std::vector<uint64_t> cancels;
+  std::vector<uint64_t> cancels, unpins;
   {
     std::lock_guard lk(mu_);
+    unpins.swap(unpins_);
     while (!queue_.empty() && int(active_.size() + fresh.size()) < opts_.max_batch_seqs) {
       fresh.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
     cancels.swap(cancelled_);
   }
+  for (uint64_t u : unpins)
+    std::erase_if(pins_, [&](const auto& p) {
+      if (p.first != u) return false;
+      cache_->release(p.second);
+      return true;
+    });
   for (auto& [id, job] : fresh) {
     auto submitted = Clock::now();
     std::unique_ptr<Active> a;
@@ -252,7 +284,9 @@ bool Generator::step() {
   // Reserve cache pages; a job that cannot get pages waits, unless nothing else can run.
   std::vector<Planned> ready;
   for (auto& p : plan) {
-    if (cache_->reserve(p.a->seq, p.a->n_done + p.n)) ready.push_back(p);
+    bool ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
+    while (!ok && release_oldest_pin()) ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
+    if (ok) ready.push_back(p);
   }
   if (ready.empty()) {
     for (auto& p : plan)
@@ -309,7 +343,8 @@ void Generator::start() {
     while (running_) {
       if (step()) continue;
       std::unique_lock lk(mu_);
-      cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return !running_ || !queue_.empty() || !cancelled_.empty(); });
+      cv_.wait_for(lk, std::chrono::milliseconds(50),
+                   [&] { return !running_ || !queue_.empty() || !cancelled_.empty() || !unpins_.empty(); });
     }
   });
 }

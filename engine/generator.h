@@ -73,6 +73,10 @@ struct GenerationJob {
   bool include_stop_token_text = false;   // emit the stop token's text
   std::shared_ptr<LogitsMaskHook> mask;
   std::function<void(const GenerationEvent&)> on_event;
+  // Nonzero: when the job ends (not in error) its full KV pages stay referenced under this key,
+  // replacing the key's earlier pin, so the next turn of a session is a prefix-cache hit. Pins are
+  // released by unpin() and, oldest first, whenever the cache runs short of pages.
+  uint64_t pin = 0;
 };
 
 struct GeneratorOptions {
@@ -90,6 +94,8 @@ class Generator {
 
   uint64_t submit(GenerationJob job);
   void cancel(uint64_t job);
+  // Releases the pages pinned under `pin` (see GenerationJob::pin); any thread.
+  void unpin(uint64_t pin);
   // One scheduling step; returns false when there was nothing to do.
   bool step();
   // Runs until every submitted job is done (on the calling thread).
@@ -108,6 +114,8 @@ class Generator {
   void emit_token(Active& a, int32_t token);
   bool emit_forced(Active& a);
   void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
+  void pin_pages(Active& a);
+  bool release_oldest_pin();
 
   Model& model_;
   const Tokenizer& tok_;
@@ -119,11 +127,13 @@ class Generator {
   std::condition_variable cv_;
   std::deque<std::pair<uint64_t, GenerationJob>> queue_;  // guarded by mu_
   std::vector<uint64_t> cancelled_;                       // guarded by mu_
+  std::vector<uint64_t> unpins_;                          // guarded by mu_
   uint64_t next_id_ = 1;                                  // guarded by mu_
   std::atomic<bool> running_{false};
   std::thread thread_;
 
   std::vector<std::unique_ptr<Active>> active_;  // stepping thread only
+  std::vector<std::pair<uint64_t, SeqId>> pins_;  // stepping thread only; oldest first
 };
 
 }  // namespace exl

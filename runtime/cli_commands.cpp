@@ -14,6 +14,7 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"synth", "write a random-weight EXL2 model for benchmarks only", cli_synth},
       CliCommand{"quantize", "convert an FP16/BF16/FP32 Hugging Face checkpoint to EXL2", cli_quantize},
       CliCommand{"serve", "serve a model over the OpenAI-compatible HTTP API", cli_serve},
+      CliCommand{"bench-sessions", "N concurrent agent sessions over loopback WebSocket: throughput, TTFT", cli_bench_sessions},
       CliCommand{"grammar", "check a text against a JSON Schema or regex grammar; run MaskBench files", cli_grammar},
       CliCommand{"extract", "extract one JSON object per document under a JSON Schema", cli_extract},
       CliCommand{"batch", "run a JSONL file of chat requests (OpenAI batch or simple form), resumable", cli_batch},

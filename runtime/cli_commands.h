@@ -23,6 +23,7 @@ int cli_bench(std::span<const std::string> args);
 int cli_synth(std::span<const std::string> args);
 int cli_quantize(std::span<const std::string> args);
 int cli_serve(std::span<const std::string> args);
+int cli_bench_sessions(std::span<const std::string> args);
 int cli_grammar(std::span<const std::string> args);
 int cli_bench_grammar(std::span<const std::string> args);  // `bench grammar` (runtime/cli_grammar.cpp)
 int cli_extract(std::span<const std::string> args);

@@ -5,6 +5,7 @@
 #include "runtime/cli_args.h"
 #include "runtime/cli_commands.h"
 #include "runtime/server.h"
+#include "runtime/session_hub.h"
 
 namespace exl {
 
@@ -26,9 +27,11 @@ const CommandSpec& spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default 512)"},
-       {"--max-sessions", "N", "generations in flight before 503 (default 64)"},
+       {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
-       {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"}}};
+       {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"},
+       {"--session-dir", "DIR", "agent session transcripts (default: <temp>/exlagent-sessions)"},
+       {"--agent-script", "FILE", "tests/benchmarks only: JSON array of replies forced on agent turns 1, 2, ..."}}};
   return s;
 }
 
@@ -65,10 +68,14 @@ int cli_serve(std::span<const std::string> args) {
     if (body <= 0) throw UsageError("--max-body must be positive");
     o.max_body_bytes = size_t(body);
     o.chat_template = a.get_or("--chat-template", "");
+    o.session_dir = a.get_or("--session-dir", "");
     if (o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");
 
     auto state = std::make_shared<ServerState>(o);
+    if (a.has("--agent-script"))
+      state->sessions().set_turn_constraint(
+          scripted_turns(state->tokenizer(), read_agent_script(*a.get("--agent-script"))));
     Server server(state);
     server.start();
     std::cerr << "exlagent: serving '" << state->model_id() << "' (" << to_string(state->chat_template()->family())

@@ -6,6 +6,7 @@
 
 #include "kernels/error.h"
 #include "runtime/backend_select.h"
+#include "runtime/session_hub.h"
 
 namespace exl {
 
@@ -34,10 +35,12 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   go.num_pages = opts_.cache_pages;
   go.max_batch_seqs = opts_.max_batch_seqs;
   gen_ = std::make_unique<Generator>(*model_, *tok_, go);
+  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions);
 }
 
 ServerState::~ServerState() {
-  if (gen_) gen_->stop();
+  if (gen_) gen_->stop();  // no generator callbacks into sessions while they go
+  hub_.reset();
 }
 
 int64_t ServerState::context_length() const {

@@ -35,10 +35,13 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;
   int io_threads = 2;
   std::string chat_template;                 // override name; empty = detect
+  std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_host(std::string_view host);
+
+class SessionHub;
 
 class ServerState {
  public:
@@ -55,6 +58,8 @@ class ServerState {
   int64_t context_length() const;
   Generator& generator() { return *gen_; }
   Metrics& metrics() { return metrics_; }
+  // Agent sessions and client tools (WebSocket API); max_sessions live sessions.
+  SessionHub& sessions() { return *hub_; }
 
   // An admission for one generation, released on destruction; nullptr when draining or when
   // max_sessions generations are in flight.
@@ -80,6 +85,7 @@ class ServerState {
   Metrics metrics_;
   std::atomic<int64_t> running_{0};
   std::atomic<bool> draining_{false};
+  std::unique_ptr<SessionHub> hub_;  // after gen_: destroyed first
 };
 
 }  // namespace exl

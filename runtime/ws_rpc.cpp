@@ -5,6 +5,7 @@
 #include "runtime/api_error.h"
 #include "runtime/json_depth.h"
 #include "runtime/router.h"
+#include "runtime/session_hub.h"
 
 namespace exl {
 
@@ -43,9 +44,108 @@ bool offers_subprotocol(const std::string& header) {
   return false;
 }
 
+std::string session_param(const json& params) {
+  if (!params.is_object() || !params.contains("sessionId") || !params["sessionId"].is_string())
+    throw RpcError(rpc_code::invalid_params, "Invalid params: 'sessionId' (a string) is required");
+  return params["sessionId"];
+}
+
+AgentSink event_sink(WsPeer& peer, std::shared_ptr<std::string> sid) {
+  return [send = peer.send, sid](const AgentEvent& e) {
+    json params = e.data;
+    params["sessionId"] = *sid;
+    params["type"] = e.type;
+    send(dump({{"jsonrpc", "2.0"}, {"method", "sessions/event"}, {"params", std::move(params)}}));
+  };
+}
+
+json create_session(const json& params, ServerState& state, WsPeer& peer) {
+  AgentConfig config;
+  try {
+    config = agent_config_from_json(params);
+  } catch (const Error& e) {
+    throw RpcError(rpc_code::invalid_params, cat("Invalid params: ", e.what()));
+  }
+  for (const auto& name : config.tools)
+    if (!state.sessions().find_tool(name))
+      throw RpcError(rpc_code::invalid_params, cat("Invalid params: unknown tool '", name, "'"));
+  auto sid = std::make_shared<std::string>();
+  auto session = state.sessions().create(std::move(config), event_sink(peer, sid), peer.id);
+  *sid = session->id();
+  return {{"sessionId", session->id()}, {"tools", session->config().tools}};
+}
+
+json send_message(const json& params, ServerState& state, WsPeer& peer) {
+  const std::string id = session_param(params);
+  if (!params.contains("content") || !params["content"].is_string())
+    throw RpcError(rpc_code::invalid_params, "Invalid params: 'content' (a string) is required");
+  if (params["content"].get_ref<const std::string&>().size() > kWsMaxContentBytes)
+    throw RpcError(rpc_code::payload_too_large, cat("Payload too large: 'content' exceeds ", kWsMaxContentBytes, " bytes"));
+  auto session = state.sessions().find(id, peer.id);
+  if (!session->send(params["content"].get<std::string>()))
+    throw RpcError(rpc_code::session_busy, cat("Session '", id, "' is still running; wait for its done event or cancel it"));
+  return {{"accepted", true}};
+}
+
+json register_tools(const json& params, ServerState& state, WsPeer& peer) {
+  if (!params.is_object() || !params.contains("tools") || !params["tools"].is_array())
+    throw RpcError(rpc_code::invalid_params, "Invalid params: 'tools' (an array of MCP Tool objects) is required");
+  std::vector<ToolSpec> specs;
+  json names = json::array();
+  for (const auto& t : params["tools"]) {
+    try {
+      specs.push_back(parse_remote_tool_spec(t));
+    } catch (const Error& e) {
+      throw RpcError(rpc_code::invalid_params, cat("Invalid params: ", e.what()));
+    }
+    names.push_back(specs.back().name);
+  }
+  if (!peer.link) peer.link = std::make_shared<ToolClientLink>(peer.send, state.sessions().executor());
+  state.sessions().register_tools(std::move(specs), peer.link, peer.id);
+  return {{"tools", names}};
+}
+
+std::optional<json> peer_method(const std::string& method, const json& params, ServerState& state, WsPeer& peer) {
+  if (method == "sessions/create") return create_session(params, state, peer);
+  if (method == "sessions/send") return send_message(params, state, peer);
+  if (method == "sessions/cancel") {
+    auto session = state.sessions().find(session_param(params), peer.id);
+    const bool running = session->running();
+    session->cancel();
+    return json{{"cancelled", running}};
+  }
+  if (method == "sessions/close") {
+    state.sessions().close(session_param(params), peer.id);
+    return json::object();
+  }
+  if (method == "sessions/resume") {
+    auto sid = std::make_shared<std::string>(session_param(params));
+    auto session = state.sessions().resume(*sid, event_sink(peer, sid), peer.id);
+    return json{{"sessionId", session->id()}, {"messages", messages_to_json(session->messages())}};
+  }
+  if (method == "tools/register") return register_tools(params, state, peer);
+  if (method == "tools/list") {
+    json names = state.sessions().tool_names();
+    return json{{"tools", names}};
+  }
+  return std::nullopt;
+}
+
+bool over_rate(WsPeer& peer) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - peer.window_start >= std::chrono::seconds(1)) {
+    peer.window_start = now;
+    peer.window_count = 0;
+  }
+  return ++peer.window_count > kWsMaxMessagesPerSecond;
+}
+
 }  // namespace
 
-std::optional<std::string> handle_rpc_message(std::string_view text, ServerState& state) {
+std::optional<std::string> handle_rpc_message(std::string_view text, ServerState& state, WsPeer* peer) {
+  if (peer && over_rate(*peer))
+    return rpc_error(nullptr, rpc_code::rate_limited,
+                     cat("Rate limited: more than ", kWsMaxMessagesPerSecond, " messages in one second; message dropped"));
   json msg = json::parse(text.begin(), text.end(), nullptr, false);
   if (msg.is_discarded()) return rpc_error(nullptr, rpc_code::parse_error, "Parse error: the frame is not valid JSON");
   if (json_too_deep(msg))
@@ -58,14 +158,21 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
   const json id = has_id ? msg["id"] : json(nullptr);
   if (has_id && !id.is_string() && !id.is_number_integer() && !id.is_null())
     return rpc_error(nullptr, rpc_code::invalid_request, "Invalid Request: id must be a string or an integer");
-  if (!msg.contains("method")) return std::nullopt;  // a response to one of our requests; none are pending yet
+  if (!msg.contains("method")) {  // a response to one of our tools/call requests
+    if (peer && peer->link) peer->link->on_response(msg);
+    return std::nullopt;
+  }
   if (!msg["method"].is_string())
     return rpc_error(id, rpc_code::invalid_request, "Invalid Request: method must be a string");
   const std::string method = msg["method"];
   if (msg.contains("params") && !msg["params"].is_object() && !msg["params"].is_array())
     return has_id ? std::optional(rpc_error(id, rpc_code::invalid_params, "Invalid params: must be an object"))
                   : std::nullopt;
-  if (!has_id) return std::nullopt;  // notifications: none are acted on yet
+  const json params = msg.value("params", json::object());
+  if (!has_id) {
+    if (method == "notifications/progress" && peer && peer->link) peer->link->on_progress(params);
+    return std::nullopt;
+  }
 
   if (method == "server/info")
     return rpc_result(id, {{"name", "exlagent"},
@@ -77,7 +184,21 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     json m = {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
     return rpc_result(id, {{"data", json::array({m})}});
   }
+  if (peer) {
+    try {
+      if (auto r = peer_method(method, params, state, *peer)) return rpc_result(id, std::move(*r));
+    } catch (const RpcError& e) {
+      return rpc_error(id, e.code, e.what());
+    } catch (const std::exception& e) {
+      return rpc_error(id, rpc_code::internal_error, cat("Internal error: ", e.what()));
+    }
+  }
   return rpc_error(id, rpc_code::method_not_found, "Method not found: '" + method + "'");
+}
+
+void close_ws_peer(WsPeer& peer, ServerState& state) {
+  state.sessions().close_owner(peer.id);
+  if (peer.link) peer.link->disconnect();
 }
 
 std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState& state) {

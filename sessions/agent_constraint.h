@@ -1,0 +1,55 @@
+// What constrains the model's output in one agent turn. This is the seam where the grammar
+// engine plugs in: make_agent_turn_constraint returns the LogitsMaskHook for a turn (a tool call
+// in the template's syntax valid for the turn's tool schemas, or the final-answer schema), and
+// nullptr means free text. Until engine/grammar_constraint.h and sessions/tool_call_grammar.h land
+// it always returns nullptr (turns run unconstrained).
+//
+// ForcedTextHook scripts a reply: it allows exactly the tokens of a given text, then an end
+// token. Tests and benchmarks use it to make a tiny model emit a known tool call or answer.
+// Hooks are used by one job at a time (the generator's stepping thread).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/generator.h"
+#include "engine/tokenizer.h"
+#include "sessions/chat_template.h"
+
+namespace exl {
+
+struct AgentTurnContext {
+  int turn = 0;                             // 1-based within the current run
+  std::span<const ChatMessage> messages;    // the conversation being continued
+  const nlohmann::ordered_json* tools;      // OpenAI tool objects offered this turn (may be empty)
+  const nlohmann::json* final_answer_schema;  // null json when the session has none
+  TemplateFamily family = TemplateFamily::chatml;
+};
+
+using TurnConstraintFactory = std::function<std::shared_ptr<LogitsMaskHook>(const AgentTurnContext&)>;
+
+// The seam (see above): nullptr until the grammar is wired in.
+std::shared_ptr<LogitsMaskHook> make_agent_turn_constraint(const AgentTurnContext& ctx, const Tokenizer& tokenizer);
+
+class ForcedTextHook : public LogitsMaskHook {
+ public:
+  // tokens: the reply; end: the token allowed once they are all emitted.
+  ForcedTextHook(std::vector<int32_t> tokens, int32_t end) : tokens_(std::move(tokens)), end_(end) {}
+  // The tokens of `text` as encode(text, false) gives them, ended by the tokenizer's first eos.
+  // Throws exl::Error when the tokenizer has no eos.
+  static std::shared_ptr<ForcedTextHook> for_text(const Tokenizer& tokenizer, std::string_view text);
+  void fill_mask(std::span<uint32_t> mask) override;
+  void accept(int32_t token) override;
+
+ private:
+  std::vector<int32_t> tokens_;
+  int32_t end_;
+  size_t pos_ = 0;
+};
+
+}  // namespace exl

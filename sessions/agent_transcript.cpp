@@ -1,0 +1,175 @@
+#include "sessions/agent_transcript.h"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "kernels/error.h"
+
+namespace exl {
+
+namespace {
+
+using json = nlohmann::json;
+
+template <class T>
+T field(const json& j, const char* key, T fallback, const char* what) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    fail("sessions: agent config: '", key, "' must be ", what);
+  }
+}
+
+}  // namespace
+
+AgentConfig agent_config_from_json(const json& j) {
+  EXL_CHECK(j.is_object() || j.is_null(), "sessions: agent config: params must be an object");
+  AgentConfig c;
+  if (j.is_null()) return c;
+  c.system = field<std::string>(j, "system", "", "a string");
+  if (j.contains("tools") && !j["tools"].is_null()) {
+    EXL_CHECK(j["tools"].is_array(), "sessions: agent config: 'tools' must be an array of tool names");
+    for (const auto& t : j["tools"]) {
+      EXL_CHECK(t.is_string(), "sessions: agent config: 'tools' must be an array of tool names");
+      c.tools.push_back(t.get<std::string>());
+    }
+  }
+  if (j.contains("finalAnswerSchema") && !j["finalAnswerSchema"].is_null()) {
+    EXL_CHECK(j["finalAnswerSchema"].is_object() || j["finalAnswerSchema"].is_boolean(),
+              "sessions: agent config: 'finalAnswerSchema' must be a JSON Schema object");
+    c.final_answer_schema = j["finalAnswerSchema"];
+  }
+  c.max_turns = field<int>(j, "maxTurns", c.max_turns, "an integer");
+  EXL_CHECK(c.max_turns >= 1 && c.max_turns <= 100, "sessions: agent config: 'maxTurns' must be in [1, 100], got ",
+            c.max_turns);
+  c.max_new_tokens = field<int>(j, "maxTokens", c.max_new_tokens, "an integer");
+  EXL_CHECK(c.max_new_tokens >= 1, "sessions: agent config: 'maxTokens' must be positive, got ", c.max_new_tokens);
+  const int64_t timeout = field<int64_t>(j, "toolTimeoutMs", c.tool_timeout.count(), "an integer");
+  EXL_CHECK(timeout >= 1 && timeout <= 3600000, "sessions: agent config: 'toolTimeoutMs' must be in [1, 3600000], got ",
+            timeout);
+  c.tool_timeout = std::chrono::milliseconds(timeout);
+  if (j.contains("sampling") && !j["sampling"].is_null()) {
+    const json& s = j["sampling"];
+    EXL_CHECK(s.is_object(), "sessions: agent config: 'sampling' must be an object");
+    c.sampling.temperature = field<float>(s, "temperature", c.sampling.temperature, "a number");
+    c.sampling.top_p = field<float>(s, "top_p", c.sampling.top_p, "a number");
+    c.sampling.top_k = field<int32_t>(s, "top_k", c.sampling.top_k, "an integer");
+    if (s.contains("seed") && !s["seed"].is_null()) c.sampling.seed = field<uint64_t>(s, "seed", 0, "an integer");
+    validate(c.sampling, 0);
+  }
+  return c;
+}
+
+json to_json(const AgentConfig& c) {
+  json s = {{"temperature", c.sampling.temperature}, {"top_p", c.sampling.top_p}, {"top_k", c.sampling.top_k}};
+  if (c.sampling.seed) s["seed"] = *c.sampling.seed;
+  return {{"system", c.system},
+          {"tools", c.tools},
+          {"finalAnswerSchema", c.final_answer_schema},
+          {"maxTurns", c.max_turns},
+          {"maxTokens", c.max_new_tokens},
+          {"toolTimeoutMs", c.tool_timeout.count()},
+          {"sampling", s}};
+}
+
+json messages_to_json(const std::vector<ChatMessage>& messages) {
+  json out = json::array();
+  for (const auto& m : messages) {
+    json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) {
+      j["tool_calls"] = json::array();
+      for (const auto& c : m.tool_calls)
+        j["tool_calls"].push_back(
+            {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<ChatMessage> messages_from_json(const json& j) {
+  EXL_CHECK(j.is_array(), "sessions: transcript: 'messages' must be an array");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& m = j[i];
+    EXL_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(), "sessions: transcript: message ", i,
+              " has no role");
+    ChatMessage c;
+    c.role = m["role"];
+    if (m.contains("content") && m["content"].is_string()) c.content = m["content"];
+    if (m.contains("tool_call_id") && m["tool_call_id"].is_string()) c.tool_call_id = m["tool_call_id"];
+    if (m.contains("tool_calls")) {
+      EXL_CHECK(m["tool_calls"].is_array(), "sessions: transcript: message ", i, ": tool_calls must be an array");
+      for (const auto& tc : m["tool_calls"]) {
+        EXL_CHECK(tc.is_object() && tc.contains("function") && tc["function"].is_object(), "sessions: transcript: message ",
+                  i, ": malformed tool call");
+        ToolCall call;
+        call.id = tc.value("id", "");
+        call.name = tc["function"].value("name", "");
+        call.arguments = tc["function"].value("arguments", "{}");
+        c.tool_calls.push_back(std::move(call));
+      }
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool valid_session_id(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char ch : id)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-')) return false;
+  return true;
+}
+
+std::filesystem::path transcript_path(const std::filesystem::path& dir, std::string_view id) {
+  EXL_CHECK(valid_session_id(id), "sessions: transcript: invalid session id '", id, "'");
+  return dir / (std::string(id) + ".json");
+}
+
+void save_transcript(const std::filesystem::path& dir, const Transcript& t) {
+  const auto path = transcript_path(dir, t.id);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  EXL_CHECK(!ec, "sessions: transcript: cannot create '", dir.string(), "': ", ec.message());
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  auto tmp = path;
+  tmp += ".tmp" + std::to_string(rng() % 1000000000);
+  json j = {{"version", 1}, {"id", t.id}, {"config", to_json(t.config)}, {"messages", messages_to_json(t.messages)}};
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    EXL_CHECK(bool(f), "sessions: transcript: cannot write '", tmp.string(), "'");
+    f << j.dump(1, ' ', false, json::error_handler_t::replace);
+    f.flush();
+    EXL_CHECK(bool(f), "sessions: transcript: write to '", tmp.string(), "' failed");
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp);
+  EXL_CHECK(!ec, "sessions: transcript: cannot rename '", tmp.string(), "' to '", path.string(), "': ", ec.message());
+}
+
+Transcript load_transcript(const std::filesystem::path& dir, std::string_view id) {
+  const auto path = transcript_path(dir, id);
+  std::ifstream f(path, std::ios::binary);
+  EXL_CHECK(bool(f), "sessions: transcript: no transcript '", path.string(), "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  EXL_CHECK(j.is_object() && j.value("version", 0) == 1 && j.contains("messages"), "sessions: transcript: '",
+            path.string(), "' is not a version 1 transcript");
+  Transcript t;
+  t.id = std::string(id);
+  try {
+    t.config = agent_config_from_json(j.value("config", json::object()));
+    t.messages = messages_from_json(j["messages"]);
+  } catch (const Error& e) {
+    fail("sessions: transcript: '", path.string(), "': ", e.what());
+  }
+  return t;
+}
+
+}  // namespace exl
