@@ -75,7 +75,7 @@ std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, con
   std::shared_ptr<const CompiledGrammar> g;
   try {
     g = cache().get(key, [&] {
-      std::vector<ToolSpec> tools = with_tools ? tool_specs_from_openai(r.tools) : std::vector<ToolSpec>{};
+      std::vector<ToolCallSpec> tools = with_tools ? tool_specs_from_openai(r.tools) : std::vector<ToolCallSpec>{};
       return compile_grammar_for(tool_call_grammar(family, tools, o), tok);
     });
   } catch (const GrammarError& e) {

@@ -6,6 +6,7 @@
 
 #include "kernels/error.h"
 #include "runtime/server_state.h"
+#include "tools/builtin_tools.h"
 
 namespace exl {
 
@@ -26,6 +27,7 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
   env_.tokenizer = &state.tokenizer();
   env_.chat_template = state.chat_template();
   env_.encode_prompt = [&state](const std::string& text) { return state.encode_prompt(text); };
+  for (auto& t : make_builtin_tools(BuiltinToolOptions{})) builtins_.add(std::move(t));
   env_.find_tool = [this](const std::string& name) { return find_tool(name); };
   env_.constraint = [this](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
     TurnConstraintFactory f;
@@ -145,6 +147,8 @@ void SessionHub::register_tools(std::vector<ToolSpec> tools, std::shared_ptr<Too
     auto it = tools_.find(t.name);
     if (it != tools_.end() && it->second.owner != owner)
       throw RpcError(rpc_code::tool_conflict, cat("Tool '", t.name, "' is already registered by another client"));
+    if (builtins_.contains(t.name))
+      throw RpcError(rpc_code::tool_conflict, cat("Tool '", t.name, "' is a built-in tool"));
     if (it == tools_.end()) ++owned;
   }
   if (owned > kMaxToolsPerClient)
@@ -159,8 +163,7 @@ std::shared_ptr<Tool> SessionHub::find_tool(const std::string& name) const {
   std::lock_guard lk(mu_);
   auto it = tools_.find(name);
   if (it != tools_.end()) return it->second.tool;
-  // TOOLS SEAM: look up built-in tools (tools/tool_registry.h) here once it is on main.
-  return nullptr;
+  return builtins_.find(name);
 }
 
 std::vector<std::string> SessionHub::tool_names() const {

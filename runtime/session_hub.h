@@ -21,6 +21,7 @@
 
 #include "runtime/remote_tool.h"
 #include "sessions/agent_session.h"
+#include "tools/tool_registry.h"
 
 namespace exl {
 
@@ -86,6 +87,7 @@ class SessionHub {
   mutable std::mutex mu_;
   std::map<std::string, Owned> sessions_;      // guarded by mu_
   std::map<std::string, Registered> tools_;    // guarded by mu_
+  ToolRegistry builtins_;                      // calculator, regex_extract, json_query, current_time
   TurnConstraintFactory constraint_;           // guarded by mu_
 };
 

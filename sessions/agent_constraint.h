@@ -1,8 +1,10 @@
-// What constrains the model's output in one agent turn. This is the seam where the grammar
-// engine plugs in: make_agent_turn_constraint returns the LogitsMaskHook for a turn (a tool call
-// in the template's syntax valid for the turn's tool schemas, or the final-answer schema), and
-// nullptr means free text. Until engine/grammar_constraint.h and sessions/tool_call_grammar.h land
-// it always returns nullptr (turns run unconstrained).
+// What constrains the model's output in one agent turn. make_agent_turn_constraint returns the
+// LogitsMaskHook for a turn: with a final-answer schema, either a call of one of the turn's tools
+// in the template's syntax (arguments valid for that tool's schema) or the final answer valid for
+// the schema; without one, nullptr (free text: tool calls are parsed from it and their arguments
+// checked against the tool's schema before dispatch). JSON uses json.dumps spacing (", ", ": ").
+// Compiled grammars are cached per (tokenizer, family, tools, schema). Throws GrammarError for a
+// schema the grammar engine cannot enforce.
 //
 // ForcedTextHook scripts a reply: it allows exactly the tokens of a given text, then an end
 // token. Tests and benchmarks use it to make a tiny model emit a known tool call or answer.
@@ -33,7 +35,6 @@ struct AgentTurnContext {
 
 using TurnConstraintFactory = std::function<std::shared_ptr<LogitsMaskHook>(const AgentTurnContext&)>;
 
-// The seam (see above): nullptr until the grammar is wired in.
 std::shared_ptr<LogitsMaskHook> make_agent_turn_constraint(const AgentTurnContext& ctx, const Tokenizer& tokenizer);
 
 class ForcedTextHook : public LogitsMaskHook {

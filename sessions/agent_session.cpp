@@ -189,7 +189,12 @@ void AgentSession::next_turn() {
   for (const auto& s : env_.chat_template->stop_strings())
     if (!s.empty()) job.stop_strings.push_back(s);
   AgentTurnContext ctx{turn_, messages_, &tools, &config_.final_answer_schema, env_.chat_template->family()};
-  job.mask = env_.constraint ? env_.constraint(ctx) : make_agent_turn_constraint(ctx, *env_.tokenizer);
+  try {
+    job.mask = env_.constraint ? env_.constraint(ctx) : make_agent_turn_constraint(ctx, *env_.tokenizer);
+  } catch (const std::exception& e) {
+    emit("error", {{"message", cat("sessions: agent: the turn's output constraint: ", e.what())}});
+    return finish_run("error");
+  }
   job.pin = pin_;
   std::weak_ptr<AgentSession> weak = weak_from_this();
   auto strand = strand_;

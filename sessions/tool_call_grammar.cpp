@@ -21,7 +21,7 @@ int32_t schema_rule(GrammarComposer& c, const Json& schema, const JsonSchemaOpti
 }
 
 // {"name": "<tool>", "<key>": <args>} for one tool.
-int32_t call_rule(GrammarComposer& c, const ToolSpec& t, std::string_view args_key, const JsonSchemaOptions& opts) {
+int32_t call_rule(GrammarComposer& c, const ToolCallSpec& t, std::string_view args_key, const JsonSchemaOptions& opts) {
   const Json params = t.parameters.is_null() ? Json{{"type", "object"}} : t.parameters;
   const int32_t args = schema_rule(c, params, opts, "tool '" + t.name + "'");
   const std::string head = "{\"name\": " + Json(t.name).dump(-1, ' ', false, Json::error_handler_t::replace) +
@@ -29,13 +29,13 @@ int32_t call_rule(GrammarComposer& c, const ToolSpec& t, std::string_view args_k
   return c.sequence("call:" + t.name, {SeqItem::text(head), SeqItem::call(args), SeqItem::text("}")});
 }
 
-int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<ToolSpec>& tools,
+int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<ToolCallSpec>& tools,
                    const ToolCallGrammarOptions& o) {
   EXL_CHECK(family != TemplateFamily::llama2, kWhere, "the llama2 template has no tool-call format");
   EXL_CHECK(!tools.empty(), kWhere, "no tools to call");
   std::vector<int32_t> alts;
   const std::string_view key = family == TemplateFamily::llama3 ? "parameters" : "arguments";
-  for (const ToolSpec& t : tools) {
+  for (const ToolCallSpec& t : tools) {
     EXL_CHECK(!t.name.empty(), kWhere, "a tool has an empty name");
     if (o.mode == ToolCallMode::named && t.name != o.tool_name) continue;
     alts.push_back(call_rule(c, t, key, o.schema_options));
@@ -60,15 +60,15 @@ int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<
 
 }  // namespace
 
-std::vector<ToolSpec> tool_specs_from_openai(const Json& tools) {
-  std::vector<ToolSpec> out;
+std::vector<ToolCallSpec> tool_specs_from_openai(const Json& tools) {
+  std::vector<ToolCallSpec> out;
   if (tools.is_null()) return out;
   EXL_CHECK(tools.is_array(), kWhere, "'tools' must be an array");
   for (const auto& t : tools) {
     const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
     EXL_CHECK(fn && fn->is_object() && fn->contains("name") && (*fn)["name"].is_string(), kWhere,
               "a tool lacks function.name");
-    ToolSpec s;
+    ToolCallSpec s;
     s.name = (*fn)["name"].get<std::string>();
     if (fn->contains("parameters")) s.parameters = (*fn)["parameters"];
     out.push_back(std::move(s));
@@ -76,7 +76,7 @@ std::vector<ToolSpec> tool_specs_from_openai(const Json& tools) {
   return out;
 }
 
-Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolSpec>& tools, const ToolCallGrammarOptions& o) {
+Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>& tools, const ToolCallGrammarOptions& o) {
   GrammarComposer c;
   int32_t root = -1;
   switch (o.mode) {

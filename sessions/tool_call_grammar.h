@@ -37,7 +37,7 @@
 
 namespace exl {
 
-struct ToolSpec {
+struct ToolCallSpec {
   std::string name;
   nlohmann::ordered_json parameters;  // JSON Schema of the arguments; null = any JSON object
 };
@@ -53,9 +53,9 @@ struct ToolCallGrammarOptions {
 };
 
 // The tools of an OpenAI "tools" array ({"type":"function","function":{name, parameters}}).
-std::vector<ToolSpec> tool_specs_from_openai(const nlohmann::ordered_json& tools);
+std::vector<ToolCallSpec> tool_specs_from_openai(const nlohmann::ordered_json& tools);
 
-Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolSpec>& tools,
+Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>& tools,
                           const ToolCallGrammarOptions& options);
 
 }  // namespace exl

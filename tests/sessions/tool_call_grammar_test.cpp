@@ -17,7 +17,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::vector<ToolSpec> tools() {
+std::vector<ToolCallSpec> tools() {
   return {{"get_weather", Json::parse(R"({"type":"object","properties":{"city":{"type":"string","maxLength":12},
            "unit":{"enum":["c","f"]}},"required":["city","unit"],"additionalProperties":false})")},
           {"add", Json::parse(R"({"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},
@@ -75,7 +75,7 @@ TEST(ToolCallGrammar, ErrorsNameTheProblem) {
   EXPECT_THROW(tool_call_grammar(TemplateFamily::llama2, tools(), opts(ToolCallMode::required)), Error);
   EXPECT_THROW(tool_call_grammar(TemplateFamily::chatml, {}, opts(ToolCallMode::required)), Error);
   EXPECT_THROW(tool_call_grammar(TemplateFamily::chatml, tools(), opts(ToolCallMode::named, false, "nope")), Error);
-  std::vector<ToolSpec> bad{{"f", Json::parse(R"({"type":"object","properties":{"x":{"$dynamicRef":"#meta"}}})")}};
+  std::vector<ToolCallSpec> bad{{"f", Json::parse(R"({"type":"object","properties":{"x":{"$dynamicRef":"#meta"}}})")}};
   try {
     tool_call_grammar(TemplateFamily::chatml, bad, opts(ToolCallMode::required));
     FAIL() << "no error";
