@@ -43,17 +43,18 @@ class TurnGrammarCache {
 std::shared_ptr<LogitsMaskHook> make_agent_turn_constraint(const AgentTurnContext& ctx, const Tokenizer& tokenizer) {
   const bool has_tools = ctx.tools && ctx.tools->is_array() && !ctx.tools->empty();
   const bool has_final = ctx.final_answer_schema && !ctx.final_answer_schema->is_null();
-  if (!has_final) return nullptr;  // free text; tool calls are parsed from it and checked by the registry
+  if (!has_final && !has_tools) return nullptr;
   static TurnGrammarCache cache;
   const std::string key = cat(reinterpret_cast<uintptr_t>(&tokenizer), '|', int(ctx.family), '|',
-                              has_tools ? ctx.tools->dump() : std::string(), '|', ctx.final_answer_schema->dump());
+                              has_tools ? ctx.tools->dump() : std::string(), '|', has_final ? ctx.final_answer_schema->dump() : std::string());
   auto grammar = cache.get(key, [&]() -> std::shared_ptr<const CompiledGrammar> {
     JsonSchemaOptions so;
     so.whitespace = JsonSchemaOptions::Whitespace::spaced;
-    const nlohmann::ordered_json final_schema = nlohmann::ordered_json::parse(ctx.final_answer_schema->dump());
+    const nlohmann::ordered_json final_schema =
+        has_final ? nlohmann::ordered_json::parse(ctx.final_answer_schema->dump()) : nlohmann::ordered_json();
     if (!has_tools) return compile_json_schema_for(final_schema, tokenizer, so);
     ToolCallGrammarOptions o;
-    o.mode = ToolCallMode::call_or_final;
+    o.mode = has_final ? ToolCallMode::call_or_final : ToolCallMode::call_or_text;
     o.final_schema = final_schema;
     o.schema_options = so;
     return compile_grammar_for(tool_call_grammar(ctx.family, tool_specs_from_openai(*ctx.tools), o), tokenizer);

@@ -1,8 +1,8 @@
 // What constrains the model's output in one agent turn. make_agent_turn_constraint returns the
-// LogitsMaskHook for a turn: with a final-answer schema, either a call of one of the turn's tools
-// in the template's syntax (arguments valid for that tool's schema) or the final answer valid for
-// the schema; without one, nullptr (free text: tool calls are parsed from it and their arguments
-// checked against the tool's schema before dispatch). JSON uses json.dumps spacing (", ", ": ").
+// LogitsMaskHook for a turn: a call of one of the turn's tools in the template's syntax (arguments
+// valid for that tool's schema), or else the final answer valid for the session's final-answer
+// schema, or else (no schema) free text that does not begin with the call marker; nullptr when
+// the turn has neither tools nor a schema. JSON uses json.dumps spacing (", ", ": ").
 // Compiled grammars are cached per (tokenizer, family, tools, schema). Throws GrammarError for a
 // schema the grammar engine cannot enforce.
 //

@@ -2,6 +2,7 @@
 
 #include "grammar/grammar_compose.h"
 #include "grammar/grammar_error.h"
+#include "grammar/regex.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -58,6 +59,33 @@ int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<
   fail(kWhere, "unknown template family");
 }
 
+// What a tool call of the family begins with.
+std::string_view call_marker(TemplateFamily family) {
+  switch (family) {
+    case TemplateFamily::llama3: return "{";
+    case TemplateFamily::chatml: return "<tool_call>";
+    case TemplateFamily::mistral: return "[TOOL_CALLS]";
+    case TemplateFamily::llama2: break;
+  }
+  fail(kWhere, "the llama2 template has no tool-call format");
+}
+
+std::string class_char(char ch, bool negated) {
+  std::string c = negated ? "[^" : "[";
+  if (ch == ']' || ch == '\\' || ch == '^' || ch == '-') c += '\\';
+  return c + ch + "]";
+}
+
+// Non-empty text that does not begin with `marker`: m0 m1 .. m(i-1), then end or any other char.
+int32_t text_rule(GrammarComposer& c, std::string_view marker) {
+  std::string tail;
+  for (size_t i = marker.size(); i-- > 1;)
+    tail = "(?:" + class_char(marker[i], true) + "[\\s\\S]*" + (tail.empty() ? "" : "|" + class_char(marker[i], false) + tail) + ")?";
+  std::string re = class_char(marker[0], true) + "[\\s\\S]*";
+  if (marker.size() > 1) re = "(?:" + re + "|" + class_char(marker[0], false) + tail + ")";
+  return c.embed(compile_regex_grammar(re));
+}
+
 }  // namespace
 
 std::vector<ToolCallSpec> tool_specs_from_openai(const Json& tools) {
@@ -85,6 +113,11 @@ Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>
     case ToolCallMode::final_answer:
       root = c.sequence("final_answer", {SeqItem::call(schema_rule(c, o.final_schema, o.schema_options, "final answer"))});
       break;
+    case ToolCallMode::call_or_text: {
+      const int32_t calls = calls_rule(c, family, tools, o);
+      root = c.alternatives("call_or_text", {calls, text_rule(c, call_marker(family))});
+      break;
+    }
     case ToolCallMode::call_or_final: {
       const int32_t calls = calls_rule(c, family, tools, o);
       const int32_t final = schema_rule(c, o.final_schema, o.schema_options, "final answer");

@@ -22,6 +22,9 @@
 //  - call_or_final: a `required` call or the final answer (for an agent turn); with llama3 a final
 //    answer shaped like {"name": .., "parameters": {..}} parses as a call — choose schemas that
 //    cannot be mistaken for one.
+//  - call_or_text: a `required` call, or free text (at least one byte) that does not begin with the
+//    family's call marker ("{" for llama3, "<tool_call>", "[TOOL_CALLS]"): an agent turn without a
+//    final-answer schema, where a reply that starts a call must complete a valid one.
 // Errors: GrammarError for a schema that cannot be compiled (naming the tool and the keyword);
 // exl::Error for a family without tools, no tools, an unknown named tool.
 #pragma once
@@ -42,7 +45,7 @@ struct ToolCallSpec {
   nlohmann::ordered_json parameters;  // JSON Schema of the arguments; null = any JSON object
 };
 
-enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final };
+enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final, call_or_text };
 
 struct ToolCallGrammarOptions {
   ToolCallMode mode = ToolCallMode::required;

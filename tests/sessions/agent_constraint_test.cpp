@@ -59,7 +59,7 @@ TEST(AgentConstraint, FinalAnswerOrToolCallIsAlwaysValid) {
   std::vector<ChatMessage> msgs;
 
   const nlohmann::json none;
-  EXPECT_EQ(make_agent_turn_constraint({1, msgs, &tools, &none, TemplateFamily::mistral}, *tok), nullptr);
+  EXPECT_EQ(make_agent_turn_constraint({1, msgs, &no_tools, &none, TemplateFamily::mistral}, *tok), nullptr);
 
   int calls = 0, answers = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed) {
@@ -87,6 +87,33 @@ TEST(AgentConstraint, FinalAnswerOrToolCallIsAlwaysValid) {
   }
   EXPECT_GT(answers, 0);
   EXPECT_GT(calls, 0);
+}
+
+TEST(AgentConstraint, ToolsWithoutSchemaGiveAValidCallOrText) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  auto tok = load_tokenizer(test::shared_dir() / "models/stories260K-hf");
+  auto tmpl = make_chat_template({TemplateFamily::mistral, {}, false}, {"<s>", "</s>"});
+  const Json tools = Json::parse(R"([{"type":"function","function":{"name":"add","parameters":{"type":"object",
+      "properties":{"a":{"type":"integer","minimum":0,"maximum":9}},"required":["a"],"additionalProperties":false}}}])");
+  const nlohmann::json none;
+  std::vector<ChatMessage> msgs;
+  int calls = 0, texts = 0;
+  for (uint32_t seed = 1; seed <= 16; ++seed) {
+    auto hook = make_agent_turn_constraint({1, msgs, &tools, &none, TemplateFamily::mistral}, *tok);
+    ASSERT_NE(hook, nullptr);
+    const std::string text = walk(*hook, *tok, seed);
+    ParsedReply r = tmpl->parse_reply(text, true);
+    if (text.rfind("[TOOL_CALLS]", 0) == 0) {
+      ++calls;
+      ASSERT_EQ(r.tool_calls.size(), 1u) << text;
+      const auto args = nlohmann::json::parse(r.tool_calls[0].arguments);
+      EXPECT_TRUE(args.size() == 1 && args["a"].is_number_integer() && args["a"] >= 0 && args["a"] <= 9) << text;
+    } else {
+      ++texts;
+      EXPECT_FALSE(text.empty());
+    }
+  }
+  EXPECT_GT(texts, 0);
 }
 
 TEST(AgentConstraint, UnenforceableFinalSchemaIsAnError) {

@@ -37,6 +37,26 @@ ToolCallGrammarOptions opts(ToolCallMode mode, bool parallel = false, std::strin
   return o;
 }
 
+TEST(ToolCallGrammar, CallOrTextRefusesTextThatStartsABadCall) {
+  const Grammar cm = tool_call_grammar(TemplateFamily::chatml, tools(), opts(ToolCallMode::call_or_text));
+  EXPECT_TRUE(accepts(cm, "Hello there"));
+  EXPECT_TRUE(accepts(cm, "<tool_cal"));
+  EXPECT_TRUE(accepts(cm, "<b>bold</b>\nmore"));
+  EXPECT_TRUE(accepts(cm, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\":1,\"b\":2}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(cm, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\":1}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(cm, "<tool_call>anything"));
+  EXPECT_FALSE(accepts(cm, ""));
+  const Grammar mi = tool_call_grammar(TemplateFamily::mistral, tools(), opts(ToolCallMode::call_or_text));
+  EXPECT_TRUE(accepts(mi, "[TOOL] is not the marker"));
+  EXPECT_TRUE(accepts(mi, R"([TOOL_CALLS] [{"name": "add", "arguments": {"a":3,"b":4}}])"));
+  EXPECT_FALSE(accepts(mi, "[TOOL_CALLS] hi"));
+  const Grammar l3 = tool_call_grammar(TemplateFamily::llama3, tools(), opts(ToolCallMode::call_or_text));
+  EXPECT_TRUE(accepts(l3, "text with {braces}"));
+  EXPECT_TRUE(accepts(l3, R"({"name": "add", "parameters": {"a":1,"b":2}})"));
+  EXPECT_FALSE(accepts(l3, "{"));
+  EXPECT_FALSE(accepts(l3, R"({"name": "nope"})"));
+}
+
 TEST(ToolCallGrammar, AcceptsEachFamilysRenderedSyntax) {
   const Grammar l3 = tool_call_grammar(TemplateFamily::llama3, tools(), opts(ToolCallMode::required));
   EXPECT_TRUE(accepts(l3, R"({"name": "add", "parameters": {"a":1,"b":2}})"));
