@@ -142,6 +142,28 @@ TEST(Examples, Batch) {
   EXPECT_EQ(n, schemas.size());
 }
 
+// The demo model was trained on get_weather calls (examples/demo-model/gen_data.py): unscripted, it
+// calls the client's tool and answers from the result.
+void expect_weather_conversation(const ScriptRun& r) {
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("tool_call get_weather {\"city\":\"Oslo\"}"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tool_result {\"city\": \"Oslo\", \"temperature_c\": 4"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("answer: [^\n]*\\b4 degrees[^\n]*Oslo"))) << r.out;
+}
+
+TEST(Examples, WsToolClientNode) {
+  REQUIRE_DEMO_MODEL();
+  if (!fs::exists(examples() / "ws-tool-client" / "node_modules" / "ws"))
+    GTEST_SKIP() << "examples/ws-tool-client/node_modules is absent (run .ci/setup, which runs npm ci there)";
+  expect_weather_conversation(run_script(examples() / "ws-tool-client" / "run.sh", "node"));
+}
+
+TEST(Examples, WsToolClientCpp) {
+  REQUIRE_DEMO_MODEL();
+  if (!fs::exists(test::binary_dir() / "ws_tool_client")) GTEST_SKIP() << "ws_tool_client is not built";
+  expect_weather_conversation(run_script(examples() / "ws-tool-client" / "run.sh", "cpp"));
+}
+
 TEST(Examples, Workflow) {
   REQUIRE_DEMO_MODEL();
   const auto dir = test::temp_dir("Examples_workflow");
