@@ -31,6 +31,7 @@ const CommandSpec& spec() {
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
        {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"},
        {"--session-dir", "DIR", "agent session transcripts (default: <temp>/exlagent-sessions)"},
+       {"--read-root", "DIR", "offer the read_file tool to agent sessions, reading only under DIR"},
        {"--agent-script", "FILE", "tests/benchmarks only: JSON array of replies forced on agent turns 1, 2, ..."}}};
   return s;
 }
@@ -69,6 +70,7 @@ int cli_serve(std::span<const std::string> args) {
     o.max_body_bytes = size_t(body);
     o.chat_template = a.get_or("--chat-template", "");
     o.session_dir = a.get_or("--session-dir", "");
+    o.read_root = a.get_or("--read-root", "");
     if (o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");
 

@@ -35,7 +35,7 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   go.num_pages = opts_.cache_pages;
   go.max_batch_seqs = opts_.max_batch_seqs;
   gen_ = std::make_unique<Generator>(*model_, *tok_, go);
-  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions);
+  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root);
 }
 
 ServerState::~ServerState() {

@@ -36,6 +36,7 @@ struct ServerOptions {
   int io_threads = 2;
   std::string chat_template;                 // override name; empty = detect
   std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions
+  std::string read_root;                     // directory the read_file tool may read; empty = no read_file
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".

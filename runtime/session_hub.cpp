@@ -22,12 +22,15 @@ std::string new_session_id() {
 
 }  // namespace
 
-SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions) : max_sessions_(max_sessions) {
+SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root)
+    : max_sessions_(max_sessions) {
   env_.generator = &state.generator();
   env_.tokenizer = &state.tokenizer();
   env_.chat_template = state.chat_template();
   env_.encode_prompt = [&state](const std::string& text) { return state.encode_prompt(text); };
-  for (auto& t : make_builtin_tools(BuiltinToolOptions{})) builtins_.add(std::move(t));
+  BuiltinToolOptions tool_opts;
+  tool_opts.read_root = std::move(read_root);
+  for (auto& t : make_builtin_tools(tool_opts)) builtins_.add(std::move(t));
   env_.find_tool = [this](const std::string& name) { return find_tool(name); };
   env_.constraint = [this](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
     TurnConstraintFactory f;

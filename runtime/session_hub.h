@@ -45,7 +45,8 @@ inline constexpr size_t kMaxToolsPerClient = 128;
 class SessionHub {
  public:
   // dir: transcripts (empty = <temp>/exlagent-sessions).
-  SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions);
+  // read_root: the directory the built-in read_file tool may read (empty: no read_file).
+  SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root = {});
   ~SessionHub();
 
   std::shared_ptr<AgentSession> create(AgentConfig config, AgentSink sink, uint64_t owner);

@@ -11,7 +11,7 @@ namespace exl {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps a finalAnswerSchema's property order
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 

@@ -50,8 +50,7 @@ std::shared_ptr<LogitsMaskHook> make_agent_turn_constraint(const AgentTurnContex
   auto grammar = cache.get(key, [&]() -> std::shared_ptr<const CompiledGrammar> {
     JsonSchemaOptions so;
     so.whitespace = JsonSchemaOptions::Whitespace::spaced;
-    const nlohmann::ordered_json final_schema =
-        has_final ? nlohmann::ordered_json::parse(ctx.final_answer_schema->dump()) : nlohmann::ordered_json();
+    const nlohmann::ordered_json final_schema = has_final ? *ctx.final_answer_schema : nlohmann::ordered_json();
     if (!has_tools) return compile_json_schema_for(final_schema, tokenizer, so);
     ToolCallGrammarOptions o;
     o.mode = has_final ? ToolCallMode::call_or_final : ToolCallMode::call_or_text;

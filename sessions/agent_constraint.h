@@ -29,7 +29,7 @@ struct AgentTurnContext {
   int turn = 0;                             // 1-based within the current run
   std::span<const ChatMessage> messages;    // the conversation being continued
   const nlohmann::ordered_json* tools;      // OpenAI tool objects offered this turn (may be empty)
-  const nlohmann::json* final_answer_schema;  // null json when the session has none
+  const nlohmann::ordered_json* final_answer_schema;  // null json when the session has none
   TemplateFamily family = TemplateFamily::chatml;
 };
 

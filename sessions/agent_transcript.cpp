@@ -11,7 +11,7 @@ namespace exl {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 template <class T>
 T field(const json& j, const char* key, T fallback, const char* what) {

@@ -21,7 +21,7 @@ namespace exl {
 struct AgentConfig {
   std::string system;                  // system prompt; empty = none
   std::vector<std::string> tools;      // tool names offered to the model, in this order
-  nlohmann::json final_answer_schema;  // null = free-text final answer
+  nlohmann::ordered_json final_answer_schema;  // null = free-text final answer; properties in the client's order
   int max_turns = 10;                  // model generations per user message
   int max_new_tokens = 256;            // per generation
   SamplerSettings sampling;            // temperature, top_p, top_k, seed are settable
@@ -30,13 +30,14 @@ struct AgentConfig {
 
 // Accepts {system?, tools?, finalAnswerSchema?, maxTurns?, maxTokens?, toolTimeoutMs?,
 // sampling?:{temperature, top_p, top_k, seed}}; throws exl::Error ("sessions: agent config: ...")
-// naming the bad field.
-AgentConfig agent_config_from_json(const nlohmann::json& j);
-nlohmann::json to_json(const AgentConfig& c);
+// naming the bad field. Ordered JSON throughout: the final-answer schema's property order is the
+// order the grammar makes the model write them in.
+AgentConfig agent_config_from_json(const nlohmann::ordered_json& j);
+nlohmann::ordered_json to_json(const AgentConfig& c);
 
-nlohmann::json messages_to_json(const std::vector<ChatMessage>& messages);
+nlohmann::ordered_json messages_to_json(const std::vector<ChatMessage>& messages);
 // Throws exl::Error ("sessions: transcript: ...") for a malformed message.
-std::vector<ChatMessage> messages_from_json(const nlohmann::json& j);
+std::vector<ChatMessage> messages_from_json(const nlohmann::ordered_json& j);
 
 // True for ids usable as file names: [A-Za-z0-9_-]{1,64}.
 bool valid_session_id(std::string_view id);

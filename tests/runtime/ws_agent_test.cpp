@@ -3,9 +3,10 @@
 // tool timeout; tool-client disconnect; the second turn's prefix-cache hit; bad frames, methods
 // and limits, after each of which the server still serves.
 //
-// The tiny model cannot call tools by itself and the tool-call grammar is not wired in yet, so
-// these tests script the model's output with SessionHub::set_turn_constraint (a ForcedTextHook
-// per turn: the real generator samples under a mask that allows only the scripted tokens).
+// The tiny model cannot call tools by itself, so these tests script the model's output with
+// SessionHub::set_turn_constraint (a ForcedTextHook per turn: the real generator samples under a
+// mask that allows only the scripted tokens). The grammar that constrains unscripted turns is
+// tested in tests/sessions/agent_constraint_test.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>

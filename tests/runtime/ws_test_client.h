@@ -75,6 +75,18 @@ class WsTestClient {
     }
   }
 
+  // Sends a request frame verbatim (its id must be an integer) and returns its response.
+  json call_raw(const std::string& frame) {
+    const json id = json::parse(frame)["id"];
+    send_text(frame);
+    for (;;) {
+      auto f = read();
+      if (!f) return json{{"transport_error", last_error_.message()}};
+      if (f->contains("id") && (*f)["id"] == id && !f->contains("method")) return *f;
+      kept_.push_back(std::move(*f));
+    }
+  }
+
   // The next notification or server request (kept ones first).
   std::optional<json> next(ms timeout = ms(20000)) {
     if (!kept_.empty()) {

@@ -51,14 +51,14 @@ TEST(AgentConstraint, FinalAnswerOrToolCallIsAlwaysValid) {
   EXL_REQUIRE_SHARED("models/stories260K-hf");
   auto tok = load_tokenizer(test::shared_dir() / "models/stories260K-hf");
   auto tmpl = make_chat_template({TemplateFamily::mistral, {}, false}, {"<s>", "</s>"});
-  const nlohmann::json final_schema = nlohmann::json::parse(
-      R"({"type":"object","properties":{"answer":{"type":"string","maxLength":6}},"required":["answer"],"additionalProperties":false})");
+  const Json final_schema = Json::parse(
+      R"({"type":"object","properties":{"zeta":{"type":"integer","minimum":0,"maximum":9},"answer":{"type":"string","maxLength":6}},"required":["zeta","answer"],"additionalProperties":false})");
   const Json tools = Json::parse(R"([{"type":"function","function":{"name":"add","parameters":{"type":"object",
       "properties":{"a":{"type":"integer","minimum":0,"maximum":9}},"required":["a"],"additionalProperties":false}}}])");
   const Json no_tools = Json::array();
   std::vector<ChatMessage> msgs;
 
-  const nlohmann::json none;
+  const Json none;
   EXPECT_EQ(make_agent_turn_constraint({1, msgs, &no_tools, &none, TemplateFamily::mistral}, *tok), nullptr);
 
   int calls = 0, answers = 0;
@@ -81,8 +81,9 @@ TEST(AgentConstraint, FinalAnswerOrToolCallIsAlwaysValid) {
     } else {
       ++answers;
       const auto j = nlohmann::json::parse(text);
-      ASSERT_TRUE(j.is_object() && j.size() == 1 && j["answer"].is_string()) << text;
+      ASSERT_TRUE(j.is_object() && j.size() == 2 && j["answer"].is_string() && j["zeta"].is_number_integer()) << text;
       EXPECT_LE(j["answer"].get<std::string>().size(), 6u * 4) << text;
+      EXPECT_LT(text.find("\"zeta\""), text.find("\"answer\"")) << "properties in the schema's order: " << text;
     }
   }
   EXPECT_GT(answers, 0);
@@ -95,7 +96,7 @@ TEST(AgentConstraint, ToolsWithoutSchemaGiveAValidCallOrText) {
   auto tmpl = make_chat_template({TemplateFamily::mistral, {}, false}, {"<s>", "</s>"});
   const Json tools = Json::parse(R"([{"type":"function","function":{"name":"add","parameters":{"type":"object",
       "properties":{"a":{"type":"integer","minimum":0,"maximum":9}},"required":["a"],"additionalProperties":false}}}])");
-  const nlohmann::json none;
+  const Json none;
   std::vector<ChatMessage> msgs;
   int calls = 0, texts = 0;
   for (uint32_t seed = 1; seed <= 16; ++seed) {
@@ -119,7 +120,7 @@ TEST(AgentConstraint, ToolsWithoutSchemaGiveAValidCallOrText) {
 TEST(AgentConstraint, UnenforceableFinalSchemaIsAnError) {
   EXL_REQUIRE_SHARED("models/stories260K-hf");
   auto tok = load_tokenizer(test::shared_dir() / "models/stories260K-hf");
-  const nlohmann::json bad = nlohmann::json::parse(R"({"type":"string","pattern":"(a)\\1"})");
+  const Json bad = Json::parse(R"({"type":"string","pattern":"(a)\\1"})");
   const Json no_tools = Json::array();
   std::vector<ChatMessage> msgs;
   EXPECT_ANY_THROW(make_agent_turn_constraint({1, msgs, &no_tools, &bad, TemplateFamily::mistral}, *tok));
