@@ -7,6 +7,7 @@
 
 #include "kernels/error.h"
 #include "runtime/listener.h"
+#include "runtime/session_hub.h"
 
 namespace exl {
 
@@ -59,7 +60,8 @@ void Server::shutdown(std::chrono::seconds drain_timeout) {
   impl_->listener->stop();
   impl_->state->begin_drain();
   const auto deadline = std::chrono::steady_clock::now() + drain_timeout;
-  while (impl_->state->running_generations() > 0 && std::chrono::steady_clock::now() < deadline)
+  auto busy = [&] { return impl_->state->running_generations() > 0 || impl_->state->sessions().running_sessions() > 0; };
+  while (busy() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last responses go out
   impl_->work.reset();

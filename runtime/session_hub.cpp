@@ -142,6 +142,13 @@ size_t SessionHub::live_sessions() const {
   return sessions_.size();
 }
 
+size_t SessionHub::running_sessions() const {
+  std::lock_guard lk(mu_);
+  size_t n = 0;
+  for (const auto& [id, o] : sessions_) n += o.session->running() ? 1 : 0;
+  return n;
+}
+
 void SessionHub::register_tools(std::vector<ToolSpec> tools, std::shared_ptr<ToolClientLink> link, uint64_t owner) {
   std::lock_guard lk(mu_);
   size_t owned = 0;

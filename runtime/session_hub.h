@@ -38,6 +38,7 @@ inline constexpr int rate_limited = -32012;
 inline constexpr int session_limit = -32014;
 inline constexpr int session_busy = -32015;
 inline constexpr int tool_conflict = -32016;
+inline constexpr int shutting_down = -32017;
 }  // namespace rpc_code
 
 inline constexpr size_t kMaxToolsPerClient = 128;
@@ -58,6 +59,8 @@ class SessionHub {
   // Closes the owner's sessions and unregisters its tools (failing their pending calls).
   void close_owner(uint64_t owner);
   size_t live_sessions() const;
+  // Sessions in the middle of a run (generating or waiting for tools).
+  size_t running_sessions() const;
 
   // Adds tools answered through `link`; all or nothing. Throws RpcError (tool_conflict when a
   // name belongs to another client, invalid params past kMaxToolsPerClient).

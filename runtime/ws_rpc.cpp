@@ -162,6 +162,8 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     if (peer && peer->link) peer->link->on_response(msg);
     return std::nullopt;
   }
+  if (state.draining() && has_id)
+    return rpc_error(id, rpc_code::shutting_down, "Server shutting down: running sessions finish, no new requests");
   if (!msg["method"].is_string())
     return rpc_error(id, rpc_code::invalid_request, "Invalid Request: method must be a string");
   const std::string method = msg["method"];

@@ -74,7 +74,6 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void on_read(beast::error_code ec, size_t) {
     if (ec) return end_peer();  // closed, too big (Beast closes with 1009) or broken: the session ends
     if (!ws_.got_text()) return close(websocket::close_code::bad_payload, "binary frames are not supported");
-    if (state_->draining()) return close(websocket::close_code::going_away, "server shutting down");
     if (auto reply = handle_rpc_message(beast::buffers_to_string(buffer_.data()), *state_, &peer_))
       enqueue(std::move(*reply));
     if (!closing_) do_read();

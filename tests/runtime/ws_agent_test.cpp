@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "runtime/server.h"
 #include "runtime/session_hub.h"
@@ -287,6 +288,47 @@ TEST_F(WsAgent, BadFramesMethodsAndLimits) {
     c.close();
   }
   expect_server_alive();
+}
+
+// Graceful shutdown drains agent runs: a session waiting for a client's tool when the server is
+// told to stop gets the answer and finishes; new requests meanwhile get "shutting down".
+TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 128;
+  o.cpu_threads = 1;
+  o.session_dir = (test::temp_dir("WsAgentShutdown") / "sessions").string();
+  o.chat_template = "mistral";
+  auto state = std::make_shared<ServerState>(o);
+  Server server(state);
+  server.start();
+  const Tokenizer* tok = &state->tokenizer();
+  state->sessions().set_turn_constraint([tok](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
+    return ForcedTextHook::for_text(*tok, c.turn == 1 ? kCall : "It is 4 degrees.");
+  });
+  WsTestClient c(server.port(), "");
+  ASSERT_TRUE(c.call("tools/register", {{"tools", json::array({{{"name", "lookup"}, {"inputSchema", {{"type", "object"}}}}})}})
+                  .contains("result"));
+  const std::string sid = c.call("sessions/create", {{"tools", {"lookup"}}})["result"]["sessionId"];
+  ASSERT_TRUE(c.call("sessions/send", {{"sessionId", sid}, {"content", "Oslo?"}}).contains("result"));
+  auto call = c.next_of("tools/call");
+  ASSERT_TRUE(call);
+
+  auto stopped = std::async(std::launch::async, [&server] { server.shutdown(std::chrono::seconds(20)); });
+  EXPECT_EQ(stopped.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "shutdown must wait for the session's run";
+  json refused = c.call("server/info");
+  ASSERT_TRUE(refused.contains("error")) << refused;
+  EXPECT_EQ(refused["error"]["code"], rpc_code::shutting_down);
+  c.send({{"jsonrpc", "2.0"}, {"id", (*call)["id"]}, {"result", {{"content", {{{"type", "text"}, {"text", "4"}}}}}}});
+  auto done = c.next_of("sessions/event", "done");
+  ASSERT_TRUE(done) << json(c.seen()).dump();
+  EXPECT_EQ((*done)["params"]["reason"], "final") << *done;
+  EXPECT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
 }
 
 }  // namespace
