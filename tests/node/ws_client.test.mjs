@@ -1,7 +1,7 @@
 // The /v1/ws JSON-RPC API from Node with the npm `ws` package, against a real `exlagent serve`
 // (stories260K, CPU): register a tool, create a session, send a message, answer the runtime's
 // tools/call, and receive the events up to the final answer; the second turn is a prefix-cache
-// hit. The tiny model cannot call tools itself and the tool-call grammar is not wired in yet, so
+// hit. The tiny model cannot call tools itself (examples/ws-tool-client shows the demo model doing it), so
 // the server runs with --agent-script (a test-only flag that forces each turn's output).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
