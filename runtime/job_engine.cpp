@@ -60,6 +60,12 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
   if (!err.empty()) fail(err);
 }
 
+std::vector<int32_t> JobEngine::encode_prompt(const std::string& text) const {
+  std::vector<int32_t> ids = tok_->encode(text, true);
+  if (ids.size() >= 2 && tok_->bos_id() && ids[0] == *tok_->bos_id() && ids[1] == *tok_->bos_id()) ids.erase(ids.begin());
+  return ids;
+}
+
 GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
   EXL_CHECK(!spec.messages.empty(), "runtime: job: the conversation has no messages");
   GenerationJob job;
@@ -67,10 +73,7 @@ GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
     check_schema(*spec.schema);
     if (const auto& make = hooks_.at(spec.schema->dump())) job.mask = make();
   }
-  const std::string text = tmpl_->render(spec.messages, spec.tools, true);
-  job.prompt = tok_->encode(text, true);
-  if (job.prompt.size() >= 2 && tok_->bos_id() && job.prompt[0] == *tok_->bos_id() && job.prompt[1] == *tok_->bos_id())
-    job.prompt.erase(job.prompt.begin());
+  job.prompt = encode_prompt(tmpl_->render(spec.messages, spec.tools, true));
   const int64_t n_prompt = int64_t(job.prompt.size());
   EXL_CHECK(n_prompt < ctx_, "runtime: job: the prompt has ", n_prompt, " tokens; the context holds ", ctx_);
   const int64_t room = ctx_ - n_prompt;

@@ -73,6 +73,11 @@ class JobEngine {
   std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
   const std::string& model_id() const { return model_id_; }
   int64_t context_length() const { return ctx_; }
+  // The generator, for callers that run it on its own thread (start/stop) between job batches;
+  // no job of this engine may be in flight meanwhile.
+  Generator& generator() { return *gen_; }
+  // Rendered chat text -> prompt tokens (BOS once).
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
 
   // Throws exl::Error ("runtime: job: schema: ...") when the schema cannot be compiled.
   void check_schema(const nlohmann::ordered_json& schema);

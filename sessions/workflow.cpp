@@ -81,7 +81,8 @@ WorkflowStep parse_step(const ojson& s, const ojson& defaults) {
   if (auto it = s.find("schema"); it != s.end()) st.schema = *it;
   if (auto it = s.find("continue"); it != s.end()) st.continue_from = it->get<std::string>();
   if (auto it = s.find("for_each"); it != s.end()) st.for_each = it->get<std::string>();
-  if (auto it = s.find("tools"); it != s.end()) st.tools = *it;
+  if (auto it = s.find("tools"); it != s.end()) st.tools = it->get<std::vector<std::string>>();
+  if (auto it = s.find("max_turns"); it != s.end()) st.max_turns = it->get<int>();
   if (auto it = s.find("if"); it != s.end()) {
     WorkflowCondition c;
     if (it->is_string()) {

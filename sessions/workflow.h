@@ -36,7 +36,8 @@ struct WorkflowStep {
   std::string continue_from;                // earlier step whose conversation this continues
   std::string for_each;                     // path of an array; empty = run once
   std::optional<WorkflowCondition> condition;
-  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  std::vector<std::string> tools;           // built-in tool names; non-empty = an agent loop
+  int max_turns = 10;                       // generations per conversation when tools are offered
   std::optional<int64_t> max_tokens;
   double temperature = 0;
   std::optional<uint64_t> seed;

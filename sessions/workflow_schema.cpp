@@ -81,7 +81,8 @@ std::string_view workflow_schema_text() {
         "continue": {"type": "string", "description": "Name of an earlier step whose conversation this step continues."},
         "for_each": {"$ref": "#/$defs/path", "description": "Run once per element of this array (as item, at index), all at once."},
         "if": {"$ref": "#/$defs/condition"},
-        "tools": {"type": "array", "items": {"type": "object"}, "description": "OpenAI tool objects; needs the agent loop."},
+        "tools": {"type": "array", "items": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}, "minItems": 1, "description": "Built-in tools the model may call (calculator, regex_extract, json_query, current_time; read_file with run --read-root): the step runs the agent loop."},
+        "max_turns": {"type": "integer", "minimum": 1, "description": "Model generations per conversation in a step with tools (default 10)."},
         "max_tokens": {"type": "integer", "minimum": 1},
         "temperature": {"type": "number", "minimum": 0},
         "seed": {"type": "integer", "minimum": 0}

@@ -171,29 +171,68 @@ TEST(CliRun, WorkflowWritesStepOutputsAndTrace) {
   EXPECT_EQ(trace[0]["messages"][1]["content"], "A story about Ann.");
   EXPECT_EQ(trace[2]["index"], 1);
   EXPECT_EQ(trace[2]["messages"][0]["content"], "Item 1: Bo (" + outputs["intro"].get<std::string>() + ")");
-  // The continued conversation: intro's turns, its reply, then the new prompt — a prefix-cache hit.
+  // The continued conversation: intro's turns, its reply, the new prompt (a prefix-cache hit) and
+  // this step's reply.
   const auto& more = trace[4]["messages"];
-  ASSERT_EQ(more.size(), 4u);
+  ASSERT_EQ(more.size(), 5u);
   EXPECT_EQ(more[2]["role"], "assistant");
   EXPECT_EQ(more[2]["content"], outputs["intro"]);
   EXPECT_EQ(more[3]["content"], "Go on.");
+  EXPECT_EQ(more[4]["content"], outputs["more"]);
   EXPECT_GT(trace[4]["cached_tokens"].get<int>(), 0);
   EXPECT_EQ(trace[5]["skipped"], true);
 }
 
-TEST(CliRun, RefusesToolsAndInvalidFilesClearly) {
+TEST(CliRun, BadToolsAndInvalidFilesAreClearErrors) {
   EXL_REQUIRE_SHARED(kModel);
   const auto dir = test::temp_dir("CliRun_errors");
   test::write_file(dir / "tools.json", R"({"steps":[{"name":"a","prompt":"p","tools":[{"type":"function"}]}]})");
   auto r = test::run_cli(cli_run, {(dir / "tools.json").string(), "--model", model_dir()});
   EXPECT_EQ(r.code, -1);
-  EXPECT_NE(r.error.find("runtime: run: step 'a' uses tools, which need the agent loop"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("/steps/0/tools/0"), std::string::npos) << r.error;
+  test::write_file(dir / "unknown.json", R"({"steps":[{"name":"a","prompt":"p","tools":["calculator","nope"]}]})");
+  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir()});
+  EXPECT_NE(r.error.find("runtime: run: step 'a': no built-in tool 'nope'"), std::string::npos) << r.error;
+  test::write_file(dir / "read.json", R"({"steps":[{"name":"a","prompt":"p","tools":["read_file"]}]})");
+  r = test::run_cli(cli_run, {(dir / "read.json").string(), "--model", model_dir()});
+  EXPECT_NE(r.error.find("read_file needs --read-root"), std::string::npos) << r.error;
   test::write_file(dir / "bad.json", R"({"steps":[{"name":"a","promt":"p"}]})");
   r = test::run_cli(cli_run, {(dir / "bad.json").string(), "--model", model_dir()});
   EXPECT_NE(r.error.find("/steps/0: missing required property 'prompt'"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("/steps/0: unknown property 'promt'"), std::string::npos) << r.error;
   r = test::run_cli(cli_run, {(dir / "bad.json").string()});
   EXPECT_EQ(r.code, -1);
+}
+
+// A step with tools runs the agent loop on the demo model (unscripted: it answers without calling
+// the calculator, which it never saw in training; tests/runtime/workflow_agent_test.cpp scripts
+// the calls): the final answer is schema-valid, the conversation is in the trace and its
+// transcript under OUT/agents.
+TEST(CliRun, StepWithToolsRunsTheAgentLoop) {
+  const fs::path demo = test::source_dir() / "examples" / "demo-model" / "model";
+  if (!fs::exists(demo / "config.json")) GTEST_SKIP() << "examples/demo-model/model is absent";
+  const auto dir = test::temp_dir("CliRun_tools");
+  test::write_file(dir / "wf.json", R"J({"inputs":{"items":["3 * 120.50","2 + 2"]},"steps":[
+    {"name":"sum","tools":["calculator","current_time"],"max_turns":2,"for_each":"inputs.items",
+     "system":"You are a helpful assistant.","prompt":"What is {{item}}?",
+     "schema":{"type":"object","properties":{"total":{"type":"number"}},"required":["total"],"additionalProperties":false}}]})J");
+  const fs::path out = dir / "out";
+  auto r = test::run_cli(cli_run, {(dir / "wf.json").string(), "--model", demo.string(), "--out", out.string(), "--threads", "1"});
+  ASSERT_EQ(r.code, 0) << r.error << r.err;
+  const auto outputs = ojson::parse(test::read_file(out / "outputs.json"));
+  ASSERT_EQ(outputs["sum"].size(), 2u) << outputs;
+  for (const auto& o : outputs["sum"]) {
+    ASSERT_TRUE(o.is_object() && o.size() == 1 && o["total"].is_number()) << o;
+  }
+  const auto trace = read_jsonl(out / "trace.jsonl");
+  ASSERT_EQ(trace.size(), 2u);
+  for (const auto& t : trace) {
+    EXPECT_GE(t["turns"].get<int>(), 1) << t;
+    EXPECT_EQ(t["messages"].back()["role"], "assistant") << t;
+    EXPECT_EQ(ojson::parse(t["messages"].back()["content"].get<std::string>()), t["output"]) << t;
+  }
+  EXPECT_TRUE(fs::exists(out / "agents" / "sum-0.json"));
+  EXPECT_TRUE(fs::exists(out / "agents" / "sum-1.json"));
 }
 
 // On the demo model (stories260K's replies under a flexible-whitespace grammar are mostly newlines).
