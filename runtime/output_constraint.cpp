@@ -59,6 +59,9 @@ std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, con
   const bool json = r.response_format == "json_object" || r.response_format == "json_schema";
   if (!calls && !json) return nullptr;
   ToolCallGrammarOptions o;
+  // json.dumps spacing: what chat models are trained to write (compact JSON forced on the demo
+  // model wrecks its values; docs/websocket-api.md's agent turns use the same).
+  o.schema_options.whitespace = JsonSchemaOptions::Whitespace::spaced;
   o.parallel_tool_calls = r.parallel_tool_calls;
   o.tool_name = r.tool_choice_name;
   if (calls) {

@@ -6,18 +6,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 exe="${EXLAGENT:-$here/../../build/exlagent}"
-log="$(mktemp)"
-"$exe" serve --model "$here/../demo-model/model" --port 0 2>"$log" &
-server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 200); do
-  port="$(sed -n 's|.*on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")"
-  [ -n "$port" ] && break
-  kill -0 "$server" 2>/dev/null || { cat "$log" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "http.sh: the server did not start" >&2; cat "$log" >&2; exit 1; }
+. "$here/../start-server.sh"
+start_server --model "$here/../demo-model/model"
 reply="$(curl -sS --fail-with-body -H 'Content-Type: application/json' --data-binary @"$here/request.json" \
   "http://127.0.0.1:$port/v1/chat/completions")" || { echo "$reply" >&2; exit 1; }
 # The content is the JSON object; print it on its own line (node is installed by .ci/setup).

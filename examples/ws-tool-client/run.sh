@@ -19,18 +19,8 @@ if [ "$which" != node ] && [ ! -x "$cpp_client" ]; then
   cmake --build "$(dirname "$cpp_client")" --target ws_tool_client >&2
 fi
 
-log="$(mktemp)"
-"$exe" serve --model "$here/../demo-model/model" --port 0 --api-key "$key" --threads 1 2>"$log" &
-server=$!
-trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -f "$log"' EXIT
-port=""
-for _ in $(seq 1 200); do
-  port="$(sed -n 's|.*on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$log")"
-  [ -n "$port" ] && break
-  kill -0 "$server" 2>/dev/null || { cat "$log" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$port" ] || { echo "run.sh: the server did not start" >&2; cat "$log" >&2; exit 1; }
+. "$here/../start-server.sh"
+start_server --model "$here/../demo-model/model" --api-key "$key" --threads 1
 
 if [ "$which" != cpp ]; then
   echo "== node client.mjs"

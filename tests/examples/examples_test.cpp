@@ -93,12 +93,19 @@ TEST(Examples, WorkflowFileIsValid) {
   EXPECT_EQ(wf.model, (examples() / "workflow" / ".." / "demo-model" / "model").lexically_normal().string());
 }
 
+// What examples/extraction/input.txt says (the README shows this output).
+void expect_invoice(const ojson& v, const std::string& where) {
+  EXPECT_EQ(v, ojson::parse(R"({"invoice_number": "INV-20417", "customer": "Maria Rossi", "date": "2024-03-14",
+                                "amount": 1250.4, "currency": "EUR"})")) << where;
+}
+
 TEST(Examples, Extraction) {
   REQUIRE_DEMO_MODEL();
   const ScriptRun r = run_script(examples() / "extraction" / "run.sh");
   ASSERT_EQ(r.code, 0) << r.out;
   expect_matches(ojson::parse(test::read_file(examples() / "extraction" / "schema.json")), last_json_line(r.out),
                  "extraction");
+  expect_invoice(last_json_line(r.out), "extraction");
 }
 
 TEST(Examples, ExtractionOverHttp) {
@@ -109,6 +116,7 @@ TEST(Examples, ExtractionOverHttp) {
   ASSERT_EQ(r.code, 0) << r.out;
   expect_matches(ojson::parse(test::read_file(examples() / "extraction" / "schema.json")), last_json_line(r.out),
                  "extraction over HTTP");
+  expect_invoice(last_json_line(r.out), "extraction over HTTP");
 }
 
 TEST(Examples, Batch) {

@@ -57,12 +57,8 @@ class WsAgent : public testing::Test {
   void SetUp() override {
     if (!server_) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
   }
-  // Turn n of every run emits script[min(n, size) - 1].
   static void script(std::vector<std::string> replies) {
-    const Tokenizer* tok = &state_->tokenizer();
-    state_->sessions().set_turn_constraint([tok, replies](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
-      return ForcedTextHook::for_text(*tok, replies[std::min<size_t>(size_t(c.turn), replies.size()) - 1]);
-    });
+    state_->sessions().set_turn_constraint(scripted_turns(state_->tokenizer(), std::move(replies)));
   }
   static json lookup_tool() {
     return {{"name", "lookup"},
@@ -306,10 +302,7 @@ TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
   auto state = std::make_shared<ServerState>(o);
   Server server(state);
   server.start();
-  const Tokenizer* tok = &state->tokenizer();
-  state->sessions().set_turn_constraint([tok](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
-    return ForcedTextHook::for_text(*tok, c.turn == 1 ? kCall : "It is 4 degrees.");
-  });
+  state->sessions().set_turn_constraint(scripted_turns(state->tokenizer(), {kCall, "It is 4 degrees."}));
   WsTestClient c(server.port(), "");
   ASSERT_TRUE(c.call("tools/register", {{"tools", json::array({{{"name", "lookup"}, {"inputSchema", {{"type", "object"}}}}})}})
                   .contains("result"));

@@ -56,10 +56,7 @@ class WsBuiltinTools : public testing::Test {
     if (!server_) GTEST_SKIP() << "examples/demo-model/model is absent";
   }
   static void script(std::vector<std::string> replies) {
-    const Tokenizer* tok = &state_->tokenizer();
-    state_->sessions().set_turn_constraint([tok, replies](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
-      return ForcedTextHook::for_text(*tok, replies[std::min<size_t>(size_t(c.turn), replies.size()) - 1]);
-    });
+    state_->sessions().set_turn_constraint(scripted_turns(state_->tokenizer(), std::move(replies)));
   }
   // Runs one user message in a new session offered `tools`; returns the tool_result events.
   static std::vector<json> run(WsTestClient& c, const std::vector<std::string>& tools, int expected_results) {
