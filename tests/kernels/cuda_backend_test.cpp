@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_backend.h"
@@ -252,6 +253,45 @@ TEST_F(CudaBackendTest, RopeMatchesCpuAtLargePositions) {
   bad.inv_freq.resize(3);
   Buffer dx = gpu().alloc(64);
   EXPECT_THROW(gpu().rope(dx.f32(), 1, 1, 8, std::vector<int32_t>{0}, bad), Error);
+}
+
+TEST_F(CudaBackendTest, AddRmsNormFusedMatchesAddThenNorm) {
+  for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {7, 333}, {3, 4096}, {2, 5}}) {
+    auto x = test::random_floats(size_t(rows * dim), uint32_t(rows * dim + 1), 3.0f);
+    auto y = test::random_floats(size_t(rows * dim), uint32_t(rows * dim + 2), 2.0f);
+    auto w = test::random_floats(size_t(dim), uint32_t(dim + 3));
+    auto sum = x;
+    cpu::add(sum.data(), y.data(), rows * dim);
+    std::vector<float> ref(x.size());
+    cpu::rms_norm(tp_, sum.data(), w.data(), ref.data(), rows, dim, 1e-5f);
+    Buffer dx = to_gpu(x), dy = to_gpu(y), dw = to_gpu(w), dout = gpu().alloc(x.size() * 4);
+    gpu().add_rms_norm(dx.f32(), dy.f32(), dw.f32(), dout.f32(), rows, dim, 1e-5f);
+    EXPECT_EQ(from_gpu(dx, x.size()), sum) << rows << "x" << dim << " residual";
+    EXPECT_LT(rel_err(from_gpu(dout, x.size()), ref), 1e-5) << rows << "x" << dim;
+    Buffer dx2 = to_gpu(x);
+    gpu().add_rms_norm(dx2.f32(), dy.f32(), dw.f32(), dx2.f32(), rows, dim, 1e-5f);  // aliasing
+    EXPECT_LT(rel_err(from_gpu(dx2, x.size()), ref), 1e-5) << rows << "x" << dim << " in place";
+  }
+}
+
+TEST_F(CudaBackendTest, RopeQkMatchesTwoRopes) {
+  for (auto [head_dim, n_heads, n_kv, rows] : std::vector<std::tuple<int, int, int, int64_t>>{
+           {64, 4, 1, 1}, {128, 6, 2, 3}, {8, 3, 3, 5}}) {
+    RopeTable table;
+    for (int i = 0; i < head_dim / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(head_dim)));
+    table.attn_factor = 0.9f;
+    std::vector<int32_t> pos;
+    for (int64_t r = 0; r < rows; ++r) pos.push_back(int32_t(37 * r + 5 * head_dim));
+    auto q = test::random_floats(size_t(rows * n_heads * head_dim), uint32_t(head_dim + n_heads));
+    auto k = test::random_floats(size_t(rows * n_kv * head_dim), uint32_t(head_dim + n_kv + 50));
+    auto rq = q, rk = k;
+    cpu::rope(rq.data(), rows, n_heads, head_dim, pos, table);
+    cpu::rope(rk.data(), rows, n_kv, head_dim, pos, table);
+    Buffer dq = to_gpu(q), dk = to_gpu(k);
+    gpu().rope_qk(dq.f32(), dk.f32(), rows, n_heads, n_kv, head_dim, pos, table);
+    EXPECT_LT(rel_err(from_gpu(dq, q.size()), rq), 1e-5) << head_dim << " q";
+    EXPECT_LT(rel_err(from_gpu(dk, k.size()), rk), 1e-5) << head_dim << " k";
+  }
 }
 
 TEST_F(CudaBackendTest, SwigluAndAdd) {
