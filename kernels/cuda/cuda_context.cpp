@@ -71,8 +71,10 @@ Buffer CudaContext::upload_new(const void* src, size_t bytes) const {
 }
 
 void CudaContext::grow(Buffer& area, size_t bytes) {
-  if (capturing_) retired_.push_back(std::move(area));
-  else {
+  if (capturing_) {  // nodes captured earlier in this step use the old area: the graph is unusable
+    retired_.push_back(std::move(area));
+    step_ok_ = false;
+  } else {
     sync();
     area.reset();
   }

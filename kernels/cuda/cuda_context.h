@@ -71,7 +71,7 @@ class CudaContext {
   // stage() only fills the pinned ring: the captured graph's copies read it when it runs. While
   // `capturing`, nothing waits for the stream: a scratch area that must grow keeps the old one
   // alive until the next sync(). end_step returns false when the step cannot be replayed (the
-  // ring wrapped or grew).
+  // ring wrapped or grew, or an area grew while capturing).
   void begin_step(bool capturing);
   bool end_step();
 

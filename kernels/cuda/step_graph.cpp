@@ -72,7 +72,8 @@ bool StepGraphs::finish_capture(CudaContext& ctx, uint64_t h, bool ok) {
   if (e != cudaSuccess || !ok || !capturable_ || !exec) {
     cudaGetLastError();
     if (exec) cudaGraphExecDestroy(exec);
-    failed_.insert(h);
+    // A step that only grew an area is captured again next time; a failed capture is not retried.
+    if (ok) failed_.insert(h);
     next_ = StepMode::eager;
     return false;
   }

@@ -5,7 +5,8 @@
 // with the same notes exists and no device allocation happened since it was captured, it is
 // launched: its copy nodes read the freshly staged host bytes, so positions, slots and page tables
 // are per-step data, not part of the graph. Otherwise the ops are issued again under stream
-// capture (relaxed mode; scratch growth keeps old areas alive) and the new graph is kept, at most
+// capture (relaxed mode; a scratch area that grows meanwhile makes that step run op by op and
+// the next one capture again) and the new graph is kept, at most
 // k_max_graphs of them (a new batch size or attention plan shape is a new graph). A step whose
 // capture fails, or that uses a path unsafe to capture (cuBLAS), runs op by op instead.
 // Disabled by EXL_CUDA_GRAPHS=0 or when profiling. Owned and used by one thread (the backend's).
