@@ -134,16 +134,17 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
     be.rms_norm(x.f32(), layers_[0].attn_norm.f32(), xn.f32(), T, H, eps);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
-      be.linear(*L.q, xn.f32(), q.f32(), T);
-      be.linear(*L.k, xn.f32(), k.f32(), T);
-      be.linear(*L.v, xn.f32(), v.f32(), T);
+      const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
+      float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
+      be.linears(qkv, xn.f32(), qkv_out, T);
       be.rope_qk(q.f32(), k.f32(), T, NH, NKV, int(D), positions, rope_);
       be.kv_write(pool, int(l), k.f32(), v.f32(), slots);
       be.attention(pool, int(l), q.f32(), att.f32(), seqs, NH, scale, window);
       be.linear(*L.o, att.f32(), tmp.f32(), T);
       be.add_rms_norm(x.f32(), tmp.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
-      be.linear(*L.gate, xn.f32(), g.f32(), T);
-      be.linear(*L.up, xn.f32(), u.f32(), T);
+      const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
+      float* gate_up_out[2] = {g.f32(), u.f32()};
+      be.linears(gate_up, xn.f32(), gate_up_out, T);
       be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
       be.linear(*L.down, g.f32(), tmp.f32(), T);
       if (l + 1 < layers_.size()) be.add_rms_norm(x.f32(), tmp.f32(), layers_[l + 1].attn_norm.f32(), xn.f32(), T, H, eps);

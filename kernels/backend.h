@@ -129,6 +129,11 @@ class Backend {
     add(x, y, rows * dim);
     rms_norm(x, w, out, rows, dim, eps);
   }
+  // ys[i][rows, N_i] = x · W_iᵀ for linears that read the same x (q/k/v, gate/up).
+  virtual void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+                       int64_t rows) {
+    for (size_t i = 0; i < ws.size() && i < ys.size(); ++i) linear(*ws[i], x, ys[i], rows);
+  }
   // rope() of q [rows, n_heads·head_dim] and of k [rows, n_kv_heads·head_dim] at the same positions.
   virtual void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
                        std::span<const int32_t> positions, const RopeTable& table) {

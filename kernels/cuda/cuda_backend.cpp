@@ -156,6 +156,29 @@ class CudaBackend final : public Backend {
       prof_.end(ctx_.stream(), cat("linear ", l.out_features, "x", l.in_features, " rows ", rows), double(l.weight_bytes));
   }
 
+  void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+               int64_t rows) override {
+    EXL_CHECK(ws.size() == ys.size(), "kernels: cuda: linears: ", ws.size(), " matrices for ", ys.size(), " outputs");
+    if (rows == 0 || ws.empty()) return;
+    std::vector<const cuda::CudaLinear*> ls;
+    steps_.note(12, x, rows, ws.size());
+    for (size_t i = 0; i < ws.size(); ++i) {
+      ls.push_back(static_cast<const cuda::CudaLinear*>(ws[i]));
+      steps_.note(ls.back(), ys[i]);
+    }
+    if (rows > cuda::k_dense_gemv_max_rows) steps_.forbid_capture();
+    if (steps_.recording()) return;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    cuda::run_linears(ctx_, ls, x, ys, rows);
+    if (prof_.enabled()) {
+      double bytes = 0;
+      std::string key = "linears";
+      for (const auto* l : ls) bytes += double(l->weight_bytes), key += cat(" ", l->out_features, "x", l->in_features);
+      prof_.end(ctx_.stream(), cat(key, " rows ", rows), bytes);
+    }
+  }
+
   void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
             const RopeTable& table) override {
     const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);

@@ -90,7 +90,11 @@ void* CudaContext::scratch(Scratch which, size_t bytes) {
 unsigned* CudaContext::gemv_counters(size_t n) {
   if (counters_.bytes() < n * sizeof(unsigned) || !counters_.data()) {
     grow(counters_, std::max<size_t>(n, 4096) * sizeof(unsigned));
+    counters_zeroed_ = false;
+  }
+  if (!counters_zeroed_ && !capturing_) {  // a capture that grew them is dropped; the op-by-op rerun zeroes
     EXL_CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
+    counters_zeroed_ = true;
   }
   return static_cast<unsigned*>(counters_.data());
 }

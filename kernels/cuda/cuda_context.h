@@ -93,7 +93,7 @@ class CudaContext {
   size_t ring_used_ = 0;
   std::vector<Buffer> retired_;
   mutable uint64_t generation_ = 0;
-  bool in_step_ = false, capturing_ = false, step_ok_ = true;
+  bool in_step_ = false, capturing_ = false, step_ok_ = true, counters_zeroed_ = false;
   std::vector<Staged> staged_;  // this step's staged arrays
 };
 

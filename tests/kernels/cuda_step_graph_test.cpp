@@ -88,9 +88,9 @@ std::vector<std::vector<float>> run_steps(Backend& be, const TinyStack& m, bool 
       for (int64_t l = 0; l < T::n_layers; ++l) {
         const auto* W = &L[size_t(l * 7)];
         be.rms_norm(x.f32(), nw.f32(), xn.f32(), n, T::dim, 1e-5f);
-        be.linear(*W[0], xn.f32(), q.f32(), n);
-        be.linear(*W[1], xn.f32(), k.f32(), n);
-        be.linear(*W[2], xn.f32(), v.f32(), n);
+        const PreparedLinear* qkv[3] = {W[0].get(), W[1].get(), W[2].get()};
+        float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
+        be.linears(qkv, xn.f32(), qkv_out, n);
         be.rope_qk(q.f32(), k.f32(), n, T::n_heads, T::n_kv, T::head_dim, pos, m.rope);
         be.kv_write(*pool, int(l), k.f32(), v.f32(), slots);
         be.attention(*pool, int(l), q.f32(), att.f32(), seqs, T::n_heads, 0.2f, 0);
