@@ -126,33 +126,48 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
   const Scratch& S = scratch_;
   const Buffer &x = S.x, &xn = S.xn, &q = S.q, &k = S.k, &v = S.v, &att = S.att, &tmp = S.tmp, &g = S.g, &u = S.u;
 
-  be.embedding(*embed_, ids, x.f32());
   const float eps = float(cfg_.rms_norm_eps), scale = float(1.0 / std::sqrt(double(D)));
   const int window = cfg_.sliding_window ? int(*cfg_.sliding_window) : 0;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    be.rms_norm(x.f32(), L.attn_norm.f32(), xn.f32(), T, H, eps);
-    be.linear(*L.q, xn.f32(), q.f32(), T);
-    be.linear(*L.k, xn.f32(), k.f32(), T);
-    be.linear(*L.v, xn.f32(), v.f32(), T);
-    be.rope(q.f32(), T, NH, int(D), positions, rope_);
-    be.rope(k.f32(), T, NKV, int(D), positions, rope_);
-    be.kv_write(pool, int(l), k.f32(), v.f32(), slots);
-    be.attention(pool, int(l), q.f32(), att.f32(), seqs, NH, scale, window);
-    be.linear(*L.o, att.f32(), tmp.f32(), T);
-    be.add(x.f32(), tmp.f32(), T * H);
-    be.rms_norm(x.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
-    be.linear(*L.gate, xn.f32(), g.f32(), T);
-    be.linear(*L.up, xn.f32(), u.f32(), T);
-    be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
-    be.linear(*L.down, g.f32(), tmp.f32(), T);
-    be.add(x.f32(), tmp.f32(), T * H);
-  }
-  // Final norm and head only for the rows whose logits are wanted.
   const Buffer &last = S.last, &logits = S.logits;
-  for (int64_t r = 0; r < R; ++r)
-    be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, 1, H, eps);
-  be.linear(*head_, last.f32(), logits.f32(), R);
+  auto ops = [&] {
+    be.embedding(*embed_, ids, x.f32());
+    be.rms_norm(x.f32(), layers_[0].attn_norm.f32(), xn.f32(), T, H, eps);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& L = layers_[l];
+      const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
+      float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
+      be.linears(qkv, xn.f32(), qkv_out, T);
+      be.rope_qk(q.f32(), k.f32(), T, NH, NKV, int(D), positions, rope_);
+      be.kv_write(pool, int(l), k.f32(), v.f32(), slots);
+      be.attention(pool, int(l), q.f32(), att.f32(), seqs, NH, scale, window);
+      be.linear(*L.o, att.f32(), tmp.f32(), T);
+      be.add_rms_norm(x.f32(), tmp.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
+      const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
+      float* gate_up_out[2] = {g.f32(), u.f32()};
+      be.linears(gate_up, xn.f32(), gate_up_out, T);
+      be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
+      be.linear(*L.down, g.f32(), tmp.f32(), T);
+      if (l + 1 < layers_.size()) be.add_rms_norm(x.f32(), tmp.f32(), layers_[l + 1].attn_norm.f32(), xn.f32(), T, H, eps);
+      else be.add(x.f32(), tmp.f32(), T * H);
+    }
+    // Final norm and head only for the rows whose logits are wanted.
+    for (int64_t r = 0; r < R; ++r)
+      be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, 1, H, eps);
+    be.linear(*head_, last.f32(), logits.f32(), R);
+  };
+  if (T == int64_t(batch.size())) {  // decode: one token per sequence, a step the backend may replay
+    try {
+      do {
+        be.begin_step();
+        ops();
+      } while (!be.end_step());
+    } catch (...) {
+      be.cancel_step();
+      throw;
+    }
+  } else {
+    ops();
+  }
   std::vector<float> out(size_t(R * V));
   be.download(out.data(), logits.data(), out.size() * 4);
   return out;

@@ -122,6 +122,24 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   // x[n] += y[n]
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Fusions of the ops above that a backend may run as one op (the defaults call the ops):
+  // x[rows, dim] += y; out = rms_norm(x) ⊙ w   (the residual add and the next layer's norm)
+  virtual void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
+                            float eps) {
+    add(x, y, rows * dim);
+    rms_norm(x, w, out, rows, dim, eps);
+  }
+  // ys[i][rows, N_i] = x · W_iᵀ for linears that read the same x (q/k/v, gate/up).
+  virtual void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+                       int64_t rows) {
+    for (size_t i = 0; i < ws.size() && i < ys.size(); ++i) linear(*ws[i], x, ys[i], rows);
+  }
+  // rope() of q [rows, n_heads·head_dim] and of k [rows, n_kv_heads·head_dim] at the same positions.
+  virtual void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+                       std::span<const int32_t> positions, const RopeTable& table) {
+    rope(q, rows, n_heads, head_dim, positions, table);
+    rope(k, rows, n_kv_heads, head_dim, positions, table);
+  }
   // Stores k, v [n_tokens, kv_heads·head_dim] of `layer` into cache slots (page·page_size + offset).
   virtual void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) = 0;
   // Copies token slots [0, n_rows) of page `from` into page `to` (copy on write of a shared page).
@@ -131,6 +149,18 @@ class Backend {
   // the last `sliding_window` positions.
   virtual void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                          int n_heads, float scale, int sliding_window) = 0;
+
+  // Step bracketing, for backends that can replay a recorded step instead of issuing every op
+  // (the CUDA backend's graphs). The caller runs one step as
+  //   do { begin_step(); <the step's ops>; } while (!end_step());
+  // issuing the same ops again whenever end_step() returns false (their work was not queued).
+  // Between begin_step() and end_step(): only ops (no alloc, upload, download or synchronize), and
+  // the host arrays passed to them (ids, positions, slots, page tables) do not change. After an
+  // exception inside a step the caller calls cancel_step(). Backends without replay keep these
+  // no-ops: every op runs when called and end_step() returns true.
+  virtual void begin_step() {}
+  virtual bool end_step() { return true; }
+  virtual void cancel_step() noexcept {}
 };
 
 // The CPU backend (always available). n_threads <= 0 uses all hardware threads.

@@ -4,7 +4,8 @@
 // without CUDA provide stubs that throw. Environment knobs for measurements: EXL_CUDA_PROFILE=1
 // prints GPU time per op at destruction (cuda/op_profiler.h); EXL_CUDA_PREFILL_ATTN=0 keeps long
 // prompts on the paged attention kernel instead of cuBLAS (cuda/cuda_prefill_attention.h);
-// EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid (cuda/cuda_linear.h).
+// EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid (cuda/cuda_linear.h); EXL_CUDA_GRAPHS=0 runs
+// decode steps op by op instead of as CUDA graphs (cuda/step_graph.h).
 #pragma once
 #include <memory>
 
@@ -25,5 +26,13 @@ void* cuda_kv_pool_data(KvPool& pool);
 // bytes read plus bytes written: the median of 10 copies of `bytes` bytes after 2 warm-up copies
 // (the memory-bound roofline that `exlagent bench` reports against). Throws without CUDA.
 double cuda_copy_bandwidth(int device, size_t bytes = size_t(1) << 30);
+
+// Decode steps (Backend::begin_step/end_step) that a CUDA backend ran as CUDA graphs, and the
+// graphs it captured for them (cuda/step_graph.h), for tests and benchmarks. Throws exl::Error
+// for a backend that is not a CUDA backend.
+struct CudaStepStats {
+  int64_t graph_launches = 0, graph_captures = 0;
+};
+CudaStepStats cuda_step_stats(const Backend& backend);
 
 }  // namespace exl

@@ -11,5 +11,7 @@ void* cuda_kv_pool_data(KvPool&) { fail("kernels: cuda: this build has no CUDA b
 
 double cuda_copy_bandwidth(int, size_t) { fail("kernels: cuda: this build has no CUDA backend"); }
 
+CudaStepStats cuda_step_stats(const Backend&) { fail("kernels: cuda: this build has no CUDA backend"); }
+
 }  // namespace exl
 #endif

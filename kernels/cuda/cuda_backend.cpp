@@ -6,15 +6,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <utility>
 
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/cuda_prefill_attention.h"
+#include "kernels/cuda/dense_gemm.h"
 #include "kernels/cuda/norm_rope_act.h"
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/step_graph.h"
 
 namespace exl {
 
@@ -124,12 +127,16 @@ class CudaBackend final : public Backend {
     if (ids.empty()) return;
     ctx_.make_current();
     const auto* d_ids = static_cast<const int32_t*>(ctx_.stage(ids.data(), ids.size_bytes()));
+    steps_.note(1, &e, d_ids, ids.size(), out);
+    if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::embedding(e.type, e.table.data(), e.dim, d_ids, int64_t(ids.size()), out, ctx_.stream()));
     prof_.end(ctx_.stream(), "embedding");
   }
 
   void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
+    steps_.note(2, x, w, y, rows, dim, eps);
+    if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::rms_norm(x, w, y, rows, dim, eps, ctx_.stream()));
@@ -138,35 +145,77 @@ class CudaBackend final : public Backend {
 
   void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override {
     if (rows == 0) return;
-    ctx_.make_current();
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
+    steps_.note(3, &l, x, y, rows);
+    if (rows > cuda::k_dense_gemv_max_rows) steps_.forbid_capture();  // larger batches may call cuBLAS
+    if (steps_.recording()) return;
+    ctx_.make_current();
     prof_.begin(ctx_.stream());
     l.run(ctx_, x, y, rows);
     if (prof_.enabled())
       prof_.end(ctx_.stream(), cat("linear ", l.out_features, "x", l.in_features, " rows ", rows), double(l.weight_bytes));
   }
 
-  void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
-            const RopeTable& table) override {
-    EXL_CHECK(head_dim > 0 && head_dim % 2 == 0 && table.inv_freq.size() == size_t(head_dim / 2),
-              "kernels: cuda: rope: head_dim ", head_dim, " does not match a table of ", table.inv_freq.size(),
-              " frequencies");
-    EXL_CHECK(positions.size() >= size_t(rows), "kernels: cuda: rope: ", positions.size(), " positions for ", rows,
-              " rows");
-    if (rows == 0) return;
+  void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+               int64_t rows) override {
+    EXL_CHECK(ws.size() == ys.size(), "kernels: cuda: linears: ", ws.size(), " matrices for ", ys.size(), " outputs");
+    if (rows == 0 || ws.empty()) return;
+    std::vector<const cuda::CudaLinear*> ls;
+    steps_.note(12, x, rows, ws.size());
+    for (size_t i = 0; i < ws.size(); ++i) {
+      ls.push_back(static_cast<const cuda::CudaLinear*>(ws[i]));
+      steps_.note(ls.back(), ys[i]);
+    }
+    if (rows > cuda::k_dense_gemv_max_rows) steps_.forbid_capture();
+    if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
-    const auto* d_pos = static_cast<const int32_t*>(ctx_.stage(positions.data(), size_t(rows) * sizeof(int32_t)));
-    if (table.inv_freq != rope_freq_host_) {  // the frequencies stay on the device while unchanged
-      rope_freq_host_ = table.inv_freq;
-      rope_freq_ = ctx_.upload_new(rope_freq_host_);
+    cuda::run_linears(ctx_, ls, x, ys, rows);
+    if (prof_.enabled()) {
+      double bytes = 0;
+      std::string key = "linears";
+      for (const auto* l : ls) bytes += double(l->weight_bytes), key += cat(" ", l->out_features, "x", l->in_features);
+      prof_.end(ctx_.stream(), cat(key, " rows ", rows), bytes);
     }
-    const auto* d_freq = static_cast<const float*>(rope_freq_.data());
+  }
+
+  void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
+            const RopeTable& table) override {
+    const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
+    if (rows == 0) return;
+    steps_.note(4, x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor);
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::rope(x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor, ctx_.stream()));
     prof_.end(ctx_.stream(), "rope (with staging)");
   }
 
+  void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+               std::span<const int32_t> positions, const RopeTable& table) override {
+    const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
+    if (rows == 0) return;
+    steps_.note(10, q, k, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor);
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
+    EXL_CUDA_CHECK(cuda::rope_qk(q, k, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor,
+                                 ctx_.stream()));
+    prof_.end(ctx_.stream(), "rope q+k (with staging)");
+  }
+
+  void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
+                    float eps) override {
+    if (x == out) return Backend::add_rms_norm(x, y, w, out, rows, dim, eps);
+    steps_.note(11, x, y, w, out, rows, dim, eps);
+    if (steps_.recording()) return;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    EXL_CUDA_CHECK(cuda::add_rms_norm(x, y, w, out, rows, dim, eps, ctx_.stream()));
+    prof_.end(ctx_.stream(), "add + rms_norm");
+  }
+
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    steps_.note(5, gate, up, out, n);
+    if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::swiglu(gate, up, out, n, ctx_.stream()));
@@ -174,6 +223,8 @@ class CudaBackend final : public Backend {
   }
 
   void add(float* x, const float* y, int64_t n) override {
+    steps_.note(6, x, y, n);
+    if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::add(x, y, n, ctx_.stream()));
@@ -190,8 +241,10 @@ class CudaBackend final : public Backend {
                 " is outside the pool's ", n_slots, " slots");
     if (slots.empty()) return;
     ctx_.make_current();
-    prof_.begin(ctx_.stream());
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
+    steps_.note(7, p.mem.data(), layer, k, v, d_slots, slots.size());
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::kv_write(static_cast<uint8_t*>(p.mem.data()), device_layout(p.layout, layer), k, v, d_slots,
                                   int(slots.size()), ctx_.stream()));
     prof_.end(ctx_.stream(), "kv_write (with staging)");
@@ -202,6 +255,8 @@ class CudaBackend final : public Backend {
     const KvLayout& L = p.layout;
     EXL_CHECK(from >= 0 && to >= 0 && from < p.num_pages && to < p.num_pages && n_rows >= 0 && n_rows <= L.page_size,
               "kernels: cuda: kv_copy: pages ", from, " -> ", to, " rows ", n_rows, " out of range");
+    steps_.note(8, p.mem.data(), from, to, n_rows);
+    if (steps_.recording()) return;
     ctx_.make_current();
     auto* base = static_cast<uint8_t*>(p.mem.data());
     for (int layer = 0; layer < L.n_layers; ++layer)
@@ -222,7 +277,40 @@ class CudaBackend final : public Backend {
   void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                  int n_heads, float scale, int sliding_window) override;
 
+  CudaStepStats step_stats() const { return {steps_.launches(), steps_.captures()}; }
+
+  void begin_step() override {
+    attn_step_.valid = false;
+    steps_.begin(ctx_);
+  }
+  bool end_step() override {
+    attn_step_.valid = false;
+    return steps_.end(ctx_);
+  }
+  void cancel_step() noexcept override {
+    attn_step_.valid = false;
+    steps_.cancel(ctx_);
+  }
+
  private:
+  // Validates rope arguments, stages the positions and keeps the frequencies on the device.
+  std::pair<const int32_t*, const float*> rope_inputs(int64_t rows, int head_dim, std::span<const int32_t> positions,
+                                                      const RopeTable& table) {
+    EXL_CHECK(head_dim > 0 && head_dim % 2 == 0 && table.inv_freq.size() == size_t(head_dim / 2),
+              "kernels: cuda: rope: head_dim ", head_dim, " does not match a table of ", table.inv_freq.size(),
+              " frequencies");
+    EXL_CHECK(positions.size() >= size_t(rows), "kernels: cuda: rope: ", positions.size(), " positions for ", rows,
+              " rows");
+    if (rows == 0) return {nullptr, nullptr};
+    ctx_.make_current();
+    const auto* d_pos = static_cast<const int32_t*>(ctx_.stage(positions.data(), size_t(rows) * sizeof(int32_t)));
+    if (table.inv_freq != rope_freq_host_) {  // the frequencies stay on the device while unchanged
+      rope_freq_host_ = table.inv_freq;
+      rope_freq_ = ctx_.upload_new(rope_freq_host_);
+    }
+    return {d_pos, static_cast<const float*>(rope_freq_.data())};
+  }
+
   const CudaKvPool& checked_pool(const KvPool& pool) const {
     const auto* p = dynamic_cast<const CudaKvPool*>(&pool);
     EXL_CHECK(p != nullptr && p->device == ctx_.device(), "kernels: cuda: kv pool was not made by this backend");
@@ -232,8 +320,26 @@ class CudaBackend final : public Backend {
     return const_cast<CudaKvPool&>(checked_pool(static_cast<const KvPool&>(pool)));
   }
 
+  // The attention plan of the current step, staged once for all layers (the same sequences).
+  struct AttnStepPlan {
+    bool valid = false;
+    const SeqAttn* seqs = nullptr;
+    size_t n_seqs = 0;
+    const KvPool* pool = nullptr;
+    int n_heads = 0, window = 0;
+    cuda::AttnPlan plan;
+    const int32_t* d_meta = nullptr;
+    size_t o_seqs = 0, o_pages = 0, o_works = 0, o_pos = 0;
+  };
+
   CudaContext ctx_;
   cuda::OpProfiler prof_;
+  // EXL_CUDA_GRAPHS=0 issues decode steps op by op (for comparisons); profiling does too.
+  cuda::StepGraphs steps_{!prof_.enabled() && [] {
+    const char* e = std::getenv("EXL_CUDA_GRAPHS");
+    return !(e && std::string(e) == "0");
+  }()};
+  AttnStepPlan attn_step_;
   std::vector<float> rope_freq_host_;
   Buffer rope_freq_;
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
@@ -261,15 +367,25 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   const KvLayout& L = p.layout;
   EXL_CHECK(layer >= 0 && layer < L.n_layers, "kernels: cuda: attention: layer ", layer, " outside 0..",
             L.n_layers - 1);
-  const cuda::AttnPlan plan =
-      cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window, 2 * ctx_.sm_count());
+  AttnStepPlan& st = attn_step_;
+  const bool in_step = steps_.mode() != cuda::StepMode::eager;
+  const bool reuse = in_step && st.valid && st.seqs == seqs.data() && st.n_seqs == seqs.size() && st.pool == &pool &&
+                     st.n_heads == n_heads && st.window == sliding_window;
+  if (!reuse) {
+    st.valid = false;
+    st.plan = cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
+                                   2 * ctx_.sm_count());
+  }
+  const cuda::AttnPlan& plan = st.plan;
   if (plan.works.empty()) return;
   ctx_.make_current();
-  prof_.begin(ctx_.stream());
   const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
     return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
   });
   if (long_prompts && !prefill_attn_disabled_) {
+    steps_.forbid_capture();
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
     for (const SeqAttn& s : seqs) {
       const int64_t n_pages = (s.pos_start + s.n_tokens + L.page_size - 1) / L.page_size;
       const auto* d_pages = ctx_.stage(s.page_table.data(), size_t(n_pages) * sizeof(int32_t));
@@ -280,17 +396,22 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     prof_.end(ctx_.stream(), "attention prefill (cuBLAS)");
     return;
   }
-  std::vector<int32_t> meta;
-  const size_t o_seqs = pack(meta, plan.seqs), o_pages = pack(meta, plan.pages), o_works = pack(meta, plan.works),
-               o_pos = pack(meta, plan.token_pos);
-  const auto* d_meta = static_cast<const int32_t*>(ctx_.stage(meta));
+  if (!reuse) {
+    std::vector<int32_t> meta;
+    st.o_seqs = pack(meta, plan.seqs), st.o_pages = pack(meta, plan.pages), st.o_works = pack(meta, plan.works),
+    st.o_pos = pack(meta, plan.token_pos);
+    st.d_meta = static_cast<const int32_t*>(ctx_.stage(meta));
+    st.seqs = seqs.data(), st.n_seqs = seqs.size(), st.pool = &pool, st.n_heads = n_heads, st.window = sliding_window;
+    st.valid = in_step;
+  }
+  const int32_t* d_meta = st.d_meta;
 
   cuda::AttnArgs a;
   a.pool = static_cast<const uint8_t*>(p.mem.data());
   a.layout = device_layout(L, layer);
-  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + o_seqs);
-  a.pages = d_meta + o_pages;
-  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + o_works);
+  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + st.o_seqs);
+  a.pages = d_meta + st.o_pages;
+  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + st.o_works);
   a.n_works = int(plan.works.size());
   a.q = q;
   a.out = out;
@@ -307,8 +428,12 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     a.part_sum = base + n_part_rows;
     a.part_acc = base + 2 * n_part_rows;
   }
+  steps_.note(9, a.pool, layer, d_meta, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out, n_heads, scale,
+              sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max);
+  if (steps_.recording()) return;
+  prof_.begin(ctx_.stream());
   EXL_CUDA_CHECK(cuda::attention(a, ctx_.stream()));
-  if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + o_pos, plan.n_tokens, ctx_.stream()));
+  if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + st.o_pos, plan.n_tokens, ctx_.stream()));
   if (prof_.enabled())
     prof_.end(ctx_.stream(), cat("attention ", plan.n_tokens == int(seqs.size()) ? "decode" : "prefill", " (with staging)"));
 }
@@ -338,6 +463,12 @@ double cuda_copy_bandwidth(int device, size_t bytes) {
   cudaEventDestroy(e1);
   std::sort(ms.begin(), ms.end());
   return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
+}
+
+CudaStepStats cuda_step_stats(const Backend& backend) {
+  const auto* b = dynamic_cast<const CudaBackend*>(&backend);
+  EXL_CHECK(b != nullptr, "kernels: cuda: step stats: backend '", backend.name(), "' is not a CUDA backend");
+  return b->step_stats();
 }
 
 void* cuda_kv_pool_data(KvPool& pool) {

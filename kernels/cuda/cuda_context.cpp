@@ -44,6 +44,7 @@ void CudaContext::sync() {
 Buffer CudaContext::alloc(size_t bytes) const {
   if (bytes == 0) return {};
   make_current();
+  ++generation_;
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
@@ -69,49 +70,82 @@ Buffer CudaContext::upload_new(const void* src, size_t bytes) const {
   return b;
 }
 
+void CudaContext::grow(Buffer& area, size_t bytes) {
+  if (capturing_) {  // nodes captured earlier in this step use the old area: the graph is unusable
+    retired_.push_back(std::move(area));
+    step_ok_ = false;
+  } else {
+    sync();
+    area.reset();
+  }
+  area = alloc(bytes);
+}
+
 void* CudaContext::scratch(Scratch which, size_t bytes) {
   Buffer& a = areas_[int(which)];
-  if (a.bytes() < bytes || !a.data()) {
-    sync();
-    a.reset();
-    a = alloc(std::max<size_t>(bytes + bytes / 4, 1 << 16));
-  }
+  if (a.bytes() < bytes || !a.data()) grow(a, std::max<size_t>(bytes + bytes / 4, 1 << 16));
   return a.data();
 }
 
 unsigned* CudaContext::gemv_counters(size_t n) {
   if (counters_.bytes() < n * sizeof(unsigned) || !counters_.data()) {
-    sync();
-    counters_.reset();
-    counters_ = alloc(std::max<size_t>(n, 4096) * sizeof(unsigned));
+    grow(counters_, std::max<size_t>(n, 4096) * sizeof(unsigned));
+    counters_zeroed_ = false;
+  }
+  if (!counters_zeroed_ && !capturing_) {  // a capture that grew them is dropped; the op-by-op rerun zeroes
     EXL_CUDA_CHECK(cudaMemsetAsync(counters_.data(), 0, counters_.bytes(), stream_));
+    counters_zeroed_ = true;
   }
   return static_cast<unsigned*>(counters_.data());
 }
 
+void CudaContext::begin_step(bool capturing) {
+  sync();
+  ring_used_ = 0;
+  staged_.clear();
+  in_step_ = true;
+  capturing_ = capturing;
+  step_ok_ = true;
+}
+
+bool CudaContext::end_step() {
+  in_step_ = capturing_ = false;
+  staged_.clear();
+  return step_ok_;
+}
+
 const void* CudaContext::stage(const void* src, size_t bytes) {
+  if (in_step_)
+    for (const Staged& s : staged_)
+      if (s.src == src && s.bytes == bytes && std::memcmp(static_cast<char*>(host_ring_.data()) + s.offset, src, bytes) == 0)
+        return static_cast<char*>(ring_.data()) + s.offset;
   const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   if (!ring_.data() || need * 4 > ring_.bytes()) {
-    sync();
-    host_ring_.reset();
-    ring_.reset();
+    if (in_step_) step_ok_ = false;
+    if (capturing_) retired_.push_back(std::move(host_ring_));
+    else sync();
     const size_t size = std::max<size_t>(need * 4, size_t(8) << 20);
-    ring_ = alloc(size);
+    grow(ring_, size);
     void* h = nullptr;
     EXL_CUDA_CHECK(cudaHostAlloc(&h, size, cudaHostAllocDefault));
     host_ring_ = Buffer(h, size, [](void* q) { cudaFreeHost(q); });
     ring_used_ = 0;
+    staged_.clear();
   }
   if (ring_used_ + need > ring_.bytes()) {
-    EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned slots of the last lap are free again
+    if (in_step_) step_ok_ = false;  // nothing is queued since begin_step; a replay would read overwritten slots
+    else EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned slots of the last lap are free again
     ring_used_ = 0;
+    staged_.clear();
   }
   void* dst = static_cast<char*>(ring_.data()) + ring_used_;
   char* host = static_cast<char*>(host_ring_.data()) + ring_used_;
+  if (in_step_) staged_.push_back({src, bytes, ring_used_});
   ring_used_ += need;
   if (bytes) {
     std::memcpy(host, src, bytes);
-    EXL_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    if (!in_step_ || capturing_)  // a recorded step's graph copies the pinned bytes when it runs
+      EXL_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
   }
   return dst;
 }

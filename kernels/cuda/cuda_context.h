@@ -60,7 +60,27 @@ class CudaContext {
   const T* stage(const std::vector<T>& v) {
     return static_cast<const T*>(stage(v.data(), v.size() * sizeof(T)));
   }
+
+  // Counts device allocations made through this context; a recorded step graph whose generation
+  // differs may point at freed memory.
+  uint64_t generation() const { return generation_; }
+  // Brackets one step that is recorded or captured into a graph (cuda_backend.cpp). begin_step
+  // waits for the stream and restarts the staging ring at offset 0, so that the same staged
+  // arrays land at the same addresses every step; inside a step, staging the same host array
+  // (same address, size and contents) again returns the first copy. Recording (not `capturing`),
+  // stage() only fills the pinned ring: the captured graph's copies read it when it runs. While
+  // `capturing`, nothing waits for the stream: a scratch area that must grow keeps the old one
+  // alive until the next sync(). end_step returns false when the step cannot be replayed (the
+  // ring wrapped or grew, or an area grew while capturing).
+  void begin_step(bool capturing);
+  bool end_step();
+
  private:
+  struct Staged {
+    const void* src;
+    size_t bytes, offset;
+  };
+  void grow(Buffer& area, size_t bytes);
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -72,6 +92,9 @@ class CudaContext {
   Buffer counters_;
   size_t ring_used_ = 0;
   std::vector<Buffer> retired_;
+  mutable uint64_t generation_ = 0;
+  bool in_step_ = false, capturing_ = false, step_ok_ = true, counters_zeroed_ = false;
+  std::vector<Staged> staged_;  // this step's staged arrays
 };
 
 }  // namespace exl::cuda

@@ -90,6 +90,9 @@ class Exl2Linear final : public CudaLinear {
     view_.Np = int(Np);
   }
 
+  const Exl2DeviceView& view() const { return view_; }
+  const float* bias() const { return bias_.f32(); }
+
   void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
     const float* bias = bias_.f32();
     if (rows <= k_quant_gemv_max_rows) {
@@ -221,6 +224,51 @@ class DenseLinear final : public CudaLinear {
 };
 
 }  // namespace
+
+void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, std::span<float* const> ys,
+                 int64_t rows) {
+  EXL_CHECK(ls.size() == ys.size(), "kernels: cuda: linears: ", ls.size(), " matrices for ", ys.size(), " outputs");
+  std::vector<const Exl2Linear*> set;
+  std::vector<float*> set_y;
+  auto flush = [&] {
+    if (set.size() == 1) set[0]->run(ctx, x, set_y[0], rows);
+    if (set.size() <= 1) return;
+    const int K = set[0]->view().K;
+    int64_t n_total = 0, tiles = 0;
+    for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
+    const int ks = exl2_gemv_k_slice(K, n_total, rows, gemv_blocks_per_sm() * ctx.sm_count());
+    const int64_t slices = ceil_div(K, ks), mb = gemv_rows_per_block(int(rows));
+    float* partials = slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4))
+                                 : nullptr;
+    unsigned* counters = slices > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
+    Exl2GemvSet s;
+    int tile = 0;
+    int64_t part_off = 0;
+    for (size_t j = 0; j < set.size(); ++j) {
+      const Exl2DeviceView& v = set[j]->view();
+      s.jobs[j] = {v, set[j]->bias(), set_y[j], partials ? partials + part_off : nullptr, tile};
+      tile += exl2_gemv_tiles(v.N);
+      part_off += slices * rows * v.N;
+    }
+    s.n_jobs = int(set.size());
+    EXL_CUDA_CHECK(exl2_gemv_set(s, x, int(rows), ks, counters, ctx.stream()));
+  };
+  for (size_t i = 0; i < ls.size(); ++i) {
+    const auto* e = dynamic_cast<const Exl2Linear*>(ls[i]);
+    const bool fits = e && rows <= k_quant_gemv_max_rows;
+    if (!fits || set.size() == size_t(k_exl2_gemv_max_jobs) || (!set.empty() && set[0]->view().K != e->view().K)) {
+      flush();
+      set.clear(), set_y.clear();
+    }
+    if (fits) {
+      set.push_back(e);
+      set_y.push_back(ys[i]);
+    } else {
+      ls[i]->run(ctx, x, ys[i], rows);
+    }
+  }
+  flush();
+}
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   const int64_t mb = gemv_rows_per_block(int(std::min<int64_t>(rows, 8)));

@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_context.h"
@@ -26,6 +27,11 @@ class CudaLinear : public PreparedLinear {
   virtual void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const = 0;
   size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
 };
+
+// ys[i] = x · W_iᵀ for linears that read the same x: EXL2 matrices of equal K at gemv sizes share
+// one launch (exl2_gemv_set, up to 3 per launch); any other linear runs on its own.
+void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, std::span<float* const> ys,
+                 int64_t rows);
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 

@@ -201,12 +201,29 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
 // the warps' partial sums meet in shared memory. With one K-slice the block writes y (+ bias);
 // otherwise it writes its partial sums, and the last block of the column tile (a counter per
 // tile, reset by that block) adds them up in slice order: deterministic, no atomics on y.
+// Several matrices of the same K (one job each) share a launch: job j owns the column tiles
+// [tile_begin_j, tile_begin_{j+1}) of grid.x.
 template <int MB>
 __global__ void __launch_bounds__(k_exl2_gemv_threads)
-    exl2_gemv_kernel(Exl2DeviceView w, const float* __restrict__ x, const float* __restrict__ bias, float* __restrict__ y,
-                     int rows, int k_slice, float* __restrict__ part, unsigned* __restrict__ counters) {
+    exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
+                     unsigned* __restrict__ counters) {
   extern __shared__ float xs[];  // [MB][k_slice], then [warps-1][MB][128] partial sums
   constexpr int kWarps = k_exl2_gemv_threads / 32;
+  Exl2DeviceView w = set.jobs[0].w;
+  const float* bias = set.jobs[0].bias;
+  float* y = set.jobs[0].y;
+  float* part = set.jobs[0].partials;
+  int tile_begin = 0;
+#pragma unroll
+  for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin) {
+      w = set.jobs[j].w;
+      bias = set.jobs[j].bias;
+      y = set.jobs[j].y;
+      part = set.jobs[j].partials;
+      tile_begin = set.jobs[j].tile_begin;
+    }
+  const int bx = int(blockIdx.x) - tile_begin;
   float* red = xs + MB * k_slice;
   const int k0 = blockIdx.z * k_slice;
   const int k1 = min(w.K, k0 + k_slice);
@@ -214,7 +231,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   const int m0 = blockIdx.y * MB;
   const int mc = min(MB, rows - m0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int n0 = blockIdx.x * k_exl2_gemv_cols_per_block + lane * 4;
+  const int n0 = bx * k_exl2_gemv_cols_per_block + lane * 4;
   const int sub = (kc + kWarps * 32 - 1) / (kWarps * 32) * 32;
   const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
   // The warp's first group and its first word rows are fetched while the activations are gathered.
@@ -306,7 +323,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const int nb = blockIdx.x * k_exl2_gemv_cols_per_block;
+  const int nb = bx * k_exl2_gemv_cols_per_block;
   for (int i = threadIdx.x; i < mc * k_exl2_gemv_cols_per_block; i += blockDim.x) {
     const int m = i / k_exl2_gemv_cols_per_block, n = nb + i % k_exl2_gemv_cols_per_block;
     if (n >= w.N) continue;
@@ -373,17 +390,32 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, __half
 
 cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
                       const Exl2GemvScratch& scratch, cudaStream_t stream) {
+  Exl2GemvSet set;
+  set.jobs[0] = {w, bias, y, scratch.partials, 0};
+  set.n_jobs = 1;
+  return exl2_gemv_set(set, x, rows, k_slice, scratch.counters, stream);
+}
+
+int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
+
+cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
+                          cudaStream_t stream) {
+  if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs) return cudaErrorInvalidValue;
+  int tiles = 0;
+  for (int j = 0; j < set.n_jobs; ++j) {
+    if (set.jobs[j].tile_begin != tiles || set.jobs[j].w.K != set.jobs[0].w.K) return cudaErrorInvalidValue;
+    tiles += exl2_gemv_tiles(set.jobs[j].w.N);
+  }
   const int mb = gemv_rows_per_block(rows);
-  const dim3 grid((w.N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block, (rows + mb - 1) / mb,
-                  (w.K + k_slice - 1) / k_slice);
+  const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (set.jobs[0].w.K + k_slice - 1) / k_slice);
   const size_t smem =
       size_t(mb) * (size_t(k_slice) + size_t(k_exl2_gemv_threads / 32 - 1) * k_exl2_gemv_cols_per_block) * sizeof(float);
   constexpr int T = k_exl2_gemv_threads;
   switch (mb) {
-    case 1: exl2_gemv_kernel<1><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
-    case 2: exl2_gemv_kernel<2><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
-    case 4: exl2_gemv_kernel<4><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
-    default: exl2_gemv_kernel<8><<<grid, T, smem, stream>>>(w, x, bias, y, rows, k_slice, scratch.partials, scratch.counters); break;
+    case 1: exl2_gemv_kernel<1><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
+    case 2: exl2_gemv_kernel<2><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
+    case 4: exl2_gemv_kernel<4><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
+    default: exl2_gemv_kernel<8><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
   }
   return cudaGetLastError();
 }

@@ -44,9 +44,29 @@ struct Exl2GemvScratch {
   unsigned* counters = nullptr;
 };
 
+// Matrices of the same K that read the same x, gemv'd in one launch (q/k/v, gate/up): job j
+// writes its y with its own partials area and owns the column tiles [tile_begin, tile_begin +
+// exl2_gemv_tiles(N)), consecutive from 0; the counters cover every job's tiles.
+inline constexpr int k_exl2_gemv_max_jobs = 3;
+struct Exl2GemvJob {
+  Exl2DeviceView w;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  float* partials = nullptr;
+  int tile_begin = 0;
+};
+struct Exl2GemvSet {
+  Exl2GemvJob jobs[k_exl2_gemv_max_jobs];
+  int n_jobs = 0;
+};
+int exl2_gemv_tiles(int N);
+
 // y[rows, N] = x[rows, K] · Wᵀ (+ bias when not null).
 cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
                       const Exl2GemvScratch& scratch, cudaStream_t stream);
+
+cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
+                          cudaStream_t stream);
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);

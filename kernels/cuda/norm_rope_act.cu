@@ -31,8 +31,42 @@ __global__ void __launch_bounds__(k_row_threads)
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = w[d] * (xr[d] * inv);
 }
 
-__global__ void rope_kernel(float* x, int n_heads, int head_dim, const int32_t* __restrict__ positions,
+// x += y, then the rms_norm of the sums (the same float sums are stored and normalised).
+__global__ void __launch_bounds__(k_row_threads)
+    add_rms_norm_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* out, int64_t dim,
+                        float eps) {
+  __shared__ double partial[k_row_threads / 32];
+  __shared__ float inv_s;
+  float* xr = x + blockIdx.x * dim;
+  const float* yr = y + blockIdx.x * dim;
+  float* orow = out + blockIdx.x * dim;
+  double ss = 0;
+#pragma unroll 4
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    const float v = xr[d] + yr[d];
+    xr[d] = v;
+    ss += double(v) * double(v);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int i = 0; i < k_row_threads / 32; ++i) t += partial[i];
+    inv_s = float(1.0 / sqrt(t / double(dim) + double(eps)));
+  }
+  __syncthreads();
+  const float inv = inv_s;
+#pragma unroll 4
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) orow[d] = w[d] * (xr[d] * inv);
+}
+
+// Block (r, j) rotates row r of tensor j: x0 with n0 heads, x1 with n1 heads.
+__global__ void rope_kernel(float* x0, int n0, float* x1, int n1, int head_dim, const int32_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, float attn_factor) {
+  float* x = blockIdx.y ? x1 : x0;
+  const int n_heads = blockIdx.y ? n1 : n0;
   extern __shared__ float cs[];  // [half] cos, then [half] sin
   const int half = head_dim / 2;
   float* sn = cs + half;
@@ -103,7 +137,24 @@ cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_
                  float attn_factor, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<unsigned(rows), 512, smem, stream>>>(x, n_heads, head_dim, positions, inv_freq, attn_factor);
+  rope_kernel<<<unsigned(rows), 512, smem, stream>>>(x, n_heads, x, n_heads, head_dim, positions, inv_freq,
+                                                     attn_factor);
+  return cudaGetLastError();
+}
+
+cudaError_t rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+                    const int32_t* positions, const float* inv_freq, float attn_factor, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
+  rope_kernel<<<dim3(unsigned(rows), 2), 512, smem, stream>>>(q, n_heads, k, n_kv_heads, head_dim, positions, inv_freq,
+                                                              attn_factor);
+  return cudaGetLastError();
+}
+
+cudaError_t add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim, float eps,
+                         cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  add_rms_norm_kernel<<<unsigned(rows), k_row_threads, 0, stream>>>(x, y, w, out, dim, eps);
   return cudaGetLastError();
 }
 

@@ -19,6 +19,12 @@ cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t rows, int
                      cudaStream_t stream);
 cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_t* positions, const float* inv_freq,
                  float attn_factor, cudaStream_t stream);
+// rope of q [rows, n_heads·D] and k [rows, n_kv_heads·D] in one launch.
+cudaError_t rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+                    const int32_t* positions, const float* inv_freq, float attn_factor, cudaStream_t stream);
+// x += y, then out = rms_norm(x) ⊙ w, one block per row (x and out must not alias).
+cudaError_t add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim, float eps,
+                         cudaStream_t stream);
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream);
 cudaError_t embedding(DenseType type, const void* table, int64_t dim, const int32_t* ids, int64_t n_ids, float* out,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <tuple>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_backend.h"
@@ -122,6 +123,56 @@ TEST_F(CudaBackendTest, LinearExl2EveryWidthAndMix) {
             << "K=" << c.K << " N=" << c.N << " rows=" << rows << " bias=" << bias;
       }
     }
+}
+
+TEST_F(CudaBackendTest, LinearsSharingInputMatchCpu) {
+  // q/k/v-like sets of equal K (one launch), a mixed set (GPTQ and a different K run on their
+  // own) and rows on both sides of the gemv limit.
+  auto cpu = make_cpu_backend(2);
+  uint32_t seed = 700;
+  for (auto [K, widths] : std::vector<std::pair<int64_t, std::vector<int64_t>>>{
+           {96, {160, 33, 33}}, {512, {130, 64}}, {1024, {517, 128, 256}}, {256, {7, 96, 40}}}) {
+    std::vector<test::OwnedExl2> ms;
+    for (int64_t N : widths)
+      ms.push_back(K == 96 ? test::random_exl2(K, N, {{6, 32}, {3, 64}}, seed++, N == 33)
+                           : test::random_exl2(K, N, {{4, K / 2}, {5, K / 4}, {8, K / 4}}, seed++, N == 64));
+    for (int64_t rows : {1, 3, 8, 20}) {
+      auto x = test::random_floats(size_t(rows * K), seed++);
+      std::vector<std::unique_ptr<PreparedLinear>> pg;
+      std::vector<const PreparedLinear*> wg;
+      std::vector<Buffer> yb;
+      std::vector<float*> yg;
+      for (const auto& m : ms) {
+        pg.push_back(gpu().prepare_linear(m.m));
+        wg.push_back(pg.back().get());
+        yb.push_back(gpu().alloc(size_t(rows * m.m.out_features) * 4));
+        yg.push_back(yb.back().f32());
+      }
+      Buffer dx = to_gpu(x);
+      gpu().linears(wg, dx.f32(), yg, rows);
+      for (size_t i = 0; i < ms.size(); ++i) {
+        std::vector<float> ref(size_t(rows * ms[i].m.out_features));
+        cpu::linear_exl2(tp_, ms[i].m, x.data(), ref.data(), rows);
+        EXPECT_LT(rel_err(from_gpu(yb[i], ref.size()), ref), rows <= 16 ? k_tol_f32 : k_tol_f16)
+            << "K=" << K << " matrix " << i << " rows=" << rows;
+      }
+    }
+  }
+  // A set that cannot share a launch: GPTQ next to EXL2, and EXL2 of a different K.
+  auto a = test::random_exl2(128, 70, {{4, 64}, {3, 64}}, 801);
+  auto b = test::random_gptq(128, 64, 32, true, 802);
+  auto c = test::random_exl2(256, 40, {{2, 128}, {6, 128}}, 803);
+  auto pa = gpu().prepare_linear(a.m), pb = gpu().prepare_linear(b.m), pc = gpu().prepare_linear(c.m);
+  auto x = test::random_floats(2 * 256, 804);
+  Buffer dx = to_gpu(x), ya = gpu().alloc(2 * 70 * 4), yb = gpu().alloc(2 * 64 * 4), yc = gpu().alloc(2 * 40 * 4);
+  const PreparedLinear* ws[3] = {pa.get(), pb.get(), pc.get()};
+  float* ys[3] = {ya.f32(), yb.f32(), yc.f32()};
+  EXPECT_THROW(gpu().linears(std::span<const PreparedLinear* const>(ws, 3), dx.f32(), std::span<float* const>(ys, 2), 2),
+               Error);
+  gpu().linears(ws, dx.f32(), ys, 2);
+  EXPECT_LT(rel_err(from_gpu(ya, 140), gpu_linear(a.m, std::vector<float>(x.begin(), x.begin() + 256), 2)), 1e-6);
+  EXPECT_LT(rel_err(from_gpu(yb, 128), gpu_linear(b.m, std::vector<float>(x.begin(), x.begin() + 256), 2)), 1e-5);
+  EXPECT_LT(rel_err(from_gpu(yc, 80), gpu_linear(c.m, x, 2)), 1e-6);
 }
 
 TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
@@ -252,6 +303,45 @@ TEST_F(CudaBackendTest, RopeMatchesCpuAtLargePositions) {
   bad.inv_freq.resize(3);
   Buffer dx = gpu().alloc(64);
   EXPECT_THROW(gpu().rope(dx.f32(), 1, 1, 8, std::vector<int32_t>{0}, bad), Error);
+}
+
+TEST_F(CudaBackendTest, AddRmsNormFusedMatchesAddThenNorm) {
+  for (auto [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{{1, 64}, {7, 333}, {3, 4096}, {2, 5}}) {
+    auto x = test::random_floats(size_t(rows * dim), uint32_t(rows * dim + 1), 3.0f);
+    auto y = test::random_floats(size_t(rows * dim), uint32_t(rows * dim + 2), 2.0f);
+    auto w = test::random_floats(size_t(dim), uint32_t(dim + 3));
+    auto sum = x;
+    cpu::add(sum.data(), y.data(), rows * dim);
+    std::vector<float> ref(x.size());
+    cpu::rms_norm(tp_, sum.data(), w.data(), ref.data(), rows, dim, 1e-5f);
+    Buffer dx = to_gpu(x), dy = to_gpu(y), dw = to_gpu(w), dout = gpu().alloc(x.size() * 4);
+    gpu().add_rms_norm(dx.f32(), dy.f32(), dw.f32(), dout.f32(), rows, dim, 1e-5f);
+    EXPECT_EQ(from_gpu(dx, x.size()), sum) << rows << "x" << dim << " residual";
+    EXPECT_LT(rel_err(from_gpu(dout, x.size()), ref), 1e-5) << rows << "x" << dim;
+    Buffer dx2 = to_gpu(x);
+    gpu().add_rms_norm(dx2.f32(), dy.f32(), dw.f32(), dx2.f32(), rows, dim, 1e-5f);  // aliasing
+    EXPECT_LT(rel_err(from_gpu(dx2, x.size()), ref), 1e-5) << rows << "x" << dim << " in place";
+  }
+}
+
+TEST_F(CudaBackendTest, RopeQkMatchesTwoRopes) {
+  for (auto [head_dim, n_heads, n_kv, rows] : std::vector<std::tuple<int, int, int, int64_t>>{
+           {64, 4, 1, 1}, {128, 6, 2, 3}, {8, 3, 3, 5}}) {
+    RopeTable table;
+    for (int i = 0; i < head_dim / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(head_dim)));
+    table.attn_factor = 0.9f;
+    std::vector<int32_t> pos;
+    for (int64_t r = 0; r < rows; ++r) pos.push_back(int32_t(37 * r + 5 * head_dim));
+    auto q = test::random_floats(size_t(rows * n_heads * head_dim), uint32_t(head_dim + n_heads));
+    auto k = test::random_floats(size_t(rows * n_kv * head_dim), uint32_t(head_dim + n_kv + 50));
+    auto rq = q, rk = k;
+    cpu::rope(rq.data(), rows, n_heads, head_dim, pos, table);
+    cpu::rope(rk.data(), rows, n_kv, head_dim, pos, table);
+    Buffer dq = to_gpu(q), dk = to_gpu(k);
+    gpu().rope_qk(dq.f32(), dk.f32(), rows, n_heads, n_kv, head_dim, pos, table);
+    EXPECT_LT(rel_err(from_gpu(dq, q.size()), rq), 1e-5) << head_dim << " q";
+    EXPECT_LT(rel_err(from_gpu(dk, k.size()), rk), 1e-5) << head_dim << " k";
+  }
 }
 
 TEST_F(CudaBackendTest, SwigluAndAdd) {

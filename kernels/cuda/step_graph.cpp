@@ -1,0 +1,103 @@
+#include "kernels/cuda/step_graph.h"
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace exl::cuda {
+
+void StepGraphs::begin(CudaContext& ctx) {
+  mode_ = enabled_ ? next_ : StepMode::eager;
+  next_ = StepMode::record;
+  notes_.clear();
+  capturable_ = true;
+  if (mode_ == StepMode::eager) return;
+  ctx.make_current();
+  ctx.begin_step(mode_ == StepMode::capture);
+  if (mode_ == StepMode::capture) {
+    const cudaError_t e = cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      ctx.end_step();
+      mode_ = StepMode::eager;
+    }
+  }
+}
+
+uint64_t StepGraphs::hash() const {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t w : notes_) {
+    h ^= w + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+void StepGraphs::clear() {
+  for (auto& [h, g] : graphs_)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+  failed_.clear();
+}
+
+bool StepGraphs::end(CudaContext& ctx) {
+  const StepMode m = mode_;
+  mode_ = StepMode::eager;
+  if (m == StepMode::eager) return true;
+  const bool ok = ctx.end_step();
+  const uint64_t h = hash();
+  if (m == StepMode::capture) return finish_capture(ctx, h, ok);
+  if (ctx.generation() != generation_) {  // a graph may point at memory freed since
+    clear();
+    generation_ = ctx.generation();
+  }
+  const auto it = graphs_.find(h);
+  if (ok && it != graphs_.end() && it->second.notes == notes_) {
+    EXL_CUDA_CHECK(cudaGraphLaunch(it->second.exec, ctx.stream()));
+    ++launches_;
+    return true;
+  }
+  next_ = capturable_ && !failed_.count(h) ? StepMode::capture : StepMode::eager;
+  return false;
+}
+
+bool StepGraphs::finish_capture(CudaContext& ctx, uint64_t h, bool ok) {
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(ctx.stream(), &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (e == cudaSuccess && ok && capturable_) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (ctx.generation() != generation_) {  // the capture grew a scratch area: older graphs use the old one
+    clear();
+    generation_ = ctx.generation();
+  }
+  if (e != cudaSuccess || !ok || !capturable_ || !exec) {
+    cudaGetLastError();
+    if (exec) cudaGraphExecDestroy(exec);
+    // A step that only grew an area is captured again next time; a failed capture is not retried.
+    if (ok) failed_.insert(h);
+    next_ = StepMode::eager;
+    return false;
+  }
+  if (graphs_.size() >= k_max_graphs) clear();
+  Graph& g = graphs_[h];
+  if (g.exec) cudaGraphExecDestroy(g.exec);
+  g.notes = notes_;
+  g.exec = exec;
+  ++captures_;
+  EXL_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
+  ++launches_;
+  return true;
+}
+
+void StepGraphs::cancel(CudaContext& ctx) noexcept {
+  if (mode_ == StepMode::capture) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(ctx.stream(), &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+  if (mode_ != StepMode::eager) ctx.end_step();
+  mode_ = StepMode::eager;
+  next_ = StepMode::record;
+}
+
+}  // namespace exl::cuda
