@@ -1,6 +1,9 @@
 #include "grammar/grammar.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <unordered_map>
 
@@ -398,7 +401,12 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
       g.rules.push_back(repeats_[i]);
       continue;
     }
+    auto t0 = std::chrono::steady_clock::now();
     g.rules.push_back(determinize(nfas_[i], names_[i], limits.max_states_per_rule, true));
+    if (std::getenv("EXL_GRAMMAR_DEBUG"))
+      std::fprintf(stderr, "determinize %s: nfa %zu -> %zu states, %d classes, %.3f ms\n", names_[i].c_str(),
+                   nfas_[i].out.size(), g.rules.back().states.size(), g.rules.back().n_classes,
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     total += g.rules.back().states.size();
     if (total > limits.max_total_states)
       grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
@@ -409,36 +417,48 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
 }
 
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states) {
-  Nfa n;
-  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  Rule r;
+  r.name = a.name;
+  if (a.states.empty()) return r;
+  std::vector<std::pair<uint8_t, uint8_t>> class_of;  // new class -> (a class, b class)
+  for (int x = 0; x < 256; ++x) {
+    std::pair<uint8_t, uint8_t> p{a.byte_class[size_t(x)], b.states.empty() ? 0 : b.byte_class[size_t(x)]};
+    auto it = std::find(class_of.begin(), class_of.end(), p);
+    if (it == class_of.end()) it = class_of.insert(class_of.end(), p);
+    r.byte_class[size_t(x)] = uint8_t(it - class_of.begin());
+  }
+  r.n_classes = int32_t(class_of.size());
+  std::unordered_map<uint64_t, int32_t> ids;
   std::vector<std::pair<int32_t, int32_t>> pairs;
   auto intern = [&](int32_t x, int32_t y) {
-    auto [it, fresh] = ids.emplace(std::make_pair(x, y), int32_t(pairs.size()) + 2);
+    uint64_t key = (uint64_t(uint32_t(x)) << 32) | uint32_t(y);
+    auto [it, fresh] = ids.emplace(key, int32_t(pairs.size()));
     if (fresh) {
       if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
       pairs.push_back({x, y});
-      n.out.emplace_back();
     }
     return it->second;
   };
-  int32_t start = intern(0, b.states.empty() ? -1 : 0);
-  n.out[0].push_back({NfaEdge::Kind::eps, 0, 0, -1, start});
+  intern(0, b.states.empty() ? -1 : 0);
+  const auto nc = size_t(r.n_classes);
   for (size_t i = 0; i < pairs.size(); ++i) {
     auto [x, y] = pairs[i];
-    int32_t id = int32_t(i) + 2;
     bool acc_b = y >= 0 && b.states[size_t(y)].accepting;
-    if (a.states[size_t(x)].accepting && (difference ? !acc_b : acc_b))
-      n.out[size_t(id)].push_back({NfaEdge::Kind::eps, 0, 0, -1, 1});
-    for (int c = 0; c < 256; ++c) {
-      int32_t tx = a.step(x, uint8_t(c));
+    DfaState ds;
+    ds.accepting = a.states[size_t(x)].accepting && (difference ? !acc_b : acc_b);
+    size_t row = r.trans.size();
+    r.trans.resize(row + nc, -1);
+    for (size_t c = 0; c < nc; ++c) {
+      int32_t tx = a.trans[size_t(x) * size_t(a.n_classes) + class_of[c].first];
       if (tx < 0) continue;
-      int32_t ty = y >= 0 ? b.step(y, uint8_t(c)) : -1;
+      int32_t ty = y >= 0 ? b.trans[size_t(y) * size_t(b.n_classes) + class_of[c].second] : -1;
       if (ty < 0 && !difference) continue;
       int32_t t = intern(tx, ty);
-      n.out[size_t(id)].push_back({NfaEdge::Kind::bytes, uint8_t(c), uint8_t(c), -1, t});
+      r.trans[row + c] = t;
+      ds.has_bytes = true;
     }
+    r.states.push_back(std::move(ds));
   }
-  Rule r = determinize(n, a.name, max_states, false);
   Grammar g;
   g.rules.push_back(std::move(r));
   prune(g);
