@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "grammar/grammar_error.h"
@@ -181,7 +183,7 @@ void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark) {
   std::sort(set.begin(), set.end());
 }
 
-Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
+Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
   Rule r;
   r.name = std::move(name);
   std::array<bool, 257> boundary{};
@@ -208,14 +210,22 @@ Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow
   std::vector<uint8_t> mark(nfa.out.size(), 0);
   std::unordered_map<StateSet, int32_t, StateSetHash> ids;
   std::vector<StateSet> sets;
+  std::unordered_map<StateSet, int32_t, StateSetHash> kernels;  // set before closure -> id
   auto intern = [&](StateSet s) -> int32_t {
+    auto kit = kernels.find(s);
+    if (kit != kernels.end()) return kit->second;
+    StateSet kernel = s;
     closure(nfa, s, mark);
     auto it = ids.find(s);
-    if (it != ids.end()) return it->second;
+    if (it != ids.end()) {
+      kernels.emplace(std::move(kernel), it->second);
+      return it->second;
+    }
     if (sets.size() >= max_states)
       grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
     int32_t id = int32_t(sets.size());
     ids.emplace(s, id);
+    kernels.emplace(std::move(kernel), id);
     sets.push_back(std::move(s));
     return id;
   };
@@ -254,18 +264,80 @@ Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow
   return r;
 }
 
+// Determinized rules by NFA, shared by every grammar compiled in the process: schemas repeat the
+// same pieces (the generic string and value rules, formats, key sets, numbers), and the NFA
+// serialization is much cheaper than the subset construction.
+struct DeterminizeCache {
+  static constexpr size_t kMaxNfaStates = 4096;
+  static constexpr size_t kMaxBytes = size_t(64) << 20;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const Rule>> map;
+  size_t bytes = 0;
+};
+
+DeterminizeCache& determinize_cache() {
+  static DeterminizeCache c;
+  return c;
+}
+
+std::string nfa_key(const Nfa& nfa, bool allow_calls) {
+  std::string key(1, allow_calls ? 'c' : 'b');
+  for (const auto& edges : nfa.out) {
+    for (const NfaEdge& e : edges) {
+      key += char(e.kind);
+      if (e.kind == NfaEdge::Kind::bytes) key += char(e.lo), key += char(e.hi);
+      else if (e.kind == NfaEdge::Kind::call) key.append(reinterpret_cast<const char*>(&e.callee), sizeof e.callee);
+      key.append(reinterpret_cast<const char*>(&e.to), sizeof e.to);
+    }
+    key += '\xff';
+  }
+  return key;
+}
+
+Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
+  if (nfa.out.size() > DeterminizeCache::kMaxNfaStates) return determinize_uncached(nfa, std::move(name), max_states, allow_calls);
+  std::string key = nfa_key(nfa, allow_calls);
+  DeterminizeCache& c = determinize_cache();
+  std::shared_ptr<const Rule> hit;
+  {
+    std::lock_guard lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) hit = it->second;
+  }
+  if (hit) {
+    if (hit->states.size() > max_states)
+      grammar_fail("grammar: rule '", name, "': automaton exceeds ", max_states, " states");
+    Rule r = *hit;
+    r.name = std::move(name);
+    return r;
+  }
+  Rule r = determinize_uncached(nfa, std::move(name), max_states, allow_calls);
+  size_t size = key.size() + r.trans.size() * sizeof(int32_t) + r.states.size() * sizeof(DfaState) + 512;
+  std::lock_guard lock(c.mu);
+  if (c.bytes + size > DeterminizeCache::kMaxBytes) c.map.clear(), c.bytes = 0;
+  if (c.map.emplace(std::move(key), std::make_shared<const Rule>(r)).second) c.bytes += size;
+  return r;
+}
+
 // States of `r` from which an accepting state is reachable, given which rules are productive.
 std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive) {
   size_t n = r.states.size();
-  std::vector<std::vector<int32_t>> rev(n);
-  for (size_t s = 0; s < n; ++s) {
-    for (int c = 0; c < r.n_classes; ++c) {
-      int32_t t = r.trans[s * size_t(r.n_classes) + size_t(c)];
-      if (t >= 0) rev[size_t(t)].push_back(int32_t(s));
+  const auto nc = size_t(r.n_classes);
+  std::vector<uint32_t> start(n + 1, 0);
+  auto each_edge = [&](auto&& f) {
+    for (size_t s = 0; s < n; ++s) {
+      const int32_t* row = &r.trans[s * nc];
+      for (size_t c = 0; c < nc; ++c)
+        if (row[c] >= 0) f(size_t(row[c]), int32_t(s));
+      for (const CallEdge& e : r.states[s].calls)
+        if (productive[size_t(e.callee)]) f(size_t(e.next), int32_t(s));
     }
-    for (const CallEdge& e : r.states[s].calls)
-      if (productive[size_t(e.callee)]) rev[size_t(e.next)].push_back(int32_t(s));
-  }
+  };
+  each_edge([&](size_t to, int32_t) { ++start[to + 1]; });
+  for (size_t i = 0; i < n; ++i) start[i + 1] += start[i];
+  std::vector<int32_t> rev(start[n]);
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  each_edge([&](size_t to, int32_t from) { rev[fill[to]++] = from; });
   std::vector<bool> live(n, false);
   std::vector<int32_t> stack;
   for (size_t s = 0; s < n; ++s)
@@ -274,30 +346,81 @@ std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive
       stack.push_back(int32_t(s));
     }
   while (!stack.empty()) {
-    int32_t s = stack.back();
+    auto s = size_t(stack.back());
     stack.pop_back();
-    for (int32_t p : rev[size_t(s)])
-      if (!live[size_t(p)]) {
-        live[size_t(p)] = true;
-        stack.push_back(p);
+    for (uint32_t k = start[s]; k < start[s + 1]; ++k)
+      if (!live[size_t(rev[k])]) {
+        live[size_t(rev[k])] = true;
+        stack.push_back(rev[k]);
       }
   }
   return live;
 }
 
-void prune(Grammar& g) {
+// Whether an accepting state is reachable from the start (depth-first, stops at the first one).
+bool accepts_something(const Rule& r, const std::vector<bool>& productive) {
+  if (r.states.empty()) return false;
+  const auto nc = size_t(r.n_classes);
+  std::vector<uint8_t> seen(r.states.size(), 0);
+  std::vector<int32_t> stack{0};
+  seen[0] = 1;
+  while (!stack.empty()) {
+    auto s = size_t(stack.back());
+    stack.pop_back();
+    if (r.states[s].accepting) return true;
+    auto push = [&](int32_t t) {
+      if (t >= 0 && !seen[size_t(t)]) seen[size_t(t)] = 1, stack.push_back(t);
+    };
+    for (const CallEdge& e : r.states[s].calls)
+      if (productive[size_t(e.callee)]) push(e.next);
+    const int32_t* row = &r.trans[s * nc];
+    for (size_t c = 0; c < nc; ++c) push(row[c]);
+  }
+  return false;
+}
+
+// Rules whose language is not empty: a worklist over callers, so a rule is looked at again only
+// when one of its callees became productive.
+std::vector<bool> productive_rules(const Grammar& g) {
   size_t n = g.rules.size();
   std::vector<bool> productive(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (productive[i]) continue;
-      const Rule& r = g.rules[i];
-      bool p = r.kind == Rule::Kind::repeat ? (r.min == 0 || productive[size_t(r.body)])
-                                            : live_states(r, productive)[0];
-      if (p) productive[i] = changed = true;
+  std::vector<std::vector<int32_t>> callers(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Rule& r = g.rules[i];
+    if (r.kind == Rule::Kind::repeat) {
+      callers[size_t(r.body)].push_back(int32_t(i));
+      continue;
     }
+    for (const DfaState& st : r.states)
+      for (const CallEdge& e : st.calls)
+        if (callers[size_t(e.callee)].empty() || callers[size_t(e.callee)].back() != int32_t(i))
+          callers[size_t(e.callee)].push_back(int32_t(i));
   }
+  std::vector<int32_t> work;
+  std::vector<uint8_t> queued(n, 1);
+  for (size_t i = n; i-- > 0;) work.push_back(int32_t(i));
+  while (!work.empty()) {
+    auto i = size_t(work.back());
+    work.pop_back();
+    queued[i] = 0;
+    if (productive[i]) continue;
+    const Rule& r = g.rules[i];
+    bool p = r.kind == Rule::Kind::repeat ? (r.min == 0 || productive[size_t(r.body)])
+                                          : accepts_something(r, productive);
+    if (!p) continue;
+    productive[i] = true;
+    for (int32_t c : callers[i])
+      if (!productive[size_t(c)] && !queued[size_t(c)]) {
+        queued[size_t(c)] = 1;
+        work.push_back(c);
+      }
+  }
+  return productive;
+}
+
+void prune(Grammar& g) {
+  size_t n = g.rules.size();
+  std::vector<bool> productive = productive_rules(g);
   for (size_t i = 0; i < n; ++i) {
     Rule& r = g.rules[i];
     if (r.kind == Rule::Kind::repeat) {
