@@ -36,6 +36,7 @@ struct NodeKeyHash {
 };
 
 constexpr uint32_t kFar = UINT32_MAX;
+constexpr uint32_t kUnsetReach = UINT32_MAX - 2;
 
 struct UncertainResult {
   std::vector<int32_t> list;
@@ -281,112 +282,127 @@ struct GrammarRuntime {
     return *positions.emplace(key, std::move(pm)).first->second;
   }
 
-  // Per state of the rule and slice: `reach` = how many bytes of the slice's language can be read
-  // from it (at a character boundary) with the automaton still able to go on, i.e. the distance to
-  // the nearest (state, language state) pair where some language byte dies (kFar: none); `exact`
-  // = whether every longer string of the language dies within the rule before any return or call
-  // (so no slice member longer than `reach` is accepted or uncertain there).
-  const SliceReach& slice_reach(int32_t rule, size_t slice) {
+  // For (rule, state) and a slice: `reach` = how many characters of the slice's language can be
+  // read from the state (at a character boundary) with the automaton still able to go on, i.e.
+  // the distance to the nearest (state, language state) pair where some language byte dies
+  // (kFar: none within the slice's longest member); `exact` = whether every longer string of the
+  // language dies within the rule before any return or call (so no slice member longer than
+  // `reach` is accepted or uncertain there). Searched forward from the state over the product
+  // with the language automaton, no deeper than the slice's longest member.
+  // Successors of product node p = s * nu + u (through bytes that keep the rule alive), whether
+  // some language byte dies there (bad) and whether one returns or calls (dirty); with `clean`
+  // only the successors whose state neither accepts nor calls.
+  void expand(const Rule& r, const uint8_t* fl, const TokenSlice& sl, uint32_t p, bool clean,
+              std::vector<uint32_t>& succ, bool& bad, bool& dirty) {
+    size_t nu = sl.states.size(), st = p / nu, u = p % nu;
+    const int32_t* row = &r.trans[st * size_t(r.n_classes)];
+    succ.clear();
+    bad = dirty = false;
+    for (const SliceRange& rg : sl.states[u]) {
+      int prev = -1;
+      for (int b = rg.lo; b <= rg.hi; ++b) {
+        int c = r.byte_class[size_t(b)];
+        if (c == prev) continue;
+        prev = c;
+        int32_t t = row[c];
+        uint8_t f = t >= 0 ? fl[size_t(t)] : 0;
+        if (!(f & 1)) bad = true;
+        if (f & 2) dirty = true;
+        if (!(f & 1) || (clean && (f & 2))) continue;
+        succ.push_back(uint32_t(size_t(t) * nu + rg.next));
+      }
+    }
+  }
+
+  std::pair<uint32_t, bool> reach_from(int32_t rule, int32_t state, const TokenSlice& sl) {
+    const Rule& r = g.rules[size_t(rule)];
+    const uint8_t* fl = flags(rule).data();
+    const size_t nu = sl.states.size();
+    const auto limit = uint32_t(sl.max_len + 1);
+    auto w = [&](uint32_t p) { return p % nu == 0 ? 1u : 0u; };
+    std::unordered_map<uint32_t, uint32_t> cost;
+    std::deque<uint32_t> dq;
+    std::vector<uint32_t> succ;
+    auto root = uint32_t(size_t(state) * nu);
+    cost[root] = 1;
+    dq.push_back(root);
+    uint32_t d = kFar;
+    bool bad = false, dirty = false;
+    while (!dq.empty()) {
+      uint32_t p = dq.front();
+      dq.pop_front();
+      uint32_t c = cost[p];
+      if (c > limit) break;
+      expand(r, fl, sl, p, false, succ, bad, dirty);
+      if (bad) {
+        d = c;
+        break;
+      }
+      for (uint32_t q : succ) {
+        uint32_t nc = c + w(q);
+        auto [it, fresh] = cost.try_emplace(q, nc);
+        if (!fresh && it->second <= nc) continue;
+        it->second = nc;
+        (w(q) ? dq.push_back(q) : dq.push_front(q));
+      }
+    }
+    if (d == kFar || d > limit) return {kFar, false};
+    // exact: the longest clean path from the root (characters, the last node not counted) is d-1
+    std::unordered_map<uint32_t, uint32_t> longest;
+    constexpr uint32_t kOpen = kFar - 1;
+    std::vector<std::pair<uint32_t, std::vector<uint32_t>>> stack;
+    auto open = [&](uint32_t p) -> bool {
+      expand(r, fl, sl, p, true, succ, bad, dirty);
+      if (dirty) return false;
+      longest[p] = kOpen;
+      stack.push_back({p, succ});
+      return true;
+    };
+    if (!open(root)) return {d - 1, false};
+    std::vector<uint32_t> best{0};
+    while (!stack.empty()) {
+      auto& [p, rest] = stack.back();
+      if (!rest.empty()) {
+        uint32_t q = rest.back();
+        rest.pop_back();
+        auto it = longest.find(q);
+        uint32_t lq;
+        if (it == longest.end()) {
+          if (stack.size() > size_t(4) * limit + 4 || !open(q)) return {d - 1, false};
+          best.push_back(0);
+          continue;
+        }
+        lq = it->second;
+        if (lq == kOpen) return {d - 1, false};  // a cycle
+        best.back() = std::max(best.back(), lq + w(p));
+        if (best.back() > d - 1) return {d - 1, false};
+        continue;
+      }
+      uint32_t v = best.back(), done = p;
+      best.pop_back();
+      longest[done] = v;
+      stack.pop_back();
+      if (!stack.empty()) {
+        best.back() = std::max(best.back(), v + w(stack.back().first));
+        if (best.back() > d - 1) return {d - 1, false};
+      }
+    }
+    return {d - 1, longest[root] == d - 1};
+  }
+
+  const SliceReach& slice_reach(int32_t rule, int32_t state, size_t slice) {
     auto& cached = rule_reach[size_t(rule)];
     if (cached.size() <= slice) cached.resize(slice + 1);
     SliceReach& out = cached[slice];
-    if (!out.reach.empty()) return out;
     const Rule& r = g.rules[size_t(rule)];
-    const TokenSlice& sl = idx->slices()[slice];
-    const auto& fl = flags(rule);
-    size_t nu = sl.states.size(), n = r.states.size() * nu;
-    out.reach.assign(r.states.size(), 0);
-    out.exact.assign(r.states.size(), 0);
-    if (n > (size_t(1) << 20)) return out;
-    std::vector<uint32_t> dist(n, kFar), queue;
-    std::vector<uint8_t> dirty(n, 0);
-    std::vector<std::pair<uint32_t, uint32_t>> edges, fwd;  // (to, from), (from, to)
-    for (size_t s = 0; s < r.states.size(); ++s) {
-      const int32_t* row = &r.trans[s * size_t(r.n_classes)];
-      for (size_t u = 0; u < nu; ++u) {
-        auto p = uint32_t(s * nu + u);
-        bool bad = false;
-        for (const SliceRange& rg : sl.states[u]) {
-          int prev = -1;
-          for (int b = rg.lo; b <= rg.hi; ++b) {
-            int c = r.byte_class[size_t(b)];
-            if (c == prev) continue;
-            prev = c;
-            int32_t t = row[c];
-            uint8_t f = t >= 0 ? fl[size_t(t)] : 0;
-            if (!(f & 1)) bad = true;
-            if (f & 2) dirty[p] = 1;
-            if (!(f & 1)) continue;
-            auto q = uint32_t(size_t(t) * nu + rg.next);
-            edges.push_back({q, p});
-            if (!(f & 2)) fwd.push_back({p, q});
-          }
-        }
-        if (bad) dist[p] = 0, queue.push_back(p);
-      }
+    if (out.reach.empty()) {
+      out.reach.assign(r.states.size(), kUnsetReach);
+      out.exact.assign(r.states.size(), 0);
     }
-    // lengths count characters: a byte read at a character boundary (u == 0) starts one
-    std::sort(edges.begin(), edges.end());
-    std::deque<uint32_t> dq;
-    for (uint32_t p : queue) (p % nu == 0 ? dq.push_back(p) : dq.push_front(p));
-    for (uint32_t p : queue) dist[p] = p % nu == 0 ? 1 : 0;
-    while (!dq.empty()) {
-      uint32_t q = dq.front();
-      dq.pop_front();
-      auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(q, uint32_t(0)));
-      for (; it != edges.end() && it->first == q; ++it) {
-        uint32_t w = it->second % nu == 0 ? 1 : 0;
-        if (dist[q] + w < dist[it->second]) {
-          dist[it->second] = dist[q] + w;
-          (w ? dq.push_back(it->second) : dq.push_front(it->second));
-        }
-      }
-    }
-    // longest clean path (only alive, non-returning states; kFar on cycles or dirty pairs)
-    std::sort(fwd.begin(), fwd.end());
-    std::vector<uint32_t> start(n + 1, 0);
-    for (auto& e : fwd) ++start[e.first + 1];
-    for (size_t i = 0; i < n; ++i) start[i + 1] += start[i];
-    constexpr uint32_t kUnset = kFar - 1;
-    std::vector<uint32_t> longest(n, kUnset);
-    std::vector<uint8_t> on_stack(n, 0);
-    std::vector<std::pair<uint32_t, uint32_t>> stack;
-    for (size_t s = 0; s < r.states.size(); ++s) {
-      auto root = uint32_t(s * nu);
-      if (longest[root] != kUnset) continue;
-      stack.push_back({root, start[root]});
-      on_stack[root] = 1;
-      longest[root] = 0;
-      while (!stack.empty()) {
-        auto& [p, k] = stack.back();
-        if (dirty[p]) longest[p] = kFar;
-        if (k < start[p + 1] && longest[p] != kFar) {
-          uint32_t q = fwd[k++].second;
-          if (on_stack[q]) {
-            longest[p] = kFar;
-          } else if (longest[q] == kUnset) {
-            on_stack[q] = 1;
-            longest[q] = 0;
-            stack.push_back({q, start[q]});
-          } else {
-            longest[p] = longest[q] == kFar ? kFar : std::max(longest[p], longest[q] + (p % nu == 0 ? 1 : 0));
-          }
-          continue;
-        }
-        uint32_t done = p, v = longest[p];
-        on_stack[done] = 0;
-        stack.pop_back();
-        if (!stack.empty()) {
-          uint32_t& lp = longest[stack.back().first];
-          uint32_t w = stack.back().first % nu == 0 ? 1 : 0;
-          lp = (v == kFar || lp == kFar) ? kFar : std::max(lp, v + w);
-        }
-      }
-    }
-    for (size_t s = 0; s < r.states.size(); ++s) {
-      uint32_t d = dist[s * nu];
-      out.reach[s] = d == kFar ? kFar : d - 1;
-      out.exact[s] = d != kFar && longest[s * nu] == d - 1;
+    if (out.reach[size_t(state)] == kUnsetReach) {
+      auto [reach, exact] = reach_from(rule, state, idx->slices()[slice]);
+      out.reach[size_t(state)] = reach;
+      out.exact[size_t(state)] = exact;
     }
     return out;
   }
@@ -457,7 +473,7 @@ struct GrammarRuntime {
     const TokenTrie* trie = &idx->trie();
     for (size_t i = 0; i < idx->slices().size(); ++i) {
       const TokenSlice& sl = idx->slices()[i];
-      const SliceReach& sr = slice_reach(rule, i);
+      const SliceReach& sr = slice_reach(rule, state, i);
       uint32_t reach = sr.reach[size_t(state)];
       if (reach == 0) continue;
       auto len = uint32_t(std::min<size_t>(reach, sl.max_len));
