@@ -230,33 +230,49 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
     return id;
   };
   intern({0});
-  std::vector<StateSet> per_class(size_t(r.n_classes));
+  // Per DFA state, the classes are cut only where one of its byte edges starts or ends: every
+  // class of a segment has the same target set, which is built and interned once.
+  struct ClassEdge {
+    int32_t lo, hi, to;
+  };
+  std::vector<ClassEdge> edges;
+  std::vector<int32_t> cuts;
+  StateSet t;
   for (size_t i = 0; i < sets.size(); ++i) {
-    for (auto& v : per_class) v.clear();
+    edges.clear();
+    cuts.clear();
     std::map<int32_t, StateSet> per_callee;
     bool acc = false;
     for (int32_t s : sets[i]) {
       if (s == 1) acc = true;
       for (const NfaEdge& e : nfa.out[size_t(s)]) {
         if (e.kind == NfaEdge::Kind::bytes) {
-          for (int c = r.byte_class[e.lo]; c <= r.byte_class[e.hi]; ++c) per_class[size_t(c)].push_back(e.to);
+          edges.push_back({r.byte_class[e.lo], r.byte_class[e.hi], e.to});
+          cuts.push_back(r.byte_class[e.lo]);
+          cuts.push_back(r.byte_class[e.hi] + 1);
         } else if (e.kind == NfaEdge::Kind::call) {
           per_callee[e.callee].push_back(e.to);
         }
       }
     }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     DfaState ds;
     ds.accepting = acc;
     std::vector<int32_t> row(size_t(r.n_classes), -1);
-    for (int c = 0; c < r.n_classes; ++c) {
-      auto& t = per_class[size_t(c)];
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      int32_t c0 = cuts[k], c1 = cuts[k + 1];
+      t.clear();
+      for (const ClassEdge& e : edges)
+        if (e.lo <= c0 && c0 <= e.hi) t.push_back(e.to);
       if (t.empty()) continue;
       std::sort(t.begin(), t.end());
       t.erase(std::unique(t.begin(), t.end()), t.end());
-      row[size_t(c)] = intern(t);
+      int32_t id = intern(t);
+      std::fill(row.begin() + c0, row.begin() + c1, id);
       ds.has_bytes = true;
     }
-    for (auto& [callee, t] : per_callee) ds.calls.push_back({callee, intern(t)});
+    for (auto& [callee, ts] : per_callee) ds.calls.push_back({callee, intern(ts)});
     r.trans.insert(r.trans.end(), row.begin(), row.end());
     r.states.push_back(std::move(ds));
   }
