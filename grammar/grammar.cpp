@@ -166,8 +166,8 @@ struct StateSetHash {
   }
 };
 
-void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark) {
-  std::vector<int32_t> stack(set.begin(), set.end());
+void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark, std::vector<int32_t>& stack) {
+  stack.assign(set.begin(), set.end());
   for (int32_t s : set) mark[size_t(s)] = 1;
   while (!stack.empty()) {
     int32_t s = stack.back();
@@ -209,25 +209,24 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
   r.n_classes = cls + 1;
   std::vector<uint8_t> mark(nfa.out.size(), 0);
   std::unordered_map<StateSet, int32_t, StateSetHash> ids;
-  std::vector<StateSet> sets;
+  std::vector<const StateSet*> sets;  // keys of ids (node-based: stable addresses)
   std::unordered_map<StateSet, int32_t, StateSetHash> kernels;  // set before closure -> id
-  auto intern = [&](StateSet s) -> int32_t {
-    auto kit = kernels.find(s);
+  std::vector<int32_t> stack;
+  StateSet closed;
+  auto intern = [&](const StateSet& kernel) -> int32_t {
+    auto kit = kernels.find(kernel);
     if (kit != kernels.end()) return kit->second;
-    StateSet kernel = s;
-    closure(nfa, s, mark);
-    auto it = ids.find(s);
-    if (it != ids.end()) {
-      kernels.emplace(std::move(kernel), it->second);
-      return it->second;
+    closed = kernel;
+    closure(nfa, closed, mark, stack);
+    auto it = ids.find(closed);
+    if (it == ids.end()) {
+      if (sets.size() >= max_states)
+        grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
+      it = ids.emplace(closed, int32_t(sets.size())).first;
+      sets.push_back(&it->first);
     }
-    if (sets.size() >= max_states)
-      grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
-    int32_t id = int32_t(sets.size());
-    ids.emplace(s, id);
-    kernels.emplace(std::move(kernel), id);
-    sets.push_back(std::move(s));
-    return id;
+    kernels.emplace(kernel, it->second);
+    return it->second;
   };
   intern({0});
   // Per DFA state, the classes are cut only where one of its byte edges starts or ends: every
@@ -237,13 +236,14 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
   };
   std::vector<ClassEdge> edges;
   std::vector<int32_t> cuts;
+  std::vector<std::pair<int32_t, int32_t>> call_edges;  // (callee, return state)
   StateSet t;
   for (size_t i = 0; i < sets.size(); ++i) {
     edges.clear();
     cuts.clear();
-    std::map<int32_t, StateSet> per_callee;
+    call_edges.clear();
     bool acc = false;
-    for (int32_t s : sets[i]) {
+    for (int32_t s : *sets[i]) {
       if (s == 1) acc = true;
       for (const NfaEdge& e : nfa.out[size_t(s)]) {
         if (e.kind == NfaEdge::Kind::bytes) {
@@ -251,7 +251,7 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
           cuts.push_back(r.byte_class[e.lo]);
           cuts.push_back(r.byte_class[e.hi] + 1);
         } else if (e.kind == NfaEdge::Kind::call) {
-          per_callee[e.callee].push_back(e.to);
+          call_edges.push_back({e.callee, e.to});
         }
       }
     }
@@ -259,7 +259,8 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     DfaState ds;
     ds.accepting = acc;
-    std::vector<int32_t> row(size_t(r.n_classes), -1);
+    size_t row = r.trans.size();
+    r.trans.resize(row + size_t(r.n_classes), -1);
     for (size_t k = 0; k + 1 < cuts.size(); ++k) {
       int32_t c0 = cuts[k], c1 = cuts[k + 1];
       t.clear();
@@ -269,11 +270,18 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
       std::sort(t.begin(), t.end());
       t.erase(std::unique(t.begin(), t.end()), t.end());
       int32_t id = intern(t);
-      std::fill(row.begin() + c0, row.begin() + c1, id);
+      std::fill(r.trans.begin() + std::ptrdiff_t(row) + c0, r.trans.begin() + std::ptrdiff_t(row) + c1, id);
       ds.has_bytes = true;
     }
-    for (auto& [callee, ts] : per_callee) ds.calls.push_back({callee, intern(ts)});
-    r.trans.insert(r.trans.end(), row.begin(), row.end());
+    std::sort(call_edges.begin(), call_edges.end());
+    for (size_t k = 0; k < call_edges.size();) {
+      size_t e = k;
+      t.clear();
+      for (; e < call_edges.size() && call_edges[e].first == call_edges[k].first; ++e)
+        if (t.empty() || t.back() != call_edges[e].second) t.push_back(call_edges[e].second);
+      ds.calls.push_back({call_edges[k].first, intern(t)});
+      k = e;
+    }
     r.states.push_back(std::move(ds));
   }
   (void)first_byte;
