@@ -213,9 +213,13 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
   std::unordered_map<StateSet, int32_t, StateSetHash> kernels;  // set before closure -> id
   std::vector<int32_t> stack;
   StateSet closed;
+  std::vector<int32_t> single(nfa.out.size(), -1);  // one-state kernels (most, in embedded DFAs)
   auto intern = [&](const StateSet& kernel) -> int32_t {
-    auto kit = kernels.find(kernel);
-    if (kit != kernels.end()) return kit->second;
+    if (kernel.size() == 1) {
+      if (single[size_t(kernel[0])] >= 0) return single[size_t(kernel[0])];
+    } else if (auto kit = kernels.find(kernel); kit != kernels.end()) {
+      return kit->second;
+    }
     closed = kernel;
     closure(nfa, closed, mark, stack);
     auto it = ids.find(closed);
@@ -225,7 +229,8 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
       it = ids.emplace(closed, int32_t(sets.size())).first;
       sets.push_back(&it->first);
     }
-    kernels.emplace(kernel, it->second);
+    if (kernel.size() == 1) single[size_t(kernel[0])] = it->second;
+    else kernels.emplace(kernel, it->second);
     return it->second;
   };
   intern({0});
