@@ -121,6 +121,7 @@ int32_t GrammarBuilder::add_rule(std::string name) {
   names_.push_back(std::move(name));
   repeats_.emplace_back();
   is_repeat_.push_back(false);
+  ready_.emplace_back();
   return int32_t(nfas_.size() - 1);
 }
 
@@ -152,6 +153,13 @@ void GrammarBuilder::set_from_dfa(int32_t rule, const Rule& d) {
     }
   }
   nfas_[size_t(rule)] = std::move(n);
+}
+
+void GrammarBuilder::set_dfa(int32_t rule, std::shared_ptr<const Rule> d) {
+  for (const DfaState& st : d->states)
+    if (!st.calls.empty()) grammar_fail("grammar: rule '", names_[size_t(rule)], "': set_dfa needs a byte-only automaton");
+  nfas_[size_t(rule)] = Nfa{};
+  ready_[size_t(rule)] = std::move(d);
 }
 
 namespace {
@@ -298,7 +306,7 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
 // serialization is much cheaper than the subset construction.
 struct DeterminizeCache {
   static constexpr size_t kMaxNfaStates = 4096;
-  static constexpr size_t kMaxBytes = size_t(64) << 20;
+  static constexpr size_t kMaxBytes = size_t(256) << 20;
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const Rule>> map;
   size_t bytes = 0;
@@ -343,7 +351,10 @@ Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow
   Rule r = determinize_uncached(nfa, std::move(name), max_states, allow_calls);
   size_t size = key.size() + r.trans.size() * sizeof(int32_t) + r.states.size() * sizeof(DfaState) + 512;
   std::lock_guard lock(c.mu);
-  if (c.bytes + size > DeterminizeCache::kMaxBytes) c.map.clear(), c.bytes = 0;
+  if (c.bytes + size > DeterminizeCache::kMaxBytes) {
+    if (std::getenv("EXL_GRAMMAR_DEBUG")) std::fprintf(stderr, "determinize cache cleared (%zu entries)\n", c.map.size());
+    c.map.clear(), c.bytes = 0;
+  }
   if (c.map.emplace(std::move(key), std::make_shared<const Rule>(r)).second) c.bytes += size;
   return r;
 }
@@ -549,6 +560,14 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
   g.root = root;
   size_t total = 0;
   for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (ready_[i]) {
+      g.rules.push_back(*ready_[i]);
+      g.rules.back().name = names_[i];
+      total += g.rules.back().states.size();
+      if (total > limits.max_total_states)
+        grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
+      continue;
+    }
     if (is_repeat_[i]) {
       g.rules.push_back(repeats_[i]);
       continue;
