@@ -1,7 +1,12 @@
 #include "grammar/grammar.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <unordered_map>
 
 #include "grammar/grammar_error.h"
@@ -116,6 +121,7 @@ int32_t GrammarBuilder::add_rule(std::string name) {
   names_.push_back(std::move(name));
   repeats_.emplace_back();
   is_repeat_.push_back(false);
+  ready_.emplace_back();
   return int32_t(nfas_.size() - 1);
 }
 
@@ -149,6 +155,13 @@ void GrammarBuilder::set_from_dfa(int32_t rule, const Rule& d) {
   nfas_[size_t(rule)] = std::move(n);
 }
 
+void GrammarBuilder::set_dfa(int32_t rule, std::shared_ptr<const Rule> d) {
+  for (const DfaState& st : d->states)
+    if (!st.calls.empty()) grammar_fail("grammar: rule '", names_[size_t(rule)], "': set_dfa needs a byte-only automaton");
+  nfas_[size_t(rule)] = Nfa{};
+  ready_[size_t(rule)] = std::move(d);
+}
+
 namespace {
 
 using StateSet = std::vector<int32_t>;
@@ -161,8 +174,8 @@ struct StateSetHash {
   }
 };
 
-void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark) {
-  std::vector<int32_t> stack(set.begin(), set.end());
+void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark, std::vector<int32_t>& stack) {
+  stack.assign(set.begin(), set.end());
   for (int32_t s : set) mark[size_t(s)] = 1;
   while (!stack.empty()) {
     int32_t s = stack.back();
@@ -178,7 +191,7 @@ void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark) {
   std::sort(set.begin(), set.end());
 }
 
-Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
+Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
   Rule r;
   r.name = std::move(name);
   std::array<bool, 257> boundary{};
@@ -204,65 +217,167 @@ Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow
   r.n_classes = cls + 1;
   std::vector<uint8_t> mark(nfa.out.size(), 0);
   std::unordered_map<StateSet, int32_t, StateSetHash> ids;
-  std::vector<StateSet> sets;
-  auto intern = [&](StateSet s) -> int32_t {
-    closure(nfa, s, mark);
-    auto it = ids.find(s);
-    if (it != ids.end()) return it->second;
-    if (sets.size() >= max_states)
-      grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
-    int32_t id = int32_t(sets.size());
-    ids.emplace(s, id);
-    sets.push_back(std::move(s));
-    return id;
+  std::vector<const StateSet*> sets;  // keys of ids (node-based: stable addresses)
+  std::unordered_map<StateSet, int32_t, StateSetHash> kernels;  // set before closure -> id
+  std::vector<int32_t> stack;
+  StateSet closed;
+  std::vector<int32_t> single(nfa.out.size(), -1);  // one-state kernels (most, in embedded DFAs)
+  auto intern = [&](const StateSet& kernel) -> int32_t {
+    if (kernel.size() == 1) {
+      if (single[size_t(kernel[0])] >= 0) return single[size_t(kernel[0])];
+    } else if (auto kit = kernels.find(kernel); kit != kernels.end()) {
+      return kit->second;
+    }
+    closed = kernel;
+    closure(nfa, closed, mark, stack);
+    auto it = ids.find(closed);
+    if (it == ids.end()) {
+      if (sets.size() >= max_states)
+        grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
+      it = ids.emplace(closed, int32_t(sets.size())).first;
+      sets.push_back(&it->first);
+    }
+    if (kernel.size() == 1) single[size_t(kernel[0])] = it->second;
+    else kernels.emplace(kernel, it->second);
+    return it->second;
   };
   intern({0});
-  std::vector<StateSet> per_class(size_t(r.n_classes));
+  // Per DFA state, the classes are cut only where one of its byte edges starts or ends: every
+  // class of a segment has the same target set, which is built and interned once.
+  struct ClassEdge {
+    int32_t lo, hi, to;
+  };
+  std::vector<ClassEdge> edges;
+  std::vector<int32_t> cuts;
+  std::vector<std::pair<int32_t, int32_t>> call_edges;  // (callee, return state)
+  StateSet t;
   for (size_t i = 0; i < sets.size(); ++i) {
-    for (auto& v : per_class) v.clear();
-    std::map<int32_t, StateSet> per_callee;
+    edges.clear();
+    cuts.clear();
+    call_edges.clear();
     bool acc = false;
-    for (int32_t s : sets[i]) {
+    for (int32_t s : *sets[i]) {
       if (s == 1) acc = true;
       for (const NfaEdge& e : nfa.out[size_t(s)]) {
         if (e.kind == NfaEdge::Kind::bytes) {
-          for (int c = r.byte_class[e.lo]; c <= r.byte_class[e.hi]; ++c) per_class[size_t(c)].push_back(e.to);
+          edges.push_back({r.byte_class[e.lo], r.byte_class[e.hi], e.to});
+          cuts.push_back(r.byte_class[e.lo]);
+          cuts.push_back(r.byte_class[e.hi] + 1);
         } else if (e.kind == NfaEdge::Kind::call) {
-          per_callee[e.callee].push_back(e.to);
+          call_edges.push_back({e.callee, e.to});
         }
       }
     }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     DfaState ds;
     ds.accepting = acc;
-    std::vector<int32_t> row(size_t(r.n_classes), -1);
-    for (int c = 0; c < r.n_classes; ++c) {
-      auto& t = per_class[size_t(c)];
+    size_t row = r.trans.size();
+    r.trans.resize(row + size_t(r.n_classes), -1);
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      int32_t c0 = cuts[k], c1 = cuts[k + 1];
+      t.clear();
+      for (const ClassEdge& e : edges)
+        if (e.lo <= c0 && c0 <= e.hi) t.push_back(e.to);
       if (t.empty()) continue;
       std::sort(t.begin(), t.end());
       t.erase(std::unique(t.begin(), t.end()), t.end());
-      row[size_t(c)] = intern(t);
+      int32_t id = intern(t);
+      std::fill(r.trans.begin() + std::ptrdiff_t(row) + c0, r.trans.begin() + std::ptrdiff_t(row) + c1, id);
       ds.has_bytes = true;
     }
-    for (auto& [callee, t] : per_callee) ds.calls.push_back({callee, intern(t)});
-    r.trans.insert(r.trans.end(), row.begin(), row.end());
+    std::sort(call_edges.begin(), call_edges.end());
+    for (size_t k = 0; k < call_edges.size();) {
+      size_t e = k;
+      t.clear();
+      for (; e < call_edges.size() && call_edges[e].first == call_edges[k].first; ++e)
+        if (t.empty() || t.back() != call_edges[e].second) t.push_back(call_edges[e].second);
+      ds.calls.push_back({call_edges[k].first, intern(t)});
+      k = e;
+    }
     r.states.push_back(std::move(ds));
   }
   (void)first_byte;
   return r;
 }
 
+// Determinized rules by NFA, shared by every grammar compiled in the process: schemas repeat the
+// same pieces (the generic string and value rules, formats, key sets, numbers), and the NFA
+// serialization is much cheaper than the subset construction.
+struct DeterminizeCache {
+  static constexpr size_t kMaxNfaStates = 4096;
+  static constexpr size_t kMaxBytes = size_t(256) << 20;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const Rule>> map;
+  size_t bytes = 0;
+};
+
+DeterminizeCache& determinize_cache() {
+  static DeterminizeCache c;
+  return c;
+}
+
+std::string nfa_key(const Nfa& nfa, bool allow_calls) {
+  std::string key(1, allow_calls ? 'c' : 'b');
+  for (const auto& edges : nfa.out) {
+    for (const NfaEdge& e : edges) {
+      key += char(e.kind);
+      if (e.kind == NfaEdge::Kind::bytes) key += char(e.lo), key += char(e.hi);
+      else if (e.kind == NfaEdge::Kind::call) key.append(reinterpret_cast<const char*>(&e.callee), sizeof e.callee);
+      key.append(reinterpret_cast<const char*>(&e.to), sizeof e.to);
+    }
+    key += '\xff';
+  }
+  return key;
+}
+
+Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
+  if (nfa.out.size() > DeterminizeCache::kMaxNfaStates) return determinize_uncached(nfa, std::move(name), max_states, allow_calls);
+  std::string key = nfa_key(nfa, allow_calls);
+  DeterminizeCache& c = determinize_cache();
+  std::shared_ptr<const Rule> hit;
+  {
+    std::lock_guard lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) hit = it->second;
+  }
+  if (hit) {
+    if (hit->states.size() > max_states)
+      grammar_fail("grammar: rule '", name, "': automaton exceeds ", max_states, " states");
+    Rule r = *hit;
+    r.name = std::move(name);
+    return r;
+  }
+  Rule r = determinize_uncached(nfa, std::move(name), max_states, allow_calls);
+  size_t size = key.size() + r.trans.size() * sizeof(int32_t) + r.states.size() * sizeof(DfaState) + 512;
+  std::lock_guard lock(c.mu);
+  if (c.bytes + size > DeterminizeCache::kMaxBytes) {
+    if (std::getenv("EXL_GRAMMAR_DEBUG")) std::fprintf(stderr, "determinize cache cleared (%zu entries)\n", c.map.size());
+    c.map.clear(), c.bytes = 0;
+  }
+  if (c.map.emplace(std::move(key), std::make_shared<const Rule>(r)).second) c.bytes += size;
+  return r;
+}
+
 // States of `r` from which an accepting state is reachable, given which rules are productive.
 std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive) {
   size_t n = r.states.size();
-  std::vector<std::vector<int32_t>> rev(n);
-  for (size_t s = 0; s < n; ++s) {
-    for (int c = 0; c < r.n_classes; ++c) {
-      int32_t t = r.trans[s * size_t(r.n_classes) + size_t(c)];
-      if (t >= 0) rev[size_t(t)].push_back(int32_t(s));
+  const auto nc = size_t(r.n_classes);
+  std::vector<uint32_t> start(n + 1, 0);
+  auto each_edge = [&](auto&& f) {
+    for (size_t s = 0; s < n; ++s) {
+      const int32_t* row = &r.trans[s * nc];
+      for (size_t c = 0; c < nc; ++c)
+        if (row[c] >= 0) f(size_t(row[c]), int32_t(s));
+      for (const CallEdge& e : r.states[s].calls)
+        if (productive[size_t(e.callee)]) f(size_t(e.next), int32_t(s));
     }
-    for (const CallEdge& e : r.states[s].calls)
-      if (productive[size_t(e.callee)]) rev[size_t(e.next)].push_back(int32_t(s));
-  }
+  };
+  each_edge([&](size_t to, int32_t) { ++start[to + 1]; });
+  for (size_t i = 0; i < n; ++i) start[i + 1] += start[i];
+  std::vector<int32_t> rev(start[n]);
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  each_edge([&](size_t to, int32_t from) { rev[fill[to]++] = from; });
   std::vector<bool> live(n, false);
   std::vector<int32_t> stack;
   for (size_t s = 0; s < n; ++s)
@@ -271,30 +386,81 @@ std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive
       stack.push_back(int32_t(s));
     }
   while (!stack.empty()) {
-    int32_t s = stack.back();
+    auto s = size_t(stack.back());
     stack.pop_back();
-    for (int32_t p : rev[size_t(s)])
-      if (!live[size_t(p)]) {
-        live[size_t(p)] = true;
-        stack.push_back(p);
+    for (uint32_t k = start[s]; k < start[s + 1]; ++k)
+      if (!live[size_t(rev[k])]) {
+        live[size_t(rev[k])] = true;
+        stack.push_back(rev[k]);
       }
   }
   return live;
 }
 
-void prune(Grammar& g) {
+// Whether an accepting state is reachable from the start (depth-first, stops at the first one).
+bool accepts_something(const Rule& r, const std::vector<bool>& productive) {
+  if (r.states.empty()) return false;
+  const auto nc = size_t(r.n_classes);
+  std::vector<uint8_t> seen(r.states.size(), 0);
+  std::vector<int32_t> stack{0};
+  seen[0] = 1;
+  while (!stack.empty()) {
+    auto s = size_t(stack.back());
+    stack.pop_back();
+    if (r.states[s].accepting) return true;
+    auto push = [&](int32_t t) {
+      if (t >= 0 && !seen[size_t(t)]) seen[size_t(t)] = 1, stack.push_back(t);
+    };
+    for (const CallEdge& e : r.states[s].calls)
+      if (productive[size_t(e.callee)]) push(e.next);
+    const int32_t* row = &r.trans[s * nc];
+    for (size_t c = 0; c < nc; ++c) push(row[c]);
+  }
+  return false;
+}
+
+// Rules whose language is not empty: a worklist over callers, so a rule is looked at again only
+// when one of its callees became productive.
+std::vector<bool> productive_rules(const Grammar& g) {
   size_t n = g.rules.size();
   std::vector<bool> productive(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (productive[i]) continue;
-      const Rule& r = g.rules[i];
-      bool p = r.kind == Rule::Kind::repeat ? (r.min == 0 || productive[size_t(r.body)])
-                                            : live_states(r, productive)[0];
-      if (p) productive[i] = changed = true;
+  std::vector<std::vector<int32_t>> callers(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Rule& r = g.rules[i];
+    if (r.kind == Rule::Kind::repeat) {
+      callers[size_t(r.body)].push_back(int32_t(i));
+      continue;
     }
+    for (const DfaState& st : r.states)
+      for (const CallEdge& e : st.calls)
+        if (callers[size_t(e.callee)].empty() || callers[size_t(e.callee)].back() != int32_t(i))
+          callers[size_t(e.callee)].push_back(int32_t(i));
   }
+  std::vector<int32_t> work;
+  std::vector<uint8_t> queued(n, 1);
+  for (size_t i = n; i-- > 0;) work.push_back(int32_t(i));
+  while (!work.empty()) {
+    auto i = size_t(work.back());
+    work.pop_back();
+    queued[i] = 0;
+    if (productive[i]) continue;
+    const Rule& r = g.rules[i];
+    bool p = r.kind == Rule::Kind::repeat ? (r.min == 0 || productive[size_t(r.body)])
+                                          : accepts_something(r, productive);
+    if (!p) continue;
+    productive[i] = true;
+    for (int32_t c : callers[i])
+      if (!productive[size_t(c)] && !queued[size_t(c)]) {
+        queued[size_t(c)] = 1;
+        work.push_back(c);
+      }
+  }
+  return productive;
+}
+
+void prune(Grammar& g) {
+  size_t n = g.rules.size();
+  std::vector<bool> productive = productive_rules(g);
   for (size_t i = 0; i < n; ++i) {
     Rule& r = g.rules[i];
     if (r.kind == Rule::Kind::repeat) {
@@ -394,11 +560,24 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
   g.root = root;
   size_t total = 0;
   for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (ready_[i]) {
+      g.rules.push_back(*ready_[i]);
+      g.rules.back().name = names_[i];
+      total += g.rules.back().states.size();
+      if (total > limits.max_total_states)
+        grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
+      continue;
+    }
     if (is_repeat_[i]) {
       g.rules.push_back(repeats_[i]);
       continue;
     }
+    auto t0 = std::chrono::steady_clock::now();
     g.rules.push_back(determinize(nfas_[i], names_[i], limits.max_states_per_rule, true));
+    if (std::getenv("EXL_GRAMMAR_DEBUG"))
+      std::fprintf(stderr, "determinize %s: nfa %zu -> %zu states, %d classes, %.3f ms\n", names_[i].c_str(),
+                   nfas_[i].out.size(), g.rules.back().states.size(), g.rules.back().n_classes,
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     total += g.rules.back().states.size();
     if (total > limits.max_total_states)
       grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
@@ -409,36 +588,48 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
 }
 
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states) {
-  Nfa n;
-  std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+  Rule r;
+  r.name = a.name;
+  if (a.states.empty()) return r;
+  std::vector<std::pair<uint8_t, uint8_t>> class_of;  // new class -> (a class, b class)
+  for (int x = 0; x < 256; ++x) {
+    std::pair<uint8_t, uint8_t> p{a.byte_class[size_t(x)], b.states.empty() ? 0 : b.byte_class[size_t(x)]};
+    auto it = std::find(class_of.begin(), class_of.end(), p);
+    if (it == class_of.end()) it = class_of.insert(class_of.end(), p);
+    r.byte_class[size_t(x)] = uint8_t(it - class_of.begin());
+  }
+  r.n_classes = int32_t(class_of.size());
+  std::unordered_map<uint64_t, int32_t> ids;
   std::vector<std::pair<int32_t, int32_t>> pairs;
   auto intern = [&](int32_t x, int32_t y) {
-    auto [it, fresh] = ids.emplace(std::make_pair(x, y), int32_t(pairs.size()) + 2);
+    uint64_t key = (uint64_t(uint32_t(x)) << 32) | uint32_t(y);
+    auto [it, fresh] = ids.emplace(key, int32_t(pairs.size()));
     if (fresh) {
       if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
       pairs.push_back({x, y});
-      n.out.emplace_back();
     }
     return it->second;
   };
-  int32_t start = intern(0, b.states.empty() ? -1 : 0);
-  n.out[0].push_back({NfaEdge::Kind::eps, 0, 0, -1, start});
+  intern(0, b.states.empty() ? -1 : 0);
+  const auto nc = size_t(r.n_classes);
   for (size_t i = 0; i < pairs.size(); ++i) {
     auto [x, y] = pairs[i];
-    int32_t id = int32_t(i) + 2;
     bool acc_b = y >= 0 && b.states[size_t(y)].accepting;
-    if (a.states[size_t(x)].accepting && (difference ? !acc_b : acc_b))
-      n.out[size_t(id)].push_back({NfaEdge::Kind::eps, 0, 0, -1, 1});
-    for (int c = 0; c < 256; ++c) {
-      int32_t tx = a.step(x, uint8_t(c));
+    DfaState ds;
+    ds.accepting = a.states[size_t(x)].accepting && (difference ? !acc_b : acc_b);
+    size_t row = r.trans.size();
+    r.trans.resize(row + nc, -1);
+    for (size_t c = 0; c < nc; ++c) {
+      int32_t tx = a.trans[size_t(x) * size_t(a.n_classes) + class_of[c].first];
       if (tx < 0) continue;
-      int32_t ty = y >= 0 ? b.step(y, uint8_t(c)) : -1;
+      int32_t ty = y >= 0 ? b.trans[size_t(y) * size_t(b.n_classes) + class_of[c].second] : -1;
       if (ty < 0 && !difference) continue;
       int32_t t = intern(tx, ty);
-      n.out[size_t(id)].push_back({NfaEdge::Kind::bytes, uint8_t(c), uint8_t(c), -1, t});
+      r.trans[row + c] = t;
+      ds.has_bytes = true;
     }
+    r.states.push_back(std::move(ds));
   }
-  Rule r = determinize(n, a.name, max_states, false);
   Grammar g;
   g.rules.push_back(std::move(r));
   prune(g);

@@ -17,6 +17,7 @@
 #include <deque>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -119,6 +120,9 @@ class GrammarBuilder {
   size_t size() const { return nfas_.size(); }
   // Replaces rule's NFA by the byte-only DFA `d` (as produced by determinize_bytes).
   void set_from_dfa(int32_t rule, const Rule& d);
+  // Makes rule the byte-only DFA `d` as it is: finish takes it without determinizing again (for
+  // large automata built directly, such as length-bounded strings).
+  void set_dfa(int32_t rule, std::shared_ptr<const Rule> d);
   Grammar finish(int32_t root, const GrammarLimits& limits = {});
 
  private:
@@ -127,6 +131,7 @@ class GrammarBuilder {
   std::vector<std::string> names_;
   std::vector<Rule> repeats_;  // kind == repeat entries, by rule id (others kind automaton unused)
   std::vector<bool> is_repeat_;
+  std::vector<std::shared_ptr<const Rule>> ready_;  // by rule id; set_dfa rules
 };
 
 // Determinizes one NFA that has no call edges (a pure byte language). Throws when it has calls or

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <mutex>
 
 #include "grammar/code_set.h"
 #include "grammar/grammar_error.h"
@@ -446,6 +447,51 @@ Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
   return determinize_bytes(nfa, "multipleOf", kMaxDfaStates);
 }
 
+namespace {
+
+// '"', JSON string text of min..max characters, '"' as one DFA built directly from length_dfa,
+// shared by every schema (null when the content automaton could read a '"' itself).
+std::shared_ptr<const Rule> quoted_length_rule(uint64_t min, uint64_t max) {
+  static std::mutex mu;
+  static std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const Rule>> cache;
+  {
+    std::lock_guard lock(mu);
+    auto it = cache.find({min, max});
+    if (it != cache.end()) return it->second;
+  }
+  Rule c = SchemaCompiler::length_dfa(min, max);
+  auto nc = size_t(c.n_classes);
+  uint8_t qc = c.byte_class['"'];
+  for (size_t s = 0; s < c.states.size(); ++s)
+    if (c.trans[s * nc + qc] >= 0) return nullptr;
+  Rule r;
+  r.name = "quoted";
+  r.byte_class = c.byte_class;
+  r.byte_class['"'] = uint8_t(nc);
+  r.n_classes = int32_t(nc + 1);
+  size_t n = c.states.size() + 2, fin = n - 1, rc = nc + 1;
+  r.states.resize(n);
+  r.trans.assign(n * rc, -1);
+  r.trans[0 * rc + nc] = 1;
+  r.states[0].has_bytes = true;
+  r.states[fin].accepting = true;
+  for (size_t s = 0; s < c.states.size(); ++s) {
+    DfaState& ds = r.states[s + 1];
+    for (size_t k = 0; k < nc; ++k) {
+      int32_t t = c.trans[s * nc + k];
+      if (t >= 0) r.trans[(s + 1) * rc + k] = t + 1, ds.has_bytes = true;
+    }
+    if (c.states[s].accepting) r.trans[(s + 1) * rc + nc] = int32_t(fin), ds.has_bytes = true;
+  }
+  auto out = std::make_shared<const Rule>(std::move(r));
+  std::lock_guard lock(mu);
+  if (cache.size() > 256) cache.clear();
+  cache.emplace(std::make_pair(min, max), out);
+  return out;
+}
+
+}  // namespace
+
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
   bool has_re = n.contains("pattern") || (n.contains("format") && !ignored("format"));
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
@@ -457,6 +503,12 @@ Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string&
     Frag body = repeat_frag(rule, json_char_rule(), uint32_t(min), uint32_t(max));
     return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
   }
+  if (!has_re)
+    if (auto q = quoted_length_rule(min, max)) {
+      int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
+      gb_.set_dfa(r, std::move(q));
+      return gb_.frags(rule).call(r);
+    }
   bool trivial = false;
   Rule d = string_content_dfa(n, ptr, trivial);
   return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});

@@ -36,6 +36,7 @@ struct NodeKeyHash {
 };
 
 constexpr uint32_t kFar = UINT32_MAX;
+constexpr uint32_t kUnsetReach = UINT32_MAX - 2;
 
 struct UncertainResult {
   std::vector<int32_t> list;
@@ -68,6 +69,8 @@ struct GrammarRuntime {
   std::vector<std::vector<std::array<uint8_t, 3>>> rule_runs;
   std::vector<std::vector<uint8_t>> rule_flags;
   std::vector<std::vector<SliceReach>> rule_reach;  // rule -> slice
+  std::vector<std::vector<uint8_t>> rule_char_like;  // rule -> slice: 0, 1, 2 = unknown
+  std::vector<std::vector<std::vector<std::vector<std::pair<uint8_t, uint8_t>>>>> rule_class_steps;  // rule -> slice
   std::vector<int32_t> walk_state;
   std::vector<uint8_t> walk_seen;
   bool debug = std::getenv("EXL_GRAMMAR_DEBUG") != nullptr;
@@ -75,7 +78,8 @@ struct GrammarRuntime {
 
   GrammarRuntime(const Grammar& gr, const TokenIndex* ix)
       : g(gr), idx(ix), rule_runs(gr.rules.size()), rule_flags(gr.rules.size()),
-        rule_reach(gr.rules.size()) {
+        rule_reach(gr.rules.size()), rule_char_like(gr.rules.size()),
+        rule_class_steps(gr.rules.size()) {
     step_results.emplace_back();
     if (idx) max_depth = idx->max_depth();
   }
@@ -222,7 +226,7 @@ struct GrammarRuntime {
   // but not followed: position masks depend on nothing else, so vocabularies share them. Only for
   // small reachable parts (larger ones are computed per grammar).
   std::optional<std::string> callfree_key(int32_t rule, int32_t state) {
-    constexpr size_t kMaxKeyStates = 64;
+    constexpr size_t kMaxKeyStates = 128;  // the one-character JSON string rule has 79
     const Rule& r = g.rules[size_t(rule)];
     const auto& rn = runs(rule);
     std::vector<std::pair<int32_t, int32_t>> id;  // (state, canonical id), small
@@ -281,112 +285,161 @@ struct GrammarRuntime {
     return *positions.emplace(key, std::move(pm)).first->second;
   }
 
-  // Per state of the rule and slice: `reach` = how many bytes of the slice's language can be read
-  // from it (at a character boundary) with the automaton still able to go on, i.e. the distance to
-  // the nearest (state, language state) pair where some language byte dies (kFar: none); `exact`
-  // = whether every longer string of the language dies within the rule before any return or call
-  // (so no slice member longer than `reach` is accepted or uncertain there).
-  const SliceReach& slice_reach(int32_t rule, size_t slice) {
+  // For (rule, state) and a slice: `reach` = how many characters of the slice's language can be
+  // read from the state (at a character boundary) with the automaton still able to go on, i.e.
+  // the distance to the nearest (state, language state) pair where some language byte dies
+  // (kFar: none within the slice's longest member); `exact` = whether every longer string of the
+  // language dies within the rule before any return or call (so no slice member longer than
+  // `reach` is accepted or uncertain there). Searched forward from the state over the product
+  // with the language automaton, no deeper than the slice's longest member.
+  // Per language state u of a slice: the distinct (byte class of the rule, next u) pairs of its
+  // byte ranges.
+  using ClassSteps = std::vector<std::vector<std::pair<uint8_t, uint8_t>>>;
+  const ClassSteps& class_steps(int32_t rule, size_t slice) {
+    auto& per = rule_class_steps[size_t(rule)];
+    if (per.size() <= slice) per.resize(slice + 1);
+    ClassSteps& cs = per[slice];
+    if (!cs.empty()) return cs;
+    const Rule& r = g.rules[size_t(rule)];
+    const TokenSlice& sl = idx->slices()[slice];
+    cs.resize(sl.states.size());
+    for (size_t u = 0; u < sl.states.size(); ++u)
+      for (const SliceRange& rg : sl.states[u])
+        for (int b = rg.lo; b <= rg.hi; ++b) {
+          std::pair<uint8_t, uint8_t> e{r.byte_class[size_t(b)], rg.next};
+          if (std::find(cs[u].begin(), cs[u].end(), e) == cs[u].end()) cs[u].push_back(e);
+        }
+    return cs;
+  }
+
+  // Successors of product node p = s * nu + u (through bytes that keep the rule alive), whether
+  // some language byte dies there (bad) and whether one returns or calls (dirty); with `clean`
+  // only the successors whose state neither accepts nor calls.
+  static void expand(const Rule& r, const uint8_t* fl, const ClassSteps& cs, uint32_t p, bool clean,
+                     std::vector<uint32_t>& succ, bool& bad, bool& dirty) {
+    size_t nu = cs.size(), st = p / nu, u = p % nu;
+    const int32_t* row = &r.trans[st * size_t(r.n_classes)];
+    succ.clear();
+    bad = dirty = false;
+    for (auto [c, next] : cs[u]) {
+      int32_t t = row[c];
+      uint8_t f = t >= 0 ? fl[size_t(t)] : 0;
+      if (!(f & 1)) bad = true;
+      if (f & 2) dirty = true;
+      if (!(f & 1) || (clean && (f & 2))) continue;
+      succ.push_back(uint32_t(size_t(t) * nu + next));
+    }
+  }
+
+  // Scratch arrays indexed by product node, reset through the list of touched entries.
+  struct Scratch {
+    std::vector<uint32_t> a, b;
+    std::vector<uint32_t> touched;
+    void prepare(size_t n) {
+      if (a.size() < n) a.resize(n, kFar), b.resize(n, kFar);
+    }
+    void reset() {
+      for (uint32_t p : touched) a[p] = b[p] = kFar;
+      touched.clear();
+    }
+  } scratch;
+
+  std::pair<uint32_t, bool> reach_from(int32_t rule, int32_t state, size_t slice) {
+    const Rule& r = g.rules[size_t(rule)];
+    const uint8_t* fl = flags(rule).data();
+    const ClassSteps& cs = class_steps(rule, slice);
+    const size_t nu = cs.size();
+    const auto limit = uint32_t(idx->slices()[slice].short_len + 1);
+    auto w = [&](uint32_t p) { return p % nu == 0 ? 1u : 0u; };
+    scratch.prepare(r.states.size() * nu);
+    std::vector<uint32_t>& cost = scratch.a;  // kFar: not seen
+    std::vector<uint32_t>& longest = scratch.b;
+    std::vector<uint32_t>& touched = scratch.touched;
+    struct Reset {
+      Scratch& s;
+      ~Reset() { s.reset(); }
+    } reset{scratch};
+    std::deque<uint32_t> dq;
+    std::vector<uint32_t> succ;
+    auto root = uint32_t(size_t(state) * nu);
+    cost[root] = 1;
+    touched.push_back(root);
+    dq.push_back(root);
+    uint32_t d = kFar;
+    bool bad = false, dirty = false;
+    while (!dq.empty()) {
+      uint32_t p = dq.front();
+      dq.pop_front();
+      uint32_t c = cost[p];
+      if (c > limit) break;
+      expand(r, fl, cs, p, false, succ, bad, dirty);
+      if (bad) {
+        d = c;
+        break;
+      }
+      for (uint32_t q : succ) {
+        uint32_t nc = c + w(q);
+        if (cost[q] <= nc) continue;
+        if (cost[q] == kFar) touched.push_back(q);
+        cost[q] = nc;
+        (w(q) ? dq.push_back(q) : dq.push_front(q));
+      }
+    }
+    if (d == kFar || d > limit) return {kFar, false};
+    // exact: the longest clean path from the root (characters, the last node not counted) is d-1
+    constexpr uint32_t kOpen = kFar - 1;
+    std::vector<std::pair<uint32_t, std::vector<uint32_t>>> stack;
+    auto open = [&](uint32_t p) -> bool {
+      expand(r, fl, cs, p, true, succ, bad, dirty);
+      if (dirty) return false;
+      if (cost[p] == kFar) touched.push_back(p), cost[p] = kOpen;
+      longest[p] = kOpen;
+      stack.push_back({p, succ});
+      return true;
+    };
+    if (!open(root)) return {d - 1, false};
+    std::vector<uint32_t> best{0};
+    while (!stack.empty()) {
+      auto& [p, rest] = stack.back();
+      if (!rest.empty()) {
+        uint32_t q = rest.back();
+        rest.pop_back();
+        uint32_t lq = longest[q];
+        if (lq == kFar) {
+          if (stack.size() > size_t(4) * limit + 4 || !open(q)) return {d - 1, false};
+          best.push_back(0);
+          continue;
+        }
+        if (lq == kOpen) return {d - 1, false};  // a cycle
+        best.back() = std::max(best.back(), lq + w(p));
+        if (best.back() > d - 1) return {d - 1, false};
+        continue;
+      }
+      uint32_t v = best.back(), done = p;
+      best.pop_back();
+      longest[done] = v;
+      stack.pop_back();
+      if (!stack.empty()) {
+        best.back() = std::max(best.back(), v + w(stack.back().first));
+        if (best.back() > d - 1) return {d - 1, false};
+      }
+    }
+    return {d - 1, longest[root] == d - 1};
+  }
+
+  const SliceReach& slice_reach(int32_t rule, int32_t state, size_t slice) {
     auto& cached = rule_reach[size_t(rule)];
     if (cached.size() <= slice) cached.resize(slice + 1);
     SliceReach& out = cached[slice];
-    if (!out.reach.empty()) return out;
     const Rule& r = g.rules[size_t(rule)];
-    const TokenSlice& sl = idx->slices()[slice];
-    const auto& fl = flags(rule);
-    size_t nu = sl.states.size(), n = r.states.size() * nu;
-    out.reach.assign(r.states.size(), 0);
-    out.exact.assign(r.states.size(), 0);
-    if (n > (size_t(1) << 20)) return out;
-    std::vector<uint32_t> dist(n, kFar), queue;
-    std::vector<uint8_t> dirty(n, 0);
-    std::vector<std::pair<uint32_t, uint32_t>> edges, fwd;  // (to, from), (from, to)
-    for (size_t s = 0; s < r.states.size(); ++s) {
-      const int32_t* row = &r.trans[s * size_t(r.n_classes)];
-      for (size_t u = 0; u < nu; ++u) {
-        auto p = uint32_t(s * nu + u);
-        bool bad = false;
-        for (const SliceRange& rg : sl.states[u]) {
-          int prev = -1;
-          for (int b = rg.lo; b <= rg.hi; ++b) {
-            int c = r.byte_class[size_t(b)];
-            if (c == prev) continue;
-            prev = c;
-            int32_t t = row[c];
-            uint8_t f = t >= 0 ? fl[size_t(t)] : 0;
-            if (!(f & 1)) bad = true;
-            if (f & 2) dirty[p] = 1;
-            if (!(f & 1)) continue;
-            auto q = uint32_t(size_t(t) * nu + rg.next);
-            edges.push_back({q, p});
-            if (!(f & 2)) fwd.push_back({p, q});
-          }
-        }
-        if (bad) dist[p] = 0, queue.push_back(p);
-      }
+    if (out.reach.empty()) {
+      out.reach.assign(r.states.size(), kUnsetReach);
+      out.exact.assign(r.states.size(), 0);
     }
-    // lengths count characters: a byte read at a character boundary (u == 0) starts one
-    std::sort(edges.begin(), edges.end());
-    std::deque<uint32_t> dq;
-    for (uint32_t p : queue) (p % nu == 0 ? dq.push_back(p) : dq.push_front(p));
-    for (uint32_t p : queue) dist[p] = p % nu == 0 ? 1 : 0;
-    while (!dq.empty()) {
-      uint32_t q = dq.front();
-      dq.pop_front();
-      auto it = std::lower_bound(edges.begin(), edges.end(), std::make_pair(q, uint32_t(0)));
-      for (; it != edges.end() && it->first == q; ++it) {
-        uint32_t w = it->second % nu == 0 ? 1 : 0;
-        if (dist[q] + w < dist[it->second]) {
-          dist[it->second] = dist[q] + w;
-          (w ? dq.push_back(it->second) : dq.push_front(it->second));
-        }
-      }
-    }
-    // longest clean path (only alive, non-returning states; kFar on cycles or dirty pairs)
-    std::sort(fwd.begin(), fwd.end());
-    std::vector<uint32_t> start(n + 1, 0);
-    for (auto& e : fwd) ++start[e.first + 1];
-    for (size_t i = 0; i < n; ++i) start[i + 1] += start[i];
-    constexpr uint32_t kUnset = kFar - 1;
-    std::vector<uint32_t> longest(n, kUnset);
-    std::vector<uint8_t> on_stack(n, 0);
-    std::vector<std::pair<uint32_t, uint32_t>> stack;
-    for (size_t s = 0; s < r.states.size(); ++s) {
-      auto root = uint32_t(s * nu);
-      if (longest[root] != kUnset) continue;
-      stack.push_back({root, start[root]});
-      on_stack[root] = 1;
-      longest[root] = 0;
-      while (!stack.empty()) {
-        auto& [p, k] = stack.back();
-        if (dirty[p]) longest[p] = kFar;
-        if (k < start[p + 1] && longest[p] != kFar) {
-          uint32_t q = fwd[k++].second;
-          if (on_stack[q]) {
-            longest[p] = kFar;
-          } else if (longest[q] == kUnset) {
-            on_stack[q] = 1;
-            longest[q] = 0;
-            stack.push_back({q, start[q]});
-          } else {
-            longest[p] = longest[q] == kFar ? kFar : std::max(longest[p], longest[q] + (p % nu == 0 ? 1 : 0));
-          }
-          continue;
-        }
-        uint32_t done = p, v = longest[p];
-        on_stack[done] = 0;
-        stack.pop_back();
-        if (!stack.empty()) {
-          uint32_t& lp = longest[stack.back().first];
-          uint32_t w = stack.back().first % nu == 0 ? 1 : 0;
-          lp = (v == kFar || lp == kFar) ? kFar : std::max(lp, v + w);
-        }
-      }
-    }
-    for (size_t s = 0; s < r.states.size(); ++s) {
-      uint32_t d = dist[s * nu];
-      out.reach[s] = d == kFar ? kFar : d - 1;
-      out.exact[s] = d != kFar && longest[s * nu] == d - 1;
+    if (out.reach[size_t(state)] == kUnsetReach) {
+      auto [reach, exact] = reach_from(rule, state, slice);
+      out.reach[size_t(state)] = reach;
+      out.exact[size_t(state)] = exact;
     }
     return out;
   }
@@ -452,21 +505,32 @@ struct GrammarRuntime {
                    acc.size(), "/", fa.size(), " accepted, ", unc.size(), "/", fu.size(), " uncertain)");
   }
 
+  // EXL_GRAMMAR_VERIFY: the slice members among a node's uncertain tokens do pass the real stack.
+  void verify_repeat_slice(int32_t n, const std::vector<int32_t>& uncertain, const std::vector<uint32_t>& sb) {
+    std::vector<int32_t> members, ok;
+    for (int32_t t : uncertain)
+      if (sb[size_t(t) / 32] >> (t % 32) & 1) members.push_back(t);
+    check_uncertain(n, members, ok);
+    if (ok.size() != members.size())
+      grammar_fail("grammar: matcher: repeat slice at ", g.rules[size_t(nodes[size_t(n)].rule)].name, " accepts ",
+                   members.size() - ok.size(), " tokens the stack rejects");
+  }
+
   PositionMask compute_position(int32_t rule, int32_t state) {
     PositionMask pm;
     const TokenTrie* trie = &idx->trie();
     for (size_t i = 0; i < idx->slices().size(); ++i) {
       const TokenSlice& sl = idx->slices()[i];
-      const SliceReach& sr = slice_reach(rule, i);
+      const SliceReach& sr = slice_reach(rule, state, i);
       uint32_t reach = sr.reach[size_t(state)];
       if (reach == 0) continue;
-      auto len = uint32_t(std::min<size_t>(reach, sl.max_len));
-      bool complete = len == sl.max_len || sr.exact[size_t(state)];
-      if (!complete && pm.slice >= 0) continue;
+      auto len = uint32_t(std::min<size_t>(reach, sl.short_len));
+      bool far = len == sl.short_len, exact = !far && sr.exact[size_t(state)];
+      if (!far && !exact && pm.slice >= 0) continue;
       pm.slice = int32_t(i);
       pm.slice_len = len;
-      if (complete) {
-        trie = &sl.rest;
+      if (far || exact) {
+        trie = far ? &sl.rest_short : &sl.rest;
         break;
       }
     }
@@ -479,7 +543,9 @@ struct GrammarRuntime {
     } else {
       pm.accepted = std::move(acc);
     }
-    std::sort(unc.begin(), unc.end(), [&](int32_t a, int32_t b) { return idx->bytes(a) < idx->bytes(b); });
+    // the trie walk emits tokens in trie (DFS) order, which is already byte order
+    if (verify && !std::is_sorted(unc.begin(), unc.end(), [&](int32_t a, int32_t b) { return idx->bytes(a) < idx->bytes(b); }))
+      grammar_fail("grammar: matcher: uncertain tokens of ", g.rules[size_t(rule)].name, ":", state, " are not in byte order");
     pm.uncertain = std::move(unc);
     return pm;
   }
@@ -541,6 +607,56 @@ struct GrammarRuntime {
     return intern(k.rule, k.state, intern(p.rule, int32_t(rep), p.parent));
   }
 
+  // Whether rule b, called at its start, reads any one character of slice i's language and then
+  // accepts (passing through live states only): a repeat over such a body accepts every slice
+  // member while its count stays below the maximum.
+  bool char_like(int32_t b, size_t i) {
+    auto& v = rule_char_like[size_t(b)];
+    if (v.size() <= i) v.resize(i + 1, 2);
+    if (v[i] != 2) return v[i];
+    const Rule& r = g.rules[size_t(b)];
+    const TokenSlice& sl = idx->slices()[i];
+    const uint8_t* fl = flags(b).data();
+    bool ok = r.kind == Rule::Kind::automaton && !r.states.empty();
+    std::vector<std::pair<int32_t, uint8_t>> todo{{0, 0}}, seen = todo;
+    while (ok && !todo.empty()) {
+      auto [st, u] = todo.back();
+      todo.pop_back();
+      for (const SliceRange& rg : sl.states[u]) {
+        for (int x = rg.lo; x <= rg.hi && ok; ++x) {
+          int32_t t = r.step(st, uint8_t(x));
+          if (rg.next == 0) {
+            ok = t >= 0 && r.states[size_t(t)].accepting;
+          } else {
+            ok = t >= 0 && (fl[size_t(t)] & 1);
+            std::pair<int32_t, uint8_t> q{t, rg.next};
+            if (ok && std::find(seen.begin(), seen.end(), q) == seen.end()) {
+              if (seen.size() > 256) ok = false;
+              seen.push_back(q), todo.push_back(q);
+            }
+          }
+        }
+      }
+    }
+    v[i] = ok;
+    return ok;
+  }
+
+  // The slice whose members node n surely accepts (n at the start of a char-like repeat body whose
+  // count leaves room for the slice's longest member), or -1.
+  int32_t repeat_slice(int32_t n) {
+    NodeKey k = nodes[size_t(n)];
+    if (k.state != 0 || k.parent < 0) return -1;
+    NodeKey p = nodes[size_t(k.parent)];
+    const Rule& rr = g.rules[size_t(p.rule)];
+    if (rr.kind != Rule::Kind::repeat || rr.body != k.rule) return -1;
+    for (size_t i = 0; i < idx->slices().size(); ++i) {
+      uint64_t room = rr.max == kUnbounded ? UINT64_MAX : uint64_t(rr.max) - std::min<uint64_t>(uint32_t(p.state), rr.max);
+      if (room >= idx->slices()[i].max_len && char_like(k.rule, i)) return int32_t(i);
+    }
+    return -1;
+  }
+
   const std::vector<uint32_t>& mask(const MatchState& s) {
     std::string key(reinterpret_cast<const char*>(s.nodes.data()), s.nodes.size() * sizeof(int32_t));
     key += s.accept ? '1' : '0';
@@ -564,7 +680,21 @@ struct GrammarRuntime {
       auto [it, fresh] = node_uncertain.try_emplace(key);
       UncertainResult& ur = it->second;
       if (fresh) {
-        check_uncertain(key, pm.uncertain, ur.list);
+        int32_t rs = repeat_slice(key);
+        if (rs >= 0) {
+          const TokenSlice& sl = idx->slices()[size_t(rs)];
+          const auto& sb = sl.by_len[sl.max_len];
+          std::vector<int32_t> rest;
+          for (int32_t t : pm.uncertain)
+            if (!(sb[size_t(t) / 32] >> (t % 32) & 1)) rest.push_back(t);
+          check_uncertain(key, rest, ur.list);
+          if (verify) verify_repeat_slice(key, pm.uncertain, sb);
+          ur.bits = sb;
+          for (int32_t t : ur.list) ur.bits[size_t(t) / 32] |= 1u << (t % 32);
+          ur.list.clear();
+        } else {
+          check_uncertain(key, pm.uncertain, ur.list);
+        }
         if (ur.list.size() > idx->mask_words()) {
           ur.bits.assign(idx->mask_words(), 0);
           for (int32_t t : ur.list) ur.bits[size_t(t) / 32] |= 1u << (t % 32);

@@ -89,7 +89,11 @@ TokenSlice TokenIndex::build_slice(std::vector<std::vector<SliceRange>> states) 
     sl.by_len.push_back(cur);
   }
   sl.states = std::move(states);
+  sl.short_len = std::min(TokenSlice::kShortLen, sl.max_len);
+  std::vector<int32_t> rest_short = rest;
+  for (size_t k = sl.short_len + 1; k <= sl.max_len; ++k) rest_short.insert(rest_short.end(), exact[k].begin(), exact[k].end());
   sl.rest = build_trie(std::move(rest));
+  sl.rest_short = build_trie(std::move(rest_short));
   return sl;
 }
 

@@ -38,11 +38,17 @@ struct SliceRange {
   uint8_t lo, hi;
   uint8_t next;
 };
+// Positions deep inside long strings use the slice up to short_len characters and walk
+// rest_short (the other tokens plus the few longer members), so the search for how much of the
+// language a position surely accepts stays short.
 struct TokenSlice {
+  static constexpr size_t kShortLen = 16;
   std::vector<std::vector<SliceRange>> states;
   size_t max_len = 0;  // characters of the longest member (a character cut at the end counts)
+  size_t short_len = 0;  // min(kShortLen, max_len)
   std::vector<std::vector<uint32_t>> by_len;  // [k]: bitset of the members of at most k characters
   TokenTrie rest;                             // every other token with bytes
+  TokenTrie rest_short;                       // rest and the members longer than short_len
 };
 
 // The tokens an automaton position allows without looking below its own rule frame: `accepted`

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -149,7 +150,8 @@ int maskbench(std::span<const std::string> args) {
        {"--ignore-keyword", "KW", "lenient mode: ignore this schema keyword (repeatable)", false, true},
        {"--strict-keywords", "", "unknown keywords are compile errors"},
        {"--clock", "CLOCK", "wall (default) or cpu: time masks and compiles on this thread's CPU clock"},
-       {"--errors", "", "list compile errors and misclassified tests on stderr"}},
+       {"--errors", "", "list compile errors and misclassified tests on stderr"},
+       {"--per-file", "", "one line per file on stderr: compile ms, masks, mask p50/max/sum us"}},
       1};
   return run_command(spec, args, [](const ParsedArgs& a) { return run_maskbench(a, a.positionals); });
 }
@@ -159,6 +161,7 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
   opts.property_order = JsonSchemaOptions::PropertyOrder::any;
   opts.ignore_unknown_keywords = !a.has("--strict-keywords");
   bool show_errors = a.has("--errors");
+  bool per_file = a.has("--per-file");
   std::string clock = a.get_or("--clock", "wall");
   if (clock != "wall" && clock != "cpu") throw UsageError("--clock: expected 'wall' or 'cpu'");
   bool cpu_clock = clock == "cpu";
@@ -182,7 +185,8 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
       if (show_errors) std::cerr << name << ": " << e.what() << "\n";
     }
     compile_ms.push_back((now_us(cpu_clock) - t0) * 1e-3);
-  sc.compile_ms.push_back(compile_ms.back());
+    sc.compile_ms.push_back(compile_ms.back());
+    size_t first_mask = mask_us.size();
     bool all_right = g != nullptr;
     if (g) ++sc.compiled, ++total.compiled;
     else ++sc.compile_errors, ++total.compile_errors;
@@ -200,7 +204,7 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
         m.fill_mask(mask);
         mask_us.push_back(now_us(cpu_clock) - m0);
         sc.mask_us.push_back(mask_us.back());
-      if (show_errors && mask_us.back() > 1000) std::cerr << name << ": slow mask " << mask_us.back() << " us at token " << i << "\n";
+        if (show_errors && mask_us.back() > 1000) std::cerr << name << ": slow mask " << mask_us.back() << " us at token " << i << "\n";
         if (i == ids.size()) {
           ok = std::any_of(index->eos_ids().begin(), index->eos_ids().end(),
                            [&](int32_t e) { return mask[size_t(e) / 32] >> (e % 32) & 1; });
@@ -219,6 +223,14 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
       }
     }
     if (all_right) ++sc.passing, ++total.passing;
+    if (per_file) {
+      std::vector<double> fm(mask_us.begin() + std::ptrdiff_t(first_mask), mask_us.end());
+      double sum = 0;
+      for (double x : fm) sum += x;
+      double mx = fm.empty() ? 0.0 : *std::max_element(fm.begin(), fm.end());
+      std::fprintf(stderr, "%s compile_ms %.3f masks %zu p50_us %.1f max_us %.0f sum_us %.0f%s\n", name.c_str(),
+                   compile_ms.back(), fm.size(), percentile(fm, 0.5), mx, sum, g ? "" : " (error)");
+    }
   }
   nlohmann::ordered_json out = {{"files", files.size()}, {"compiled", total.compiled},
                                 {"compile_errors", total.compile_errors}, {"passing", total.passing},
@@ -253,7 +265,8 @@ int cli_bench_grammar(std::span<const std::string> args) {
        {"--splits", "LIST", "comma-separated split names (default the five above)"},
        {"--every", "N", "take every N-th file of each split (default 1: all)"},
        {"--clock", "CLOCK", "wall (default) or cpu: time masks and compiles on this thread's CPU clock"},
-       {"--errors", "", "list compile errors and misclassified tests on stderr"}}};
+       {"--errors", "", "list compile errors and misclassified tests on stderr"},
+       {"--per-file", "", "one line per file on stderr: compile ms, masks, mask p50/max/sum us"}}};
   return run_command(spec, args, [](const ParsedArgs& a) {
     std::filesystem::path dir = a.get_or("--data", "../shared/data/jsonschemabench/maskbench/data");
     std::string list = a.get_or("--splits", "Glaiveai2K,Github_trivial,Github_easy,Github_medium,Snowplow");
