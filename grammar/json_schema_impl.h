@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "grammar/json_schema.h"
@@ -72,8 +73,17 @@ class SchemaCompiler {
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag enum_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag repeat_frag(int32_t rule, int32_t body_rule, uint32_t min, uint32_t max);
-  bool provably_disjoint(const Json& a, const Json& b) const;
+  // json_schema_oneof.cpp
+  bool provably_disjoint(const Json& a, const Json& b, int depth);
+  bool objects_disjoint(const Json& a, const Json& b, int depth);
+  std::optional<Json> value_list(const Json& s, int depth) const;
+  std::optional<std::vector<Json>> negate(const Json& s, int depth);
+  std::vector<Json> exclusive_branches(const Json& base, const std::vector<Json>& branches, const std::string& ptr);
 };
+
+// Whether a format name is one JSON Schema defines (enforced, or refused when not implemented);
+// other names are annotations.
+bool format_asserted(const std::string& format);
 
 std::string pointer_append(const std::string& ptr, const std::string& token);
 

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <set>
 
 #include "grammar/code_set.h"
 #include "grammar/grammar_error.h"
@@ -61,6 +62,10 @@ const char* format_regex(const std::string& f) {
   return it == table.end() ? nullptr : it->second.c_str();
 }
 
+// Formats defined by JSON Schema 2020-12 that are not enforced: a schema using one is refused.
+// Any other format name is unknown to the spec and, as the spec says, only an annotation.
+const std::set<std::string> kSpecFormats = {"regex"};
+
 Rule regex_dfa(const std::string& pattern, bool search) {
   GrammarBuilder tb;
   int32_t r = tb.add_rule("pattern");
@@ -99,6 +104,8 @@ bool json_integral(const Json& v) {
 }
 
 }  // namespace
+
+bool format_asserted(const std::string& f) { return format_regex(f) != nullptr || kSpecFormats.count(f) > 0; }
 
 Frag SchemaCompiler::ws(int32_t rule) {
   FragBuilder fb = gb_.frags(rule);
@@ -384,9 +391,10 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
   }
   if (n.contains("format") && !ignored("format")) {
     if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
-    const char* re = format_regex(n["format"].get<std::string>());
-    if (!re) fail(pointer_append(ptr, "format"), "unsupported format '" + n["format"].get<std::string>() + "'");
-    parts.push_back(regex_dfa(re, false));
+    const std::string& f = n["format"].get<std::string>();
+    const char* re = format_regex(f);
+    if (!re && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
+    if (re) parts.push_back(regex_dfa(re, false));
   }
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
@@ -447,7 +455,8 @@ Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
 }
 
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
-  bool has_re = n.contains("pattern") || (n.contains("format") && !ignored("format"));
+  bool has_re = n.contains("pattern") ||
+                (n.contains("format") && !ignored("format") && (!n["format"].is_string() || format_asserted(n["format"].get<std::string>())));
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;
   if (min > max) return gb_.frags(rule).alt({});

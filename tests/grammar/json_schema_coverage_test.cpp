@@ -1,0 +1,87 @@
+// Keywords beyond the basic set: oneOf made exclusive, unknown formats, schema dependencies,
+// non-integer number bounds. Every check is an instance the JSON Schema spec accepts or rejects.
+#include <gtest/gtest.h>
+
+#include "grammar/grammar_error.h"
+#include "grammar_test_util.h"
+
+namespace exl {
+namespace {
+
+using test::any_order;
+using test::schema_accepts;
+
+bool compiles(const std::string& schema) {
+  try {
+    compile_json_schema_text(schema, any_order());
+    return true;
+  } catch (const GrammarError&) {
+    return false;
+  }
+}
+
+bool ok(const std::string& schema, const std::string& text) { return schema_accepts(schema, text, any_order()); }
+
+TEST(GrammarJsonSchemaCoverage, UnknownFormatsAreAnnotations) {
+  EXPECT_TRUE(ok(R"({"type":"string","format":"non-blank"})", R"("")"));
+  EXPECT_TRUE(ok(R"({"type":"string","format":"binary","maxLength":2})", R"("ab")"));
+  EXPECT_FALSE(ok(R"({"type":"string","format":"binary","maxLength":2})", R"("abc")"));
+  EXPECT_FALSE(ok(R"({"type":"string","format":"url"})", "3"));
+  EXPECT_TRUE(ok(R"({"enum":["a","b"],"format":"strict-uri"})", R"("b")"));
+  EXPECT_FALSE(ok(R"({"type":"string","format":"date"})", R"("2024-13-01")"));
+  EXPECT_FALSE(compiles(R"({"type":"string","format":"regex"})"));
+}
+
+TEST(GrammarJsonSchemaCoverage, OneOfRequiredSetsAreExclusive) {
+  const std::string s = R"({"type":"object","properties":{"r":{"type":"number"},"l":{"type":"number"},"w":{"type":"number"}},
+    "oneOf":[{"required":["r"]},{"required":["l","w"]}]})";
+  EXPECT_TRUE(ok(s, R"({"r":1})"));
+  EXPECT_TRUE(ok(s, R"({"l":1,"w":2})"));
+  EXPECT_TRUE(ok(s, R"({"r":1,"l":2})"));
+  EXPECT_FALSE(ok(s, R"({"r":1,"l":2,"w":3})"));
+  EXPECT_FALSE(ok(s, R"({"w":3,"l":2,"r":1})"));
+  EXPECT_FALSE(ok(s, R"({"l":2})"));
+  EXPECT_FALSE(ok(s, "{}"));
+}
+
+TEST(GrammarJsonSchemaCoverage, OneOfBranchPropertiesAreNegated) {
+  // branch 0 matches {"a":true,"b":"x"}; branch 1 needs b to be a number
+  const std::string s = R"({"oneOf":[{"type":"object","properties":{"a":{"type":"boolean"}},"required":["a"]},
+    {"type":"object","properties":{"b":{"type":"number"}},"required":["b"]}]})";
+  EXPECT_TRUE(ok(s, R"({"a":true,"b":"x"})"));
+  EXPECT_TRUE(ok(s, R"({"a":"x","b":1})"));
+  EXPECT_TRUE(ok(s, R"({"a":false})"));
+  EXPECT_FALSE(ok(s, R"({"a":true,"b":2})"));
+  EXPECT_FALSE(ok(s, R"({"a":"x","b":"y"})"));
+  EXPECT_FALSE(ok(s, "1"));
+  // identical branches: nothing matches exactly one
+  EXPECT_FALSE(ok(R"({"oneOf":[{"type":"string"},{"type":"string","x-format":"uri"}]})", R"("a")"));
+  // strings by length
+  const std::string len = R"({"type":"string","oneOf":[{"minLength":2},{"maxLength":3}]})";
+  EXPECT_TRUE(ok(len, R"("a")"));
+  EXPECT_FALSE(ok(len, R"("ab")"));
+  EXPECT_FALSE(ok(len, R"("abc")"));
+  EXPECT_TRUE(ok(len, R"("abcd")"));
+}
+
+TEST(GrammarJsonSchemaCoverage, OneOfDisjointByValuesOrObjects) {
+  EXPECT_TRUE(ok(R"({"oneOf":[{"type":"null"},{"enum":["GET","POST"]}]})", "null"));
+  EXPECT_TRUE(ok(R"({"oneOf":[{"type":"null"},{"enum":["GET","POST"]}]})", R"("GET")"));
+  EXPECT_FALSE(compiles(R"({"oneOf":[{"type":"string"},{"enum":["GET",1]}]})"));
+  // discriminated objects without a type: non-objects match both branches, so they are refused
+  const std::string d = R"({"oneOf":[{"properties":{"k":{"const":"a"}},"required":["k"]},
+    {"properties":{"k":{"const":"b"},"n":{"type":"integer"}},"required":["k"]}]})";
+  EXPECT_TRUE(ok(d, R"({"k":"a","n":"x"})"));
+  EXPECT_TRUE(ok(d, R"({"k":"b","n":1})"));
+  EXPECT_FALSE(ok(d, R"({"k":"c"})"));
+  EXPECT_FALSE(ok(d, R"("text")"));
+  EXPECT_FALSE(ok(d, "3"));
+  // a base property merged with a branch const still discriminates
+  const std::string m = R"({"type":"object","properties":{"k":{"type":"string"}},"required":["k"],
+    "oneOf":[{"properties":{"k":{"const":"a"}}},{"properties":{"k":{"const":"b"}}}]})";
+  EXPECT_TRUE(ok(m, R"({"k":"b"})"));
+  EXPECT_FALSE(ok(m, R"({"k":"c"})"));
+}
+
+}  // namespace
+}  // namespace exl
