@@ -20,7 +20,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies"};
+    "dependentRequired", "dependencies", "dependentSchemas"};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -29,7 +29,7 @@ std::string show(const std::string& ptr) { return "#" + ptr; }
 
 // Validation keywords of some JSON Schema draft that this compiler does not implement.
 const std::set<std::string> kValidationKeywords = {
-    "dependentSchemas", "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
     "$recursiveAnchor", "disallow", "extends", "divisibleBy"};
 
 Json type_array(const Json& t, const std::string& ptr) {
@@ -179,12 +179,28 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     std::string dp = pointer_append(ptr, "dependencies");
     if (!n["dependencies"].is_object()) fail(dp, "must be an object");
     Json req = n.contains("dependentRequired") ? n["dependentRequired"] : Json::object();
-    for (auto it = n["dependencies"].begin(); it != n["dependencies"].end(); ++it) {
-      if (!it.value().is_array()) fail(pointer_append(dp, it.key()), "schema dependencies are not supported");
-      req[it.key()] = it.value();
-    }
+    Json schemas = Json::object();
+    for (auto it = n["dependencies"].begin(); it != n["dependencies"].end(); ++it)
+      (it.value().is_array() ? req : schemas)[it.key()] = it.value();
     n.erase("dependencies");
-    n["dependentRequired"] = req;
+    if (!req.empty()) n["dependentRequired"] = req;
+    if (!schemas.empty()) {
+      Json dep = n.contains("dependentSchemas") ? n["dependentSchemas"] : Json::object();
+      for (auto it = schemas.begin(); it != schemas.end(); ++it) dep[it.key()] = it.value();
+      n["dependentSchemas"] = dep;
+    }
+  }
+  if (n.contains("dependentSchemas")) {
+    // key absent, or key present and the object satisfies the schema
+    if (!n["dependentSchemas"].is_object()) fail(pointer_append(ptr, "dependentSchemas"), "must be an object");
+    Json all = n.contains("allOf") ? n["allOf"] : Json::array();
+    for (auto it = n["dependentSchemas"].begin(); it != n["dependentSchemas"].end(); ++it) {
+      Json absent = {{"properties", {{it.key(), false}}}};
+      Json present = {{"required", {it.key()}}, {"allOf", Json::array({it.value()})}};
+      all.push_back(Json{{"anyOf", Json::array({absent, present})}});
+    }
+    n.erase("dependentSchemas");
+    n["allOf"] = all;
   }
   if (n.contains("enum") && !n["enum"].is_array()) fail(pointer_append(ptr, "enum"), "must be an array");
   if (n.contains("nullable")) {

@@ -9,8 +9,7 @@
 // semantics, combined with lengths and formats by automaton intersection), format (date-time,
 // date, time, email, uuid, uri, ipv4, ipv6, hostname, ... — the 2020-12 list but 'regex', which is
 // refused; a format name the spec does not define is an annotation, as 2020-12 says), minimum/maximum/exclusiveMinimum/
-// exclusiveMaximum (integers: exact; numbers: exact for integer-valued bounds, written without an
-// exponent — non-integer bounds on numbers are an error), anyOf, oneOf (only when the branches are
+// exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (only when the branches are
 // provably disjoint: distinct types or distinct const/enum values of a required property),
 // allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
 // any JSON pointer) including recursion, nullable (OpenAPI), minProperties/maxProperties when

@@ -29,6 +29,9 @@ class SchemaCompiler {
   // json_schema_leaf.cpp
   Frag integer_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag number_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag integral_number_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag decimal_bound(int32_t rule, const Json& bound, bool lower, bool strict, const std::string& ptr);
+  Frag fraction_cmp(int32_t rule, const std::string& f, bool greater, bool strict);
   Frag string_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag int_range(int32_t rule, IntBound lo, IntBound hi);
   // A byte-only DFA for string contents (between the quotes) satisfying the string keywords.

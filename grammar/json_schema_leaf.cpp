@@ -103,6 +103,37 @@ bool json_integral(const Json& v) {
   return v.is_number_integer() || v.is_number_unsigned() || v.get<double>() == std::floor(v.get<double>());
 }
 
+
+// A finite JSON number as exact decimal digits: sign, integer digits (no leading zeros), fraction
+// digits (no trailing zeros), from its shortest round-trip text.
+struct Decimal {
+  bool neg = false;
+  std::string ip, fp;
+};
+
+Decimal decimal_of(const Json& v, const std::string& ptr) {
+  std::string t = v.dump();
+  Decimal d;
+  size_t i = 0;
+  if (t[i] == '-') d.neg = true, ++i;
+  std::string mant;
+  long point = -1;
+  for (; i < t.size() && (isdigit(uint8_t(t[i])) || t[i] == '.'); ++i) {
+    if (t[i] == '.') point = long(mant.size());
+    else mant += t[i];
+  }
+  if (point < 0) point = long(mant.size());
+  long e = i < t.size() ? std::stol(t.substr(i + 1)) : 0;
+  if (e > 36 || e < -36) fail(ptr, "bound " + t + " out of the supported range");
+  point += e;
+  while (point <= 0) mant.insert(mant.begin(), '0'), ++point;
+  while (long(mant.size()) < point) mant += '0';
+  d.ip = mant.substr(0, size_t(point));
+  d.fp = mant.substr(size_t(point));
+  while (d.ip.size() > 1 && d.ip[0] == '0') d.ip.erase(d.ip.begin());
+  while (!d.fp.empty() && d.fp.back() == '0') d.fp.pop_back();
+  return d;
+}
 }  // namespace
 
 bool format_asserted(const std::string& f) { return format_regex(f) != nullptr || kSpecFormats.count(f) > 0; }
@@ -249,8 +280,82 @@ Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string
   return int_range(rule, lo, hi);
 }
 
-// Numbers: exact for integer-valued bounds; such numbers are written without an exponent.
+// Fraction digit strings (non-empty) that compare, padded with zeros, >= F (> F if strict) when
+// `greater`, else <= F (< F if strict). F is non-empty and ends in a non-zero digit.
+Frag SchemaCompiler::fraction_cmp(int32_t rule, const std::string& f, bool greater, bool strict) {
+  auto fb = [&] { return gb_.frags(rule); };
+  auto any = [&] { return fb().star(fb().bytes('0', '9')); };
+  Frag tail;
+  if (greater) tail = strict ? fb().seq({any(), fb().bytes('1', '9'), any()}) : any();
+  else tail = strict ? fb().alt({}) : fb().star(fb().bytes('0', '0'));
+  for (size_t k = f.size(); k-- > 0;) {
+    uint8_t c = uint8_t(f[k]);
+    std::vector<Frag> alts{fb().seq({fb().bytes(c, c), tail})};
+    if (greater && c < '9') alts.push_back(fb().seq({fb().bytes(c + 1, '9'), any()}));
+    if (!greater && c > '0') alts.push_back(fb().seq({fb().bytes('0', c - 1), any()}));
+    if (!greater && k > 0) alts.push_back(fb().empty());  // shorter: below F
+    tail = fb().alt(alts);
+  }
+  return tail;
+}
+
+// Numbers without exponent that are >= D (lower) or <= D (upper), strictly if `strict`; D is a
+// non-integer decimal.
+Frag SchemaCompiler::decimal_bound(int32_t rule, const Json& bound, bool lower, bool strict, const std::string& ptr) {
+  Decimal d = decimal_of(bound, ptr);
+  auto fb = [&] { return gb_.frags(rule); };
+  auto frac = [&] { return fb().opt(fb().seq({fb().literal("."), fb().plus(fb().bytes('0', '9'))})); };
+  auto any_mag = [&] { return fb().seq({int_range(rule, Int(0), std::nullopt), frac()}); };
+  Int ip = 0;
+  for (char c : d.ip) ip = ip * 10 + (c - '0');
+  // magnitudes >= D (above) or <= D (below)
+  auto mag = [&](bool above) {
+    if (above)
+      return fb().alt({fb().seq({int_range(rule, ip + 1, std::nullopt), frac()}),
+                       fb().seq({fb().literal(d.ip + "."), fraction_cmp(rule, d.fp, true, strict)})});
+    std::vector<Frag> alts;
+    if (ip > 0) alts.push_back(fb().seq({int_range(rule, Int(0), ip - 1), frac()}));
+    alts.push_back(fb().seq({fb().literal(d.ip), fb().opt(fb().seq({fb().literal("."), fraction_cmp(rule, d.fp, false, strict)}))}));
+    return fb().alt(alts);
+  };
+  // x >= D: D >= 0: M >= D, no sign; D < 0: any x >= 0, or -M with M <= |D|. x <= D mirrors it.
+  if (lower == !d.neg) return d.neg ? fb().seq({fb().literal("-"), mag(true)}) : mag(true);
+  if (lower) return fb().alt({any_mag(), fb().seq({fb().literal("-"), mag(false)})});
+  return fb().alt({fb().seq({fb().literal("-"), any_mag()}), mag(false)});
+}
+
+// Numbers: exact for any finite bounds; such numbers are written without an exponent.
 Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  struct Cut {
+    const char* kw;
+    bool lower, strict;
+  };
+  std::vector<Cut> cuts;
+  bool ex_min = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
+  bool ex_max = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
+  for (Cut c : {Cut{"minimum", true, ex_min}, Cut{"maximum", false, ex_max}, Cut{"exclusiveMinimum", true, true},
+                Cut{"exclusiveMaximum", false, true}})
+    if (n.contains(c.kw) && n[c.kw].is_number() && !json_integral(n[c.kw])) cuts.push_back(c);
+  if (!cuts.empty()) {
+    Json relaxed = n;
+    for (const Cut& c : cuts) relaxed.erase(c.kw);
+    int32_t r = gb_.add_rule(fresh(ptr + "/bounds"));
+    gb_.frags(r).set_root(number_frag(r, relaxed, ptr));
+    Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
+    for (const Cut& c : cuts) {
+      int32_t b = gb_.add_rule(fresh(ptr + "/" + c.kw));
+      gb_.frags(b).set_root(decimal_bound(b, n[c.kw], c.lower, c.strict, pointer_append(ptr, c.kw)));
+      d = intersect_bytes(d, determinize_bytes(gb_.nfa(b), "number", 200000), false, 200000);
+      gb_.set_from_dfa(b, d);
+    }
+    gb_.set_from_dfa(r, d);
+    return gb_.frags(rule).dfa(d);
+  }
+  return integral_number_frag(rule, n, ptr);
+}
+
+// Numbers with integer-valued bounds (or none).
+Frag SchemaCompiler::integral_number_frag(int32_t rule, const Json& n, const std::string& ptr) {
   bool ex_min_b = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
   bool ex_max_b = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
   enum Kind { none, incl, excl };

@@ -83,5 +83,37 @@ TEST(GrammarJsonSchemaCoverage, OneOfDisjointByValuesOrObjects) {
   EXPECT_FALSE(ok(m, R"({"k":"c"})"));
 }
 
+TEST(GrammarJsonSchemaCoverage, NonIntegerNumberBoundsAreExact) {
+  const std::string s = R"({"type":"number","minimum":0.5,"exclusiveMaximum":2.25})";
+  for (const char* v : {"0.5", "0.50", "0.51", "0.6", "1", "1.0", "2", "2.2", "2.24999", "0.5000001"}) EXPECT_TRUE(ok(s, v)) << v;
+  for (const char* v : {"0.49", "0.4999", "0", "-1", "2.25", "2.250", "2.26", "3", "0.05", "-0.5"}) EXPECT_FALSE(ok(s, v)) << v;
+  const std::string neg = R"({"type":"number","exclusiveMinimum":-1.5,"maximum":-0.25})";
+  for (const char* v : {"-1.49", "-1", "-0.25", "-0.250", "-0.3"}) EXPECT_TRUE(ok(neg, v)) << v;
+  for (const char* v : {"-1.5", "-1.50", "-2", "-0.24", "0", "-0.2", "1"}) EXPECT_FALSE(ok(neg, v)) << v;
+  const std::string tiny = R"({"type":"number","minimum":1e-3,"maximum":100})";
+  for (const char* v : {"0.001", "0.01", "100", "99.9"}) EXPECT_TRUE(ok(tiny, v)) << v;
+  for (const char* v : {"0.0009", "0", "100.1", "-0.001"}) EXPECT_FALSE(ok(tiny, v)) << v;
+  // draft-04 boolean exclusiveMaximum applies to a non-integer maximum
+  EXPECT_FALSE(ok(R"({"type":"number","maximum":1.5,"exclusiveMaximum":true})", "1.5"));
+  EXPECT_TRUE(ok(R"({"type":"number","maximum":1.5,"exclusiveMaximum":true})", "1.49"));
+  // integers under non-integer bounds
+  EXPECT_TRUE(ok(R"({"type":"integer","minimum":0.5})", "1"));
+  EXPECT_FALSE(ok(R"({"type":"integer","minimum":0.5})", "0"));
+}
+
+TEST(GrammarJsonSchemaCoverage, SchemaDependencies) {
+  const std::string s = R"({"type":"object","properties":{"shape":{"type":"string"},"r":{"type":"number"}},
+    "dependencies":{"shape":{"required":["r"]},"r":["shape"]}})";
+  EXPECT_TRUE(ok(s, "{}"));
+  EXPECT_TRUE(ok(s, R"({"shape":"c","r":1})"));
+  EXPECT_FALSE(ok(s, R"({"shape":"c"})"));
+  EXPECT_FALSE(ok(s, R"({"r":1})"));
+  const std::string d = R"({"dependentSchemas":{"a":{"properties":{"b":{"type":"integer"}}}}})";
+  EXPECT_TRUE(ok(d, R"({"b":"x"})"));
+  EXPECT_TRUE(ok(d, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(ok(d, R"({"a":1,"b":"x"})"));
+  EXPECT_TRUE(ok(d, "[1]"));
+}
+
 }  // namespace
 }  // namespace exl

@@ -56,7 +56,8 @@ TEST(GrammarJsonSchema, NumberBounds) {
   for (const char* t : {"-2", "-2.0", "-1.99", "-2.5", "0", "0.5", "3", "3.0", "3.0001", "2.999", "-0.5", "4", "-3"}) {
     EXPECT_EQ(schema_accepts(s, t), ok(std::stod(t))) << t;
   }
-  EXPECT_NE(compile_error(R"({"type":"number","minimum":0.5})").find("#/minimum: non-integer bounds"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type":"number","minimum":1e300})").find("#/minimum: bound out of the supported range"),
+            std::string::npos);
 }
 
 TEST(GrammarJsonSchema, MultipleOf) {
