@@ -20,7 +20,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas"};
+    "dependentRequired", "dependencies", "dependentSchemas", kNotEnum};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -225,7 +225,13 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
         fail(pointer_append(ptr, "not"), "'not' excluding integers from numbers is not supported");
       n["type"] = keep;
     } else if (x != false) {
-      fail(pointer_append(ptr, "not"), "unsupported keyword 'not' (only type exclusions are supported)");
+      auto neg = negate(x, 0);
+      if (!neg)
+        fail(pointer_append(ptr, "not"),
+             "unsupported keyword 'not' (only type exclusions, required keys, property types and string lengths)");
+      if (neg->empty()) return Json(false);
+      Json any = Json{{"anyOf", *neg}};
+      n = merge(n, any, ptr, depth);
     }
   }
   if (n.contains("$ref")) {
@@ -320,6 +326,8 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
+    } else if (k == kNotEnum) {
+      for (const Json& x : v) o.push_back(x);
     } else if (k == "uniqueItems") {
       o = o == true || v == true;
     } else if (o != v) {

@@ -84,6 +84,9 @@ class SchemaCompiler {
   std::vector<Json> exclusive_branches(const Json& base, const std::vector<Json>& branches, const std::string& ptr);
 };
 
+// Internal keyword (never in user schemas' meaning): a list of strings the value must not equal.
+inline constexpr char kNotEnum[] = "$exl_notEnum";
+
 // Whether a format name is one JSON Schema defines (enforced, or refused when not implemented);
 // other names are annotations.
 bool format_asserted(const std::string& format);

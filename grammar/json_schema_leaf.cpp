@@ -501,6 +501,11 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
     if (!re && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
     if (re) parts.push_back(regex_dfa(re, false));
   }
+  if (n.contains(kNotEnum)) {
+    std::vector<std::string> lits;
+    for (const Json& v : n[kNotEnum]) lits.push_back(v.dump().substr(1, v.dump().size() - 2));
+    parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), literal_set_dfa(lits), true, kMaxDfaStates));
+  }
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
   if (min > 0 || max != kUnbounded || parts.empty()) {
@@ -508,7 +513,8 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
     parts.push_back(length_dfa(min, max));
   }
-  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && min == 0 && max == kUnbounded;
+  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && !n.contains(kNotEnum) && min == 0 &&
+            max == kUnbounded;
   Rule r = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
   return r;
@@ -560,7 +566,7 @@ Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
 }
 
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
-  bool has_re = n.contains("pattern") ||
+  bool has_re = n.contains("pattern") || n.contains(kNotEnum) ||
                 (n.contains("format") && !ignored("format") && (!n["format"].is_string() || format_asserted(n["format"].get<std::string>())));
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;

@@ -121,7 +121,7 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
 std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
   if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
   if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
-  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength"};
+  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum"};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
@@ -144,6 +144,25 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
         for (const Json& alt : *np)
           out.push_back(Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}});
       }
+    }
+  }
+  if (s.contains("enum")) {
+    // values outside the list: whole types it does not mention, other booleans, other strings
+    Json strings = Json::array();
+    std::set<std::string> seen;
+    for (const Json& v : s["enum"]) {
+      std::string t = value_type(v);
+      if (t == "object" || t == "array" || t == "integer" || t == "number") return std::nullopt;
+      seen.insert(t);
+      if (v.is_string()) strings.push_back(v);
+    }
+    for (const std::string& t : kAllTypes) {
+      if (t == "integer" || !types.count(t)) continue;
+      if (!seen.count(t)) out.push_back(Json{{"type", {t}}});
+      else if (t == "string") out.push_back(Json{{"type", {"string"}}, {kNotEnum, strings}});
+      else if (t == "boolean")
+        for (bool b : {false, true})
+          if (!in_array(s["enum"], Json(b))) out.push_back(Json{{"enum", {b}}});
     }
   }
   if (types.count("string")) {

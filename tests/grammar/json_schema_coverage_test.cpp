@@ -115,5 +115,34 @@ TEST(GrammarJsonSchemaCoverage, SchemaDependencies) {
   EXPECT_TRUE(ok(d, "[1]"));
 }
 
+TEST(GrammarJsonSchemaCoverage, NotOfRequiredEnumAndProperties) {
+  const std::string r = R"({"type":"object","not":{"required":["a","b"]}})";
+  EXPECT_TRUE(ok(r, R"({"a":1})"));
+  EXPECT_TRUE(ok(r, "{}"));
+  EXPECT_FALSE(ok(r, R"({"b":1,"a":2})"));
+  const std::string e = R"({"type":"string","not":{"enum":["test","src"]}})";
+  EXPECT_TRUE(ok(e, R"("tes")"));
+  EXPECT_TRUE(ok(e, R"("tests")"));
+  EXPECT_FALSE(ok(e, R"("test")"));
+  EXPECT_FALSE(ok(e, R"("src")"));
+  const std::string mixed = R"({"not":{"enum":["a",null,true]}})";
+  EXPECT_TRUE(ok(mixed, "false"));
+  EXPECT_TRUE(ok(mixed, "1.5"));
+  EXPECT_TRUE(ok(mixed, R"("b")"));
+  EXPECT_TRUE(ok(mixed, "[]"));
+  EXPECT_FALSE(ok(mixed, "true"));
+  EXPECT_FALSE(ok(mixed, "null"));
+  EXPECT_FALSE(ok(mixed, R"("a")"));
+  EXPECT_TRUE(ok(R"({"enum":["x","y"],"not":{"enum":["y"]}})", R"("x")"));
+  EXPECT_FALSE(ok(R"({"enum":["x","y"],"not":{"enum":["y"]}})", R"("y")"));
+  const std::string p = R"({"not":{"properties":{"k":{"type":"string","maxLength":2}}}})";
+  EXPECT_TRUE(ok(p, R"({"k":"abc"})"));
+  EXPECT_TRUE(ok(p, R"({"k":1})"));
+  EXPECT_FALSE(ok(p, R"({"k":"ab"})"));
+  EXPECT_FALSE(ok(p, "{}"));
+  EXPECT_FALSE(ok(p, "2"));
+  EXPECT_FALSE(compiles(R"({"not":{"enum":[1]}})"));
+}
+
 }  // namespace
 }  // namespace exl

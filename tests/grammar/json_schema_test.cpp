@@ -184,7 +184,8 @@ TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
   EXPECT_EQ(compile_error(R"({"properties":{"a":{"if":{}}}})"),
             "grammar: json_schema: #/properties/a: unsupported keyword 'if'");
   EXPECT_EQ(compile_error(R"({"properties":{"a":{"not":{"minimum":1}}}})"),
-            "grammar: json_schema: #/properties/a/not: unsupported keyword 'not' (only type exclusions are supported)");
+            "grammar: json_schema: #/properties/a/not: unsupported keyword 'not' (only type exclusions, required keys, "
+            "property types and string lengths)");
   EXPECT_TRUE(schema_accepts(R"({"not":{"type":["string","object"]}})", "[1]"));
   EXPECT_FALSE(schema_accepts(R"({"not":{"type":["string","object"]}})", "{}"));
   EXPECT_EQ(compile_error(R"({"items":{"foo":1}})"), "grammar: json_schema: #/items: unsupported keyword 'foo'");
