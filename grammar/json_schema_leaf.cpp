@@ -16,8 +16,11 @@ constexpr char kNumberRegex[] = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?
 const char* format_regex(const std::string& f) {
   static const std::string date =
       "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|[12][0-9]))";
+  // A leap second (:60) is valid only at 23:59 UTC; accepted here only with a zero offset (sound,
+  // but rejects e.g. 15:59:60-08:00).
   static const std::string time =
-      "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+      "(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+      "|23:59:60(?:\\.[0-9]+)?(?:[Zz]|[+-]00:00))";
   static const std::string date_time = date + "[Tt]" + time;
   static const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static const std::string hostname = label + "(?:\\." + label + ")*";
@@ -277,7 +280,9 @@ Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string
     hi = hi ? std::min(*hi, x) : x;
   }
   if (lo && hi && *lo > *hi) return gb_.frags(rule).alt({});
-  return int_range(rule, lo, hi);
+  // 1.0 is an integer (JSON Schema counts values, not spellings)
+  Frag zeros = gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '0'))}));
+  return gb_.frags(rule).seq({int_range(rule, lo, hi), zeros});
 }
 
 // Fraction digit strings (non-empty) that compare, padded with zeros, >= F (> F if strict) when

@@ -144,5 +144,29 @@ TEST(GrammarJsonSchemaCoverage, NotOfRequiredEnumAndProperties) {
   EXPECT_FALSE(compiles(R"({"not":{"enum":[1]}})"));
 }
 
+TEST(GrammarJsonSchemaCoverage, LeapSecondsOnlyAt2359Utc) {
+  const std::string t = R"({"type":"string","format":"time"})";
+  EXPECT_TRUE(ok(t, R"("23:59:60Z")"));
+  EXPECT_TRUE(ok(t, R"("23:59:60.5+00:00")"));
+  EXPECT_TRUE(ok(t, R"("12:34:59-08:00")"));
+  for (const char* bad : {R"("22:59:60Z")", R"("23:58:60Z")", R"("23:59:60+01:00")", R"("23:59:60-00:30")", R"("00:60:00Z")",
+                          R"("01:02:03+00:60")"})
+    EXPECT_FALSE(ok(t, bad)) << bad;
+  EXPECT_TRUE(ok(R"({"type":"string","format":"date-time"})", R"("2016-12-31T23:59:60Z")"));
+  EXPECT_FALSE(ok(R"({"type":"string","format":"date-time"})", R"("2016-12-31T12:00:60Z")"));
+}
+
+TEST(GrammarJsonSchemaCoverage, IntegersMayHaveZeroFractions) {
+  const std::string s = R"({"type":"integer","minimum":1,"maximum":3})";
+  EXPECT_TRUE(ok(s, "1.0"));
+  EXPECT_TRUE(ok(s, "3.00"));
+  EXPECT_FALSE(ok(s, "1.5"));
+  EXPECT_FALSE(ok(s, "0.0"));
+  EXPECT_FALSE(ok(s, "4.0"));
+  EXPECT_FALSE(ok(s, "2."));
+  EXPECT_TRUE(ok(R"({"type":"integer","multipleOf":2})", "4.0"));
+  EXPECT_FALSE(ok(R"({"type":"integer","multipleOf":2})", "3.0"));
+}
+
 }  // namespace
 }  // namespace exl
