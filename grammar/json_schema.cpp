@@ -73,6 +73,12 @@ bool SchemaCompiler::ignored(const std::string& kw) const {
   return std::find(opts_.ignore_keywords.begin(), opts_.ignore_keywords.end(), kw) != opts_.ignore_keywords.end();
 }
 
+bool SchemaCompiler::old_draft() const {
+  if (!root_.is_object() || !root_.contains("$schema") || !root_["$schema"].is_string()) return false;
+  const std::string& v = root_["$schema"].get_ref<const std::string&>();
+  return v.find("draft-04") != std::string::npos || v.find("draft-03") != std::string::npos;
+}
+
 bool SchemaCompiler::is_annotation(const std::string& k) const {
   if (kAnnotations.count(k) || k.rfind("x-", 0) == 0) return true;
   return opts_.ignore_unknown_keywords && !kSupported.count(k) && !kValidationKeywords.count(k);

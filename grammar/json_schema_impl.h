@@ -51,6 +51,8 @@ class SchemaCompiler {
 
   GrammarBuilder gb_;
   bool ignored(const std::string& kw) const;
+  // The root's $schema names draft-04 or earlier.
+  bool old_draft() const;
   bool is_annotation(const std::string& kw) const;
 
  private:

@@ -166,6 +166,9 @@ TEST(GrammarJsonSchemaCoverage, IntegersMayHaveZeroFractions) {
   EXPECT_FALSE(ok(s, "2."));
   EXPECT_TRUE(ok(R"({"type":"integer","multipleOf":2})", "4.0"));
   EXPECT_FALSE(ok(R"({"type":"integer","multipleOf":2})", "3.0"));
+  // draft-04: an integer has no fraction part
+  EXPECT_FALSE(ok(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})", "1.0"));
+  EXPECT_TRUE(ok(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})", "1"));
 }
 
 }  // namespace
