@@ -20,7 +20,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies"};
+    "dependentRequired", "dependencies", "dependentSchemas", kNotEnum};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -29,7 +29,7 @@ std::string show(const std::string& ptr) { return "#" + ptr; }
 
 // Validation keywords of some JSON Schema draft that this compiler does not implement.
 const std::set<std::string> kValidationKeywords = {
-    "dependentSchemas", "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
     "$recursiveAnchor", "disallow", "extends", "divisibleBy"};
 
 Json type_array(const Json& t, const std::string& ptr) {
@@ -71,6 +71,12 @@ std::string pointer_append(const std::string& ptr, const std::string& token) {
 
 bool SchemaCompiler::ignored(const std::string& kw) const {
   return std::find(opts_.ignore_keywords.begin(), opts_.ignore_keywords.end(), kw) != opts_.ignore_keywords.end();
+}
+
+bool SchemaCompiler::old_draft() const {
+  if (!root_.is_object() || !root_.contains("$schema") || !root_["$schema"].is_string()) return false;
+  const std::string& v = root_["$schema"].get_ref<const std::string&>();
+  return v.find("draft-04") != std::string::npos || v.find("draft-03") != std::string::npos;
 }
 
 bool SchemaCompiler::is_annotation(const std::string& k) const {
@@ -155,6 +161,7 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!is_annotation(it.key()) && !ignored(it.key())) n[it.key()] = it.value();
   if (n.contains("type")) n["type"] = type_array(n["type"], ptr);
+  if (n.contains("format") && n["format"].is_string() && !format_asserted(n["format"].get<std::string>())) n.erase("format");
   if (n.contains("const")) {
     Json c = n["const"];
     n.erase("const");
@@ -178,12 +185,28 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     std::string dp = pointer_append(ptr, "dependencies");
     if (!n["dependencies"].is_object()) fail(dp, "must be an object");
     Json req = n.contains("dependentRequired") ? n["dependentRequired"] : Json::object();
-    for (auto it = n["dependencies"].begin(); it != n["dependencies"].end(); ++it) {
-      if (!it.value().is_array()) fail(pointer_append(dp, it.key()), "schema dependencies are not supported");
-      req[it.key()] = it.value();
-    }
+    Json schemas = Json::object();
+    for (auto it = n["dependencies"].begin(); it != n["dependencies"].end(); ++it)
+      (it.value().is_array() ? req : schemas)[it.key()] = it.value();
     n.erase("dependencies");
-    n["dependentRequired"] = req;
+    if (!req.empty()) n["dependentRequired"] = req;
+    if (!schemas.empty()) {
+      Json dep = n.contains("dependentSchemas") ? n["dependentSchemas"] : Json::object();
+      for (auto it = schemas.begin(); it != schemas.end(); ++it) dep[it.key()] = it.value();
+      n["dependentSchemas"] = dep;
+    }
+  }
+  if (n.contains("dependentSchemas")) {
+    // key absent, or key present and the object satisfies the schema
+    if (!n["dependentSchemas"].is_object()) fail(pointer_append(ptr, "dependentSchemas"), "must be an object");
+    Json all = n.contains("allOf") ? n["allOf"] : Json::array();
+    for (auto it = n["dependentSchemas"].begin(); it != n["dependentSchemas"].end(); ++it) {
+      Json absent = {{"properties", {{it.key(), false}}}};
+      Json present = {{"required", {it.key()}}, {"allOf", Json::array({it.value()})}};
+      all.push_back(Json{{"anyOf", Json::array({absent, present})}});
+    }
+    n.erase("dependentSchemas");
+    n["allOf"] = all;
   }
   if (n.contains("enum") && !n["enum"].is_array()) fail(pointer_append(ptr, "enum"), "must be an array");
   if (n.contains("nullable")) {
@@ -208,7 +231,13 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
         fail(pointer_append(ptr, "not"), "'not' excluding integers from numbers is not supported");
       n["type"] = keep;
     } else if (x != false) {
-      fail(pointer_append(ptr, "not"), "unsupported keyword 'not' (only type exclusions are supported)");
+      auto neg = negate(x, 0);
+      if (!neg)
+        fail(pointer_append(ptr, "not"),
+             "unsupported keyword 'not' (only type exclusions, required keys, property types and string lengths)");
+      if (neg->empty()) return Json(false);
+      Json any = Json{{"anyOf", *neg}};
+      n = merge(n, any, ptr, depth);
     }
   }
   if (n.contains("$ref")) {
@@ -303,6 +332,8 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
+    } else if (k == kNotEnum) {
+      for (const Json& x : v) o.push_back(x);
     } else if (k == "uniqueItems") {
       o = o == true || v == true;
     } else if (o != v) {
@@ -376,20 +407,24 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
       const Json& branches = n[kw];
       if (!branches.is_array() || branches.empty()) fail(pointer_append(ptr, kw), "must be a non-empty array");
       std::vector<Json> next;
-      for (const Json& a : alts)
+      bool one = std::string(kw) == "oneOf";
+      std::vector<Json> normalized;
+      if (one)
+        for (size_t i = 0; i < branches.size(); ++i)
+          normalized.push_back(normalize(branches[i], pointer_append(pointer_append(ptr, kw), std::to_string(i)), 0));
+      for (const Json& a : alts) {
+        if (one) {
+          for (Json& x : exclusive_branches(a, normalized, ptr)) next.push_back(std::move(x));
+          continue;
+        }
         for (size_t i = 0; i < branches.size(); ++i) {
           std::string bp = pointer_append(pointer_append(ptr, kw), std::to_string(i));
           // an unconstrained base keeps the branch as written, so $ref recursion stays a call
-          if (a.is_object() && a.empty() && unevaluated.empty() && std::string(kw) == "anyOf") next.push_back(branches[i]);
+          if (a.is_object() && a.empty() && unevaluated.empty()) next.push_back(branches[i]);
           else next.push_back(merge(a, normalize(branches[i], bp, 0), ptr, 0));
         }
+      }
       if (next.size() > kMaxAlternatives) fail(ptr, std::string(kw) + ": too many alternatives");
-      if (std::string(kw) == "oneOf")
-        for (size_t i = 0; i < next.size(); ++i)
-          for (size_t j = i + 1; j < next.size(); ++j)
-            if (!provably_disjoint(next[i], next[j]))
-              fail(pointer_append(ptr, "oneOf"), "branches " + std::to_string(i) + " and " + std::to_string(j) +
-                                                     " may overlap (only provably exclusive oneOf is supported)");
       alts = std::move(next);
     }
     for (Json& a : alts) {
@@ -408,65 +443,6 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
   Frag f = typed_frag(rule, n, ptr, depth);
   gb_.frags(rule).set_root(f);
   (void)fb;
-}
-
-bool SchemaCompiler::provably_disjoint(const Json& a, const Json& b) const {
-  if (a.is_boolean() || b.is_boolean()) return a == false || b == false;
-  auto types = [](const Json& s) {
-    std::set<std::string> t;
-    if (!s.contains("type")) return std::set<std::string>(kTypes.begin(), kTypes.end());
-    for (const Json& x : s["type"]) t.insert(x.get<std::string>());
-    if (t.count("number")) t.insert("integer");
-    if (t.count("integer")) t.insert("number");
-    return t;
-  };
-  std::set<std::string> ta = types(a), tb = types(b);
-  bool overlap = false;
-  for (const auto& t : ta) overlap |= tb.count(t) > 0;
-  if (!overlap) return true;
-  if (a.contains("enum") && b.contains("enum")) {
-    bool common = false;
-    for (const Json& x : a["enum"])
-      common |= std::find(b["enum"].begin(), b["enum"].end(), x) != b["enum"].end();
-    if (!common) return true;
-  }
-  if (a.contains("enum") && a["enum"].empty()) return true;
-  if (b.contains("enum") && b["enum"].empty()) return true;
-  // a discriminating property: required on both sides, with disjoint const/enum values
-  if (a.contains("properties") && b.contains("properties") && a.contains("required") && b.contains("required")) {
-    for (auto p = a["properties"].begin(); p != a["properties"].end(); ++p) {
-      const std::string& name = p.key();
-      auto req = [&](const Json& s) { return std::find(s["required"].begin(), s["required"].end(), name) != s["required"].end(); };
-      if (!b["properties"].contains(name) || (!req(a) && !req(b))) continue;
-      const Json& pa = p.value();
-      const Json& pb = b["properties"][name];
-      auto vals = [](const Json& s) -> std::optional<Json> {
-        if (!s.is_object()) return std::nullopt;
-        if (s.contains("const")) return Json::array({s["const"]});
-        if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
-        return std::nullopt;
-      };
-      auto va = vals(pa), vb = vals(pb);
-      if (!va || !vb) continue;
-      bool common = false;
-      for (const Json& x : *va) common |= std::find(vb->begin(), vb->end(), x) != vb->end();
-      if (!common) return true;
-    }
-  }
-  // a key one side requires is forbidden by the other, closed, side
-  auto closed_excludes_required = [](const Json& closed, const Json& other) {
-    if (!closed.contains("additionalProperties") || closed["additionalProperties"] != false ||
-        closed.contains("patternProperties") || !other.contains("required") ||
-        (other.contains("type") && !has_type(other["type"], "object")))
-      return false;
-    // the closed side must not accept non-objects either, or they could match both
-    if (!closed.contains("type") || closed["type"].size() != 1 || closed["type"][0] != "object") return false;
-    for (const Json& r : other["required"])
-      if (!closed.contains("properties") || !closed["properties"].contains(r.get<std::string>())) return true;
-    return false;
-  };
-  if (closed_excludes_required(a, b) || closed_excludes_required(b, a)) return true;
-  return false;
 }
 
 Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {

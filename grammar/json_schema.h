@@ -7,10 +7,12 @@
 // patternProperties (pairwise disjoint patterns), items (schema, false, or draft-07 array form
 // with additionalItems), prefixItems, minItems/maxItems, minLength/maxLength, pattern (search
 // semantics, combined with lengths and formats by automaton intersection), format (date-time,
-// date, time, email, uuid, uri, ipv4, ipv6, hostname), minimum/maximum/exclusiveMinimum/
-// exclusiveMaximum (integers: exact; numbers: exact for integer-valued bounds, written without an
-// exponent — non-integer bounds on numbers are an error), anyOf, oneOf (only when the branches are
-// provably disjoint: distinct types or distinct const/enum values of a required property),
+// date, time, email, uuid, uri, ipv4, ipv6, hostname, ... — the 2020-12 list but 'regex', which is
+// refused; a format name the spec does not define is an annotation, as 2020-12 says), minimum/maximum/exclusiveMinimum/
+// exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
+// provably disjoint from the others, or conjoined with their complement when that is expressible
+// — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
+// enums of strings/booleans/null), dependentSchemas / schema-valued dependencies,
 // allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
 // any JSON pointer) including recursion, nullable (OpenAPI), minProperties/maxProperties when
 // implied by required/closed objects, uniqueItems: false, multipleOf: 1 on integers.

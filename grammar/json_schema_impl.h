@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "grammar/json_schema.h"
@@ -28,6 +29,9 @@ class SchemaCompiler {
   // json_schema_leaf.cpp
   Frag integer_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag number_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag integral_number_frag(int32_t rule, const Json& s, const std::string& ptr);
+  Frag decimal_bound(int32_t rule, const Json& bound, bool lower, bool strict, const std::string& ptr);
+  Frag fraction_cmp(int32_t rule, const std::string& f, bool greater, bool strict);
   Frag string_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag int_range(int32_t rule, IntBound lo, IntBound hi);
   // A byte-only DFA for string contents (between the quotes) satisfying the string keywords.
@@ -47,6 +51,8 @@ class SchemaCompiler {
 
   GrammarBuilder gb_;
   bool ignored(const std::string& kw) const;
+  // The root's $schema names draft-04 or earlier.
+  bool old_draft() const;
   bool is_annotation(const std::string& kw) const;
 
  private:
@@ -72,8 +78,20 @@ class SchemaCompiler {
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag enum_frag(int32_t rule, const Json& s, const std::string& ptr);
   Frag repeat_frag(int32_t rule, int32_t body_rule, uint32_t min, uint32_t max);
-  bool provably_disjoint(const Json& a, const Json& b) const;
+  // json_schema_oneof.cpp
+  bool provably_disjoint(const Json& a, const Json& b, int depth);
+  bool objects_disjoint(const Json& a, const Json& b, int depth);
+  std::optional<Json> value_list(const Json& s, int depth) const;
+  std::optional<std::vector<Json>> negate(const Json& s, int depth);
+  std::vector<Json> exclusive_branches(const Json& base, const std::vector<Json>& branches, const std::string& ptr);
 };
+
+// Internal keyword (never in user schemas' meaning): a list of strings the value must not equal.
+inline constexpr char kNotEnum[] = "$exl_notEnum";
+
+// Whether a format name is one JSON Schema defines (enforced, or refused when not implemented);
+// other names are annotations.
+bool format_asserted(const std::string& format);
 
 std::string pointer_append(const std::string& ptr, const std::string& token);
 

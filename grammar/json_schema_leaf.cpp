@@ -1,5 +1,6 @@
 #include <cmath>
 #include <mutex>
+#include <set>
 
 #include "grammar/code_set.h"
 #include "grammar/grammar_error.h"
@@ -16,8 +17,11 @@ constexpr char kNumberRegex[] = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?
 const char* format_regex(const std::string& f) {
   static const std::string date =
       "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|[12][0-9]))";
+  // A leap second (:60) is valid only at 23:59 UTC; accepted here only with a zero offset (sound,
+  // but rejects e.g. 15:59:60-08:00).
   static const std::string time =
-      "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+      "(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+      "|23:59:60(?:\\.[0-9]+)?(?:[Zz]|[+-]00:00))";
   static const std::string date_time = date + "[Tt]" + time;
   static const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static const std::string hostname = label + "(?:\\." + label + ")*";
@@ -62,6 +66,10 @@ const char* format_regex(const std::string& f) {
   return it == table.end() ? nullptr : it->second.c_str();
 }
 
+// Formats defined by JSON Schema 2020-12 that are not enforced: a schema using one is refused.
+// Any other format name is unknown to the spec and, as the spec says, only an annotation.
+const std::set<std::string> kSpecFormats = {"regex"};
+
 Rule regex_dfa(const std::string& pattern, bool search) {
   GrammarBuilder tb;
   int32_t r = tb.add_rule("pattern");
@@ -99,7 +107,40 @@ bool json_integral(const Json& v) {
   return v.is_number_integer() || v.is_number_unsigned() || v.get<double>() == std::floor(v.get<double>());
 }
 
+
+// A finite JSON number as exact decimal digits: sign, integer digits (no leading zeros), fraction
+// digits (no trailing zeros), from its shortest round-trip text.
+struct Decimal {
+  bool neg = false;
+  std::string ip, fp;
+};
+
+Decimal decimal_of(const Json& v, const std::string& ptr) {
+  std::string t = v.dump();
+  Decimal d;
+  size_t i = 0;
+  if (t[i] == '-') d.neg = true, ++i;
+  std::string mant;
+  long point = -1;
+  for (; i < t.size() && (isdigit(uint8_t(t[i])) || t[i] == '.'); ++i) {
+    if (t[i] == '.') point = long(mant.size());
+    else mant += t[i];
+  }
+  if (point < 0) point = long(mant.size());
+  long e = i < t.size() ? std::stol(t.substr(i + 1)) : 0;
+  if (e > 36 || e < -36) fail(ptr, "bound " + t + " out of the supported range");
+  point += e;
+  while (point <= 0) mant.insert(mant.begin(), '0'), ++point;
+  while (long(mant.size()) < point) mant += '0';
+  d.ip = mant.substr(0, size_t(point));
+  d.fp = mant.substr(size_t(point));
+  while (d.ip.size() > 1 && d.ip[0] == '0') d.ip.erase(d.ip.begin());
+  while (!d.fp.empty() && d.fp.back() == '0') d.fp.pop_back();
+  return d;
+}
 }  // namespace
+
+bool format_asserted(const std::string& f) { return format_regex(f) != nullptr || kSpecFormats.count(f) > 0; }
 
 Frag SchemaCompiler::ws(int32_t rule) {
   FragBuilder fb = gb_.frags(rule);
@@ -240,11 +281,88 @@ Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string
     hi = hi ? std::min(*hi, x) : x;
   }
   if (lo && hi && *lo > *hi) return gb_.frags(rule).alt({});
-  return int_range(rule, lo, hi);
+  // 1.0 is an integer from draft-06 on; draft-04 and earlier say "without a fraction"
+  if (old_draft()) return int_range(rule, lo, hi);
+  Frag zeros = gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '0'))}));
+  return gb_.frags(rule).seq({int_range(rule, lo, hi), zeros});
 }
 
-// Numbers: exact for integer-valued bounds; such numbers are written without an exponent.
+// Fraction digit strings (non-empty) that compare, padded with zeros, >= F (> F if strict) when
+// `greater`, else <= F (< F if strict). F is non-empty and ends in a non-zero digit.
+Frag SchemaCompiler::fraction_cmp(int32_t rule, const std::string& f, bool greater, bool strict) {
+  auto fb = [&] { return gb_.frags(rule); };
+  auto any = [&] { return fb().star(fb().bytes('0', '9')); };
+  Frag tail;
+  if (greater) tail = strict ? fb().seq({any(), fb().bytes('1', '9'), any()}) : any();
+  else tail = strict ? fb().alt({}) : fb().star(fb().bytes('0', '0'));
+  for (size_t k = f.size(); k-- > 0;) {
+    uint8_t c = uint8_t(f[k]);
+    std::vector<Frag> alts{fb().seq({fb().bytes(c, c), tail})};
+    if (greater && c < '9') alts.push_back(fb().seq({fb().bytes(c + 1, '9'), any()}));
+    if (!greater && c > '0') alts.push_back(fb().seq({fb().bytes('0', c - 1), any()}));
+    if (!greater && k > 0) alts.push_back(fb().empty());  // shorter: below F
+    tail = fb().alt(alts);
+  }
+  return tail;
+}
+
+// Numbers without exponent that are >= D (lower) or <= D (upper), strictly if `strict`; D is a
+// non-integer decimal.
+Frag SchemaCompiler::decimal_bound(int32_t rule, const Json& bound, bool lower, bool strict, const std::string& ptr) {
+  Decimal d = decimal_of(bound, ptr);
+  auto fb = [&] { return gb_.frags(rule); };
+  auto frac = [&] { return fb().opt(fb().seq({fb().literal("."), fb().plus(fb().bytes('0', '9'))})); };
+  auto any_mag = [&] { return fb().seq({int_range(rule, Int(0), std::nullopt), frac()}); };
+  Int ip = 0;
+  for (char c : d.ip) ip = ip * 10 + (c - '0');
+  // magnitudes >= D (above) or <= D (below)
+  auto mag = [&](bool above) {
+    if (above)
+      return fb().alt({fb().seq({int_range(rule, ip + 1, std::nullopt), frac()}),
+                       fb().seq({fb().literal(d.ip + "."), fraction_cmp(rule, d.fp, true, strict)})});
+    std::vector<Frag> alts;
+    if (ip > 0) alts.push_back(fb().seq({int_range(rule, Int(0), ip - 1), frac()}));
+    alts.push_back(fb().seq({fb().literal(d.ip), fb().opt(fb().seq({fb().literal("."), fraction_cmp(rule, d.fp, false, strict)}))}));
+    return fb().alt(alts);
+  };
+  // x >= D: D >= 0: M >= D, no sign; D < 0: any x >= 0, or -M with M <= |D|. x <= D mirrors it.
+  if (lower == !d.neg) return d.neg ? fb().seq({fb().literal("-"), mag(true)}) : mag(true);
+  if (lower) return fb().alt({any_mag(), fb().seq({fb().literal("-"), mag(false)})});
+  return fb().alt({fb().seq({fb().literal("-"), any_mag()}), mag(false)});
+}
+
+// Numbers: exact for any finite bounds; such numbers are written without an exponent.
 Frag SchemaCompiler::number_frag(int32_t rule, const Json& n, const std::string& ptr) {
+  struct Cut {
+    const char* kw;
+    bool lower, strict;
+  };
+  std::vector<Cut> cuts;
+  bool ex_min = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
+  bool ex_max = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
+  for (Cut c : {Cut{"minimum", true, ex_min}, Cut{"maximum", false, ex_max}, Cut{"exclusiveMinimum", true, true},
+                Cut{"exclusiveMaximum", false, true}})
+    if (n.contains(c.kw) && n[c.kw].is_number() && !json_integral(n[c.kw])) cuts.push_back(c);
+  if (!cuts.empty()) {
+    Json relaxed = n;
+    for (const Cut& c : cuts) relaxed.erase(c.kw);
+    int32_t r = gb_.add_rule(fresh(ptr + "/bounds"));
+    gb_.frags(r).set_root(number_frag(r, relaxed, ptr));
+    Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
+    for (const Cut& c : cuts) {
+      int32_t b = gb_.add_rule(fresh(ptr + "/" + c.kw));
+      gb_.frags(b).set_root(decimal_bound(b, n[c.kw], c.lower, c.strict, pointer_append(ptr, c.kw)));
+      d = intersect_bytes(d, determinize_bytes(gb_.nfa(b), "number", 200000), false, 200000);
+      gb_.set_from_dfa(b, d);
+    }
+    gb_.set_from_dfa(r, d);
+    return gb_.frags(rule).dfa(d);
+  }
+  return integral_number_frag(rule, n, ptr);
+}
+
+// Numbers with integer-valued bounds (or none).
+Frag SchemaCompiler::integral_number_frag(int32_t rule, const Json& n, const std::string& ptr) {
   bool ex_min_b = n.contains("exclusiveMinimum") && n["exclusiveMinimum"] == true;
   bool ex_max_b = n.contains("exclusiveMaximum") && n["exclusiveMaximum"] == true;
   enum Kind { none, incl, excl };
@@ -385,9 +503,15 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
   }
   if (n.contains("format") && !ignored("format")) {
     if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
-    const char* re = format_regex(n["format"].get<std::string>());
-    if (!re) fail(pointer_append(ptr, "format"), "unsupported format '" + n["format"].get<std::string>() + "'");
-    parts.push_back(regex_dfa(re, false));
+    const std::string& f = n["format"].get<std::string>();
+    const char* re = format_regex(f);
+    if (!re && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
+    if (re) parts.push_back(regex_dfa(re, false));
+  }
+  if (n.contains(kNotEnum)) {
+    std::vector<std::string> lits;
+    for (const Json& v : n[kNotEnum]) lits.push_back(v.dump().substr(1, v.dump().size() - 2));
+    parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), literal_set_dfa(lits), true, kMaxDfaStates));
   }
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
@@ -396,7 +520,8 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
     parts.push_back(length_dfa(min, max));
   }
-  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && min == 0 && max == kUnbounded;
+  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && !n.contains(kNotEnum) && min == 0 &&
+            max == kUnbounded;
   Rule r = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
   return r;
@@ -493,7 +618,8 @@ std::shared_ptr<const Rule> quoted_length_rule(uint64_t min, uint64_t max) {
 }  // namespace
 
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
-  bool has_re = n.contains("pattern") || (n.contains("format") && !ignored("format"));
+  bool has_re = n.contains("pattern") || n.contains(kNotEnum) ||
+                (n.contains("format") && !ignored("format") && (!n["format"].is_string() || format_asserted(n["format"].get<std::string>())));
   uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
   uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;
   if (min > max) return gb_.frags(rule).alt({});

@@ -62,7 +62,7 @@ Frag SchemaCompiler::enum_frag(int32_t rule, const Json& n, const std::string& p
   };
   for (auto it = n.begin(); it != n.end(); ++it) {
     static const std::vector<std::string> ok = {"enum", "type", "minLength", "maxLength", "pattern", "format",
-                                                "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+                                                "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", kNotEnum};
     if (std::find(ok.begin(), ok.end(), it.key()) == ok.end())
       fail(pointer_append(ptr, it.key()), "'" + it.key() + "' together with enum/const is not supported");
   }
@@ -71,6 +71,7 @@ Frag SchemaCompiler::enum_frag(int32_t rule, const Json& n, const std::string& p
     if (!type_ok(v)) continue;
     if (v.is_string() && !string_ok(v.get<std::string>())) continue;
     if (v.is_number() && !number_ok(v)) continue;
+    if (n.contains(kNotEnum) && std::find(n[kNotEnum].begin(), n[kNotEnum].end(), v) != n[kNotEnum].end()) continue;
     alts.push_back(gb_.frags(rule).literal(v.dump()));
   }
   return gb_.frags(rule).alt(alts);

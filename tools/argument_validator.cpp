@@ -1,6 +1,7 @@
 #include "tools/argument_validator.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema.h"
@@ -107,7 +108,8 @@ std::string type_name(const json& v) {
 }
 
 bool type_matches(const json& v, const std::string& t) {
-  if (t == "integer") return v.is_number_integer();
+  // 1.0 is an integer (JSON Schema draft-06 on), as the argument grammar allows
+  if (t == "integer") return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
   if (t == "number") return v.is_number();
   return v.type_name() == t;
 }

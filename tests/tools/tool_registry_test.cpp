@@ -131,6 +131,8 @@ TEST(ToolRegistry, InvalidArgumentsAreErrorsNamingTheProblem) {
     EXPECT_TRUE(r.is_error);
     EXPECT_EQ(r.content, bad->content);
   }
+  // 1.0 is an integer (JSON Schema draft-06 on), as the argument grammar allows
+  EXPECT_FALSE(reg.check("t", json{{"a", "x"}, {"n", 2.0}}).has_value());
 }
 
 TEST(ToolRegistry, MissingSchemaMeansAnyObject) {

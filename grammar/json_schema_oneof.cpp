@@ -1,0 +1,212 @@
+// oneOf: an instance must match exactly one branch. Branch i is compiled as base ∧ b_i ∧ ¬b_j for
+// every j whose overlap with i is not ruled out by provably_disjoint; ¬b_j is written as a list of
+// alternatives (other types, a required key absent, a property of the wrong type, a string of the
+// wrong length) when b_j's keywords allow it, and the schema is refused otherwise.
+#include <algorithm>
+#include <set>
+
+#include "grammar/grammar_error.h"
+#include "grammar/json_schema_impl.h"
+
+namespace exl::json_schema_detail {
+namespace {
+
+const std::vector<std::string> kAllTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
+constexpr int kMaxNegationDepth = 8;
+
+std::set<std::string> type_set(const Json& s) {
+  std::set<std::string> t;
+  if (!s.is_object() || !s.contains("type")) return {kAllTypes.begin(), kAllTypes.end()};
+  for (const Json& x : s["type"]) t.insert(x.get<std::string>());
+  if (t.count("number")) t.insert("integer");
+  return t;
+}
+
+// The JSON type of a value, "integer" for integral numbers.
+std::string value_type(const Json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  double d = v.get<double>();
+  return d == double(int64_t(d)) ? "integer" : "number";
+}
+
+bool type_admits(const std::set<std::string>& types, const Json& v) { return types.count(value_type(v)) > 0; }
+
+bool in_array(const Json& arr, const Json& v) { return std::find(arr.begin(), arr.end(), v) != arr.end(); }
+
+const std::set<std::string> kObjectKeywords = {"properties", "required", "additionalProperties", "patternProperties",
+                                               "minProperties", "maxProperties", "propertyNames", "dependentRequired"};
+
+}  // namespace
+
+// A superset of the values a (raw or normalized) schema allows, when it is a finite list.
+std::optional<Json> SchemaCompiler::value_list(const Json& s, int depth) const {
+  if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+  if (s.contains("const")) return Json::array({s["const"]});
+  if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+  if (s.contains("allOf") && s["allOf"].is_array())
+    for (const Json& x : s["allOf"])
+      if (auto v = value_list(x, depth + 1)) return v;
+  if (s.contains("$ref") && s["$ref"].is_string()) {
+    try {
+      std::string tp;
+      return value_list(resolve_ref(s["$ref"].get<std::string>(), "", tp), depth + 1);
+    } catch (const GrammarError&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+bool SchemaCompiler::provably_disjoint(const Json& a, const Json& b, int depth) {
+  if (a.is_boolean() || b.is_boolean()) return a == false || b == false;
+  if (depth > kMaxNegationDepth) return false;
+  std::set<std::string> ta = type_set(a), tb = type_set(b), common;
+  for (const auto& t : ta)
+    if (tb.count(t)) common.insert(t);
+  if (common.empty()) return true;
+  for (const Json* x : {&a, &b}) {
+    const Json& other = x == &a ? b : a;
+    if (!x->contains("enum")) continue;
+    const std::set<std::string>& other_types = x == &a ? tb : ta;
+    bool any = false;
+    for (const Json& v : (*x)["enum"])
+      any |= type_admits(other_types, v) && (!other.contains("enum") || in_array(other["enum"], v));
+    if (!any) return true;
+  }
+  // objects_disjoint says nothing about non-objects, which satisfy both sides' object keywords.
+  return common.size() == 1 && common.count("object") && objects_disjoint(a, b, depth);
+}
+
+// No object satisfies both a and b.
+bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
+  if (a.is_boolean() || b.is_boolean()) return a == false || b == false;
+  if (depth > kMaxNegationDepth) return false;
+  // a key one side requires, whose values the two sides' property schemas keep apart
+  auto prop = [](const Json& s, const std::string& k) -> std::optional<Json> {
+    if (s.contains("properties") && s["properties"].is_object() && s["properties"].contains(k)) return s["properties"][k];
+    if (s.contains("patternProperties")) return std::nullopt;
+    if (s.contains("additionalProperties") && s["additionalProperties"] == false) return Json(false);
+    return std::nullopt;
+  };
+  std::set<std::string> keys;
+  for (const Json* x : {&a, &b})
+    if (x->contains("required") && (*x)["required"].is_array())
+      for (const Json& k : (*x)["required"])
+        if (k.is_string()) keys.insert(k.get<std::string>());
+  for (const std::string& k : keys) {
+    auto pa = prop(a, k), pb = prop(b, k);
+    if ((pa && *pa == false) || (pb && *pb == false)) return true;
+    if (!pa || !pb) continue;
+    auto va = value_list(*pa, 0), vb = value_list(*pb, 0);
+    if (va && vb) {
+      bool common_value = false;
+      for (const Json& x : *va) common_value |= in_array(*vb, x);
+      if (!common_value) return true;
+    }
+    try {
+      if (provably_disjoint(normalize(*pa, "", 0), normalize(*pb, "", 0), depth + 1)) return true;
+    } catch (const GrammarError&) {
+    }
+  }
+  return false;
+}
+
+// Alternatives whose union is exactly the complement of the normalized schema s, or nullopt when
+// s uses keywords this cannot complement.
+std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
+  if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
+  if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum"};
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (!ok.count(it.key())) return std::nullopt;
+  std::vector<Json> out;
+  std::set<std::string> types = type_set(s);
+  if (s.contains("type")) {
+    if (types.count("integer") && !types.count("number")) return std::nullopt;  // non-integer numbers
+    Json rest = Json::array();
+    for (const std::string& t : kAllTypes)
+      if (t != "integer" && !types.count(t)) rest.push_back(t);
+    if (!rest.empty()) out.push_back(Json{{"type", rest}});
+  }
+  if (types.count("object")) {
+    if (s.contains("required"))
+      for (const Json& k : s["required"])
+        out.push_back(Json{{"type", {"object"}}, {"properties", {{k.get<std::string>(), false}}}});
+    if (s.contains("properties")) {
+      for (auto p = s["properties"].begin(); p != s["properties"].end(); ++p) {
+        auto np = negate(normalize(p.value(), "", 0), depth + 1);
+        if (!np) return std::nullopt;
+        for (const Json& alt : *np)
+          out.push_back(Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}});
+      }
+    }
+  }
+  if (s.contains("enum")) {
+    // values outside the list: whole types it does not mention, other booleans, other strings
+    Json strings = Json::array();
+    std::set<std::string> seen;
+    for (const Json& v : s["enum"]) {
+      std::string t = value_type(v);
+      if (t == "object" || t == "array" || t == "integer" || t == "number") return std::nullopt;
+      seen.insert(t);
+      if (v.is_string()) strings.push_back(v);
+    }
+    for (const std::string& t : kAllTypes) {
+      if (t == "integer" || !types.count(t)) continue;
+      if (!seen.count(t)) out.push_back(Json{{"type", {t}}});
+      else if (t == "string") out.push_back(Json{{"type", {"string"}}, {kNotEnum, strings}});
+      else if (t == "boolean")
+        for (bool b : {false, true})
+          if (!in_array(s["enum"], Json(b))) out.push_back(Json{{"enum", {b}}});
+    }
+  }
+  if (types.count("string")) {
+    auto len = [&](const char* kw) { return s.contains(kw) && s[kw].is_number() ? std::optional<double>(s[kw].get<double>()) : std::nullopt; };
+    if (auto mn = len("minLength"); mn && *mn >= 1) out.push_back(Json{{"type", {"string"}}, {"maxLength", uint64_t(*mn) - 1}});
+    if (auto mx = len("maxLength")) out.push_back(Json{{"type", {"string"}}, {"minLength", uint64_t(*mx) + 1}});
+  }
+  return out;
+}
+
+// The oneOf branches (normalized) under `base`, each made exclusive of the others.
+std::vector<Json> SchemaCompiler::exclusive_branches(const Json& base, const std::vector<Json>& branches,
+                                                     const std::string& ptr) {
+  std::vector<Json> merged, out;
+  for (const Json& b : branches) merged.push_back(merge(base, b, ptr, 0));
+  for (size_t i = 0; i < merged.size(); ++i) {
+    Json cur = merged[i];
+    for (size_t j = 0; j < merged.size() && cur != false; ++j) {
+      if (i == j || provably_disjoint(merged[i], merged[j], 0)) continue;
+      if (objects_disjoint(merged[i], merged[j], 0) && branches[j].is_object()) {
+        // only non-objects can match both: keep those b_j refuses by type, when that is all it checks
+        bool object_only = true;
+        for (auto it = branches[j].begin(); it != branches[j].end(); ++it)
+          object_only &= it.key() == "type" || kObjectKeywords.count(it.key()) > 0;
+        if (object_only) {
+          std::set<std::string> tj = type_set(branches[j]);
+          Json keep = Json::array({"object"});
+          for (const std::string& t : kAllTypes)
+            if (t != "object" && t != "integer" && !tj.count(t)) keep.push_back(t);
+          cur = merge(cur, Json{{"type", keep}}, ptr, 0);
+          continue;
+        }
+      }
+      auto neg = negate(branches[j], 0);
+      if (!neg)
+        fail(pointer_append(ptr, "oneOf"), "branches " + std::to_string(std::min(i, j)) + " and " +
+                                               std::to_string(std::max(i, j)) +
+                                               " may overlap (only provably exclusive oneOf is supported)");
+      if (neg->empty()) cur = Json(false);
+      else cur = merge(cur, Json{{"anyOf", *neg}}, ptr, 0);
+    }
+    out.push_back(cur);
+  }
+  return out;
+}
+
+}  // namespace exl::json_schema_detail
