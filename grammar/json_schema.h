@@ -50,6 +50,10 @@ struct JsonSchemaOptions {
   // "javaType", typos) are treated as annotations, as validators do, instead of being errors.
   // Known validation keywords that are not supported stay errors.
   bool ignore_unknown_keywords = false;
+  // Checking instances: integers may be written with a zero fraction (1.0), which JSON Schema
+  // counts as integers from draft-06 on. Off for generation, so integers come out canonical
+  // (parsers read 1.0 as a float).
+  bool integer_zero_fraction = false;
 };
 
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts = {});

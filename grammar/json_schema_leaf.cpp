@@ -282,7 +282,7 @@ Frag SchemaCompiler::integer_frag(int32_t rule, const Json& n, const std::string
   }
   if (lo && hi && *lo > *hi) return gb_.frags(rule).alt({});
   // 1.0 is an integer from draft-06 on; draft-04 and earlier say "without a fraction"
-  if (old_draft()) return int_range(rule, lo, hi);
+  if (!opts_.integer_zero_fraction || old_draft()) return int_range(rule, lo, hi);
   Frag zeros = gb_.frags(rule).opt(gb_.frags(rule).seq({gb_.frags(rule).literal("."), gb_.frags(rule).plus(gb_.frags(rule).bytes('0', '0'))}));
   return gb_.frags(rule).seq({int_range(rule, lo, hi), zeros});
 }

@@ -54,6 +54,7 @@ std::shared_ptr<const TokenIndex> token_index(const Tokenizer& tok) {
 JsonSchemaOptions schema_options(const ParsedArgs& a) {
   JsonSchemaOptions o;
   std::string order = a.get_or("--property-order", "schema");
+  o.integer_zero_fraction = true;
   if (order == "any") o.property_order = JsonSchemaOptions::PropertyOrder::any;
   else if (order != "schema") throw UsageError("--property-order: expected 'schema' or 'any'");
   std::string ws = a.get_or("--whitespace", "compact");
@@ -159,6 +160,7 @@ int maskbench(std::span<const std::string> args) {
 int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
   JsonSchemaOptions opts = schema_options(a);
   opts.property_order = JsonSchemaOptions::PropertyOrder::any;
+  opts.integer_zero_fraction = true;
   opts.ignore_unknown_keywords = !a.has("--strict-keywords");
   bool show_errors = a.has("--errors");
   bool per_file = a.has("--per-file");

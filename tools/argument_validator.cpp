@@ -201,6 +201,7 @@ ArgumentValidator::ArgumentValidator(const nlohmann::json& schema)
   JsonSchemaOptions opts;
   opts.whitespace = JsonSchemaOptions::Whitespace::flexible;
   opts.property_order = JsonSchemaOptions::PropertyOrder::any;
+  opts.integer_zero_fraction = true;
   try {
     grammar_ = std::make_shared<CompiledGrammar>(compile_json_schema(nlohmann::ordered_json::parse(schema_.dump()), opts),
                                                  nullptr);

@@ -21,6 +21,7 @@ inline bool schema_accepts(const std::string& schema, const std::string& text, J
 inline JsonSchemaOptions any_order() {
   JsonSchemaOptions o;
   o.property_order = JsonSchemaOptions::PropertyOrder::any;
+  o.integer_zero_fraction = true;
   return o;
 }
 

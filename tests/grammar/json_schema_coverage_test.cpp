@@ -169,6 +169,9 @@ TEST(GrammarJsonSchemaCoverage, IntegersMayHaveZeroFractions) {
   // draft-04: an integer has no fraction part
   EXPECT_FALSE(ok(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})", "1.0"));
   EXPECT_TRUE(ok(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"integer"})", "1"));
+  // Generation writes integers canonically (parsers read 1.0 as a float).
+  EXPECT_TRUE(schema_accepts(s, "2", JsonSchemaOptions{}));
+  EXPECT_FALSE(schema_accepts(s, "2.0", JsonSchemaOptions{}));
 }
 
 }  // namespace

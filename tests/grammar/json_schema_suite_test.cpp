@@ -30,6 +30,7 @@ TEST(GrammarJsonSchemaSuite, Draft2020_12) {
   std::sort(files.begin(), files.end());
   JsonSchemaOptions opts;
   opts.property_order = JsonSchemaOptions::PropertyOrder::any;
+  opts.integer_zero_fraction = true;
   std::map<std::string, Counts> table;
   Counts total;
   std::vector<std::string> false_positives;
