@@ -69,6 +69,7 @@ void Server::shutdown(std::chrono::seconds drain_timeout) {
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
   impl_->state->generator().stop();
+  impl_->state->sessions().shutdown();
 }
 
 }  // namespace exl

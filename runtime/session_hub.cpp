@@ -45,6 +45,17 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
   env_.context_length = state.context_length();
 }
 
+void SessionHub::shutdown() {
+  std::map<std::string, Owned> sessions;
+  {
+    std::lock_guard lk(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& [id, o] : sessions) o.session->close();
+  sessions.clear();
+  pool_.join();  // without stop(): runs the posted closes (dropping the sinks), then the threads end
+}
+
 SessionHub::~SessionHub() {
   std::map<std::string, Owned> sessions;
   {

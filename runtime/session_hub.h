@@ -49,6 +49,10 @@ class SessionHub {
   // read_root: the directory the built-in read_file tool may read (empty: no read_file).
   SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root = {});
   ~SessionHub();
+  // Server shutdown, while the network's io_context still exists: closes every session and runs
+  // the hub's pending work to the end, so no session (nor its event sink, which posts to a
+  // connection's executor) outlives the io_context. Later calls find no sessions.
+  void shutdown();
 
   std::shared_ptr<AgentSession> create(AgentConfig config, AgentSink sink, uint64_t owner);
   // The live session `id` of this owner, else the saved transcript loaded under this owner.
