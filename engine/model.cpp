@@ -137,16 +137,14 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
       const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
       float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
       be.linears(qkv, xn.f32(), qkv_out, T);
-      be.rope_qk(q.f32(), k.f32(), T, NH, NKV, int(D), positions, rope_);
-      be.kv_write(pool, int(l), k.f32(), v.f32(), slots);
+      be.rope_qk_kv_write(q.f32(), k.f32(), v.f32(), T, NH, NKV, int(D), positions, rope_, pool, int(l), slots);
       be.attention(pool, int(l), q.f32(), att.f32(), seqs, NH, scale, window);
       be.linear(*L.o, att.f32(), tmp.f32(), T);
       be.add_rms_norm(x.f32(), tmp.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
       const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
       float* gate_up_out[2] = {g.f32(), u.f32()};
       be.linears(gate_up, xn.f32(), gate_up_out, T);
-      be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
-      be.linear(*L.down, g.f32(), tmp.f32(), T);
+      be.swiglu_linear(*L.down, g.f32(), u.f32(), tmp.f32(), T, I);
       if (l + 1 < layers_.size()) be.add_rms_norm(x.f32(), tmp.f32(), layers_[l + 1].attn_norm.f32(), xn.f32(), T, H, eps);
       else be.add(x.f32(), tmp.f32(), T * H);
     }

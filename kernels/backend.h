@@ -134,11 +134,25 @@ class Backend {
                        int64_t rows) {
     for (size_t i = 0; i < ws.size() && i < ys.size(); ++i) linear(*ws[i], x, ys[i], rows);
   }
+  // y[rows, N] = (silu(gate) ⊙ up)[rows, K] · Wᵀ (the MLP's down projection); gate may be
+  // overwritten.
+  virtual void swiglu_linear(const PreparedLinear& w, float* gate, const float* up, float* y, int64_t rows,
+                             int64_t k) {
+    swiglu(gate, up, gate, rows * k);
+    linear(w, gate, y, rows);
+  }
   // rope() of q [rows, n_heads·head_dim] and of k [rows, n_kv_heads·head_dim] at the same positions.
   virtual void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
                        std::span<const int32_t> positions, const RopeTable& table) {
     rope(q, rows, n_heads, head_dim, positions, table);
     rope(k, rows, n_kv_heads, head_dim, positions, table);
+  }
+  // rope_qk(), then kv_write() of the rotated k and of v.
+  virtual void rope_qk_kv_write(float* q, float* k, const float* v, int64_t rows, int n_heads, int n_kv_heads,
+                                int head_dim, std::span<const int32_t> positions, const RopeTable& table, KvPool& pool,
+                                int layer, std::span<const int32_t> slots) {
+    rope_qk(q, k, rows, n_heads, n_kv_heads, head_dim, positions, table);
+    kv_write(pool, layer, k, v, slots);
   }
   // Stores k, v [n_tokens, kv_heads·head_dim] of `layer` into cache slots (page·page_size + offset).
   virtual void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) = 0;

@@ -34,7 +34,8 @@ void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int pa
 }  // namespace
 
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
-                        int window, int target_blocks) {
+                        int window, int target_blocks, int min_part) {
+  min_part = std::max(k_attn_tile, min_part / k_attn_tile * k_attn_tile);
   validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
   const int group = n_heads / n_kv_heads;
   AttnPlan plan;
@@ -48,9 +49,9 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   plan.n_tokens = int(n_tokens);
   const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);
   plan.part_size = int(direct_part);
-  if (base_blocks > 0 && base_blocks < target_blocks && max_ctx > k_attn_min_part) {
+  if (base_blocks > 0 && base_blocks < target_blocks && max_ctx > min_part) {
     const int64_t want = ceil_div(target_blocks, base_blocks);
-    const int64_t part = std::max<int64_t>(k_attn_min_part, ceil_div(ceil_div(max_ctx, want), k_attn_tile) * k_attn_tile);
+    const int64_t part = std::max<int64_t>(min_part, ceil_div(ceil_div(max_ctx, want), k_attn_tile) * k_attn_tile);
     if (part < max_ctx) {
       plan.part_size = int(part);
       plan.direct = false;

@@ -24,12 +24,14 @@ struct AttnPlan {
   bool direct = true;
 };
 
-// Smallest partition when splitting; below it the combine pass costs more than it saves.
-inline constexpr int k_attn_min_part = 128;
+// Smallest partition when splitting: one K/V tile (decode at short context is latency-bound: a
+// block per tile plus the combine pass measured fastest on the H200).
+inline constexpr int k_attn_min_part = 32;
 
 // `target_blocks`: how many blocks keep the device busy (about 2 per multiprocessor).
 // Throws exl::Error on an inconsistent batch (page table too short, page id out of range, ...).
+// `min_part`: the smallest partition (a multiple of k_attn_tile, at least k_attn_tile).
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
-                        int window, int target_blocks);
+                        int window, int target_blocks, int min_part = k_attn_min_part);
 
 }  // namespace exl::cuda

@@ -202,6 +202,27 @@ class CudaBackend final : public Backend {
     prof_.end(ctx_.stream(), "rope q+k (with staging)");
   }
 
+  void rope_qk_kv_write(float* q, float* k, const float* v, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+                        std::span<const int32_t> positions, const RopeTable& table, KvPool& pool, int layer,
+                        std::span<const int32_t> slots) override {
+    auto& p = checked_pool(pool);
+    if (int64_t(slots.size()) != rows || p.layout.n_kv_heads != n_kv_heads || p.layout.head_dim != head_dim)
+      return Backend::rope_qk_kv_write(q, k, v, rows, n_heads, n_kv_heads, head_dim, positions, table, pool, layer,
+                                       slots);
+    check_slots(p, layer, slots);
+    const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
+    if (rows == 0) return;
+    const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
+    steps_.note(14, q, k, v, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor, p.mem.data(), layer,
+                d_slots);
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
+    EXL_CUDA_CHECK(cuda::rope_qk_store(q, k, v, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor,
+                                       static_cast<uint8_t*>(p.mem.data()), device_layout(p.layout, layer), d_slots,
+                                       ctx_.stream()));
+    prof_.end(ctx_.stream(), "rope q+k + kv_write (with staging)");
+  }
+
   void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
                     float eps) override {
     if (x == out) return Backend::add_rms_norm(x, y, w, out, rows, dim, eps);
@@ -222,6 +243,21 @@ class CudaBackend final : public Backend {
     prof_.end(ctx_.stream(), "swiglu");
   }
 
+  void swiglu_linear(const PreparedLinear& w, float* gate, const float* up, float* y, int64_t rows,
+                     int64_t k) override {
+    const auto& l = static_cast<const cuda::CudaLinear&>(w);
+    if (rows == 0) return;
+    if (rows > cuda::k_quant_gemv_max_rows || !l.fuses_swiglu()) return Backend::swiglu_linear(w, gate, up, y, rows, k);
+    steps_.note(13, &l, gate, up, y, rows, k);
+    if (steps_.recording()) return;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    l.run_swiglu(ctx_, gate, up, y, rows);
+    if (prof_.enabled())
+      prof_.end(ctx_.stream(), cat("swiglu + linear ", l.out_features, "x", l.in_features, " rows ", rows),
+                double(l.weight_bytes));
+  }
+
   void add(float* x, const float* y, int64_t n) override {
     steps_.note(6, x, y, n);
     if (steps_.recording()) return;
@@ -233,12 +269,7 @@ class CudaBackend final : public Backend {
 
   void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
     auto& p = checked_pool(pool);
-    EXL_CHECK(layer >= 0 && layer < p.layout.n_layers, "kernels: cuda: kv_write: layer ", layer, " outside 0..",
-              p.layout.n_layers - 1);
-    const int64_t n_slots = int64_t(p.num_pages) * p.layout.page_size;
-    for (size_t i = 0; i < slots.size(); ++i)
-      EXL_CHECK(slots[i] >= 0 && slots[i] < n_slots, "kernels: cuda: kv_write: slot ", slots[i], " at ", i,
-                " is outside the pool's ", n_slots, " slots");
+    check_slots(p, layer, slots);
     if (slots.empty()) return;
     ctx_.make_current();
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
@@ -294,6 +325,15 @@ class CudaBackend final : public Backend {
 
  private:
   // Validates rope arguments, stages the positions and keeps the frequencies on the device.
+  static void check_slots(const CudaKvPool& p, int layer, std::span<const int32_t> slots) {
+    EXL_CHECK(layer >= 0 && layer < p.layout.n_layers, "kernels: cuda: kv_write: layer ", layer, " outside 0..",
+              p.layout.n_layers - 1);
+    const int64_t n_slots = int64_t(p.num_pages) * p.layout.page_size;
+    for (size_t i = 0; i < slots.size(); ++i)
+      EXL_CHECK(slots[i] >= 0 && slots[i] < n_slots, "kernels: cuda: kv_write: slot ", slots[i], " at ", i,
+                " is outside the pool's ", n_slots, " slots");
+  }
+
   std::pair<const int32_t*, const float*> rope_inputs(int64_t rows, int head_dim, std::span<const int32_t> positions,
                                                       const RopeTable& table) {
     EXL_CHECK(head_dim > 0 && head_dim % 2 == 0 && table.inv_freq.size() == size_t(head_dim / 2),
@@ -373,8 +413,12 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                      st.n_heads == n_heads && st.window == sliding_window;
   if (!reuse) {
     st.valid = false;
+    static const int min_part = [] {
+      const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
+      return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
+    }();
     st.plan = cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
-                                   2 * ctx_.sm_count());
+                                   2 * ctx_.sm_count(), min_part);
   }
   const cuda::AttnPlan& plan = st.plan;
   if (plan.works.empty()) return;

@@ -48,6 +48,8 @@ void dequant_gemm(CudaContext& ctx, const float* x, float* y, int64_t rows, int6
   if (bias) EXL_CUDA_CHECK(add_bias(y, bias, int(rows), int(N), ctx.stream()));
 }
 
+int exl2_target_blocks(const CudaContext& ctx) { return gemv_blocks_per_sm() * ctx.sm_count(); }
+
 class Exl2Linear final : public CudaLinear {
  public:
   Exl2Linear(CudaContext& ctx, const Exl2Matrix& m) {
@@ -70,6 +72,9 @@ class Exl2Linear final : public CudaLinear {
     }
     EXL_CHECK(std::find(group_of_row.begin(), group_of_row.end(), -1) == group_of_row.end(),
               "kernels: cuda: exl2 linear: groups do not cover all ", K, " rows");
+    Exl2Segment segs[k_exl2_max_segments];
+    const int n_segs = exl2_segments(groups.data(), int(G), int(K), segs);
+    if (n_segs > 0) segs_ = ctx.upload_new(segs, size_t(n_segs) * sizeof(Exl2Segment));
     q_weight_ = ctx.upload_new(m.q_weight, size_t(m.q_rows * Np) * 4);
     q_scale_ = ctx.upload_new(m.q_scale, size_t(G * (Np / 8)) * 4);
     q_scale_max_ = ctx.upload_new(m.q_scale_max, size_t(G) * 2);
@@ -84,6 +89,8 @@ class Exl2Linear final : public CudaLinear {
     view_.groups = static_cast<const Exl2GroupDesc*>(groups_.data());
     view_.group_of_row = static_cast<const int32_t*>(group_of_row_.data());
     view_.perm = static_cast<const int32_t*>(perm_.data());
+    view_.segs = static_cast<const Exl2Segment*>(segs_.data());
+    view_.n_segs = n_segs;
     view_.n_groups = int(G);
     view_.K = int(K);
     view_.N = int(N);
@@ -91,19 +98,17 @@ class Exl2Linear final : public CudaLinear {
   }
 
   const Exl2DeviceView& view() const { return view_; }
+
+  bool fuses_swiglu() const override { return true; }
+  void run_swiglu(CudaContext& ctx, const float* gate, const float* up, float* y, int64_t rows) const override {
+    gemv(ctx, gate, up, y, rows);
+  }
   const float* bias() const { return bias_.f32(); }
 
   void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
     const float* bias = bias_.f32();
     if (rows <= k_quant_gemv_max_rows) {
-      const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, gemv_blocks_per_sm() * ctx.sm_count());
-      const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
-      Exl2GemvScratch sc;
-      if (slices > 1) {
-        sc.partials = static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * view_.N) * 4));
-        sc.counters = ctx.gemv_counters(size_t(ceil_div(view_.N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb)));
-      }
-      EXL_CUDA_CHECK(exl2_gemv(view_, x, bias, y, int(rows), ks, sc, ctx.stream()));
+      gemv(ctx, x, nullptr, y, rows);
       return;
     }
     dequant_gemm(ctx, x, y, rows, view_.K, view_.N, bias, [&](int n0, int nc, uint16_t* wt) {
@@ -112,7 +117,23 @@ class Exl2Linear final : public CudaLinear {
   }
 
  private:
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, bias_;
+  void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows) const {
+    const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, exl2_target_blocks(ctx));
+    const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
+    Exl2GemvSet set;
+    set.jobs[0] = {view_, bias_.f32(), y, nullptr, 0};
+    set.n_jobs = 1;
+    set.x_up = x_up;
+    unsigned* counters = nullptr;
+    if (slices > 1) {
+      set.jobs[0].partials =
+          static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * view_.N) * 4));
+      counters = ctx.gemv_counters(size_t(ceil_div(view_.N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb)));
+    }
+    EXL_CUDA_CHECK(exl2_gemv_set(set, x, int(rows), ks, counters, ctx.stream()));
+  }
+
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, bias_, segs_;
   Exl2DeviceView view_;
 };
 
@@ -236,7 +257,7 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
     const int K = set[0]->view().K;
     int64_t n_total = 0, tiles = 0;
     for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
-    const int ks = exl2_gemv_k_slice(K, n_total, rows, gemv_blocks_per_sm() * ctx.sm_count());
+    const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx));
     const int64_t slices = ceil_div(K, ks), mb = gemv_rows_per_block(int(rows));
     float* partials = slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4))
                                  : nullptr;
@@ -282,13 +303,23 @@ int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   const int64_t mb = gemv_rows_per_block(int(std::min<int64_t>(rows, 8)));
   const int64_t base = ceil_div(N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb);
-  const int64_t splits = std::max<int64_t>(1, ceil_div(target_blocks, base));
+  const int64_t splits = std::max<int64_t>(1, target_blocks / base);
   int64_t ks = ceil_div(ceil_div(K, splits), 128) * 128;
   ks = std::clamp<int64_t>(ks, 128, 1024);
   return int(std::min(ks, ceil_div(K, 32) * 32));
 }
 
+void gemv_walk_only_from_env() {
+  static const bool once = [] {
+    const char* e = std::getenv("EXL_CUDA_GEMV_WALK");
+    exl2_gemv_walk_only(e && std::atoi(e) == 1);
+    return true;
+  }();
+  (void)once;
+}
+
 int gemv_blocks_per_sm() {
+  gemv_walk_only_from_env();
   static const int n = [] {
     const char* e = std::getenv("EXL_CUDA_GEMV_BLOCKS_PER_SM");
     const int v = e ? std::atoi(e) : 0;

@@ -25,6 +25,10 @@ inline constexpr int64_t k_quant_gemv_max_rows = 16;
 class CudaLinear : public PreparedLinear {
  public:
   virtual void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const = 0;
+  // Whether run_swiglu is available: y = (silu(gate) ⊙ up) · Wᵀ in one pass, the kernel forming its
+  // input itself (EXL2 matrices at rows ≤ k_quant_gemv_max_rows).
+  virtual bool fuses_swiglu() const { return false; }
+  virtual void run_swiglu(CudaContext&, const float*, const float*, float*, int64_t) const {}
   size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
 };
 
@@ -36,7 +40,7 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 
 // K-slice of the EXL2 gemv (exl2_gemm.h: 128 columns per block): a multiple of 32 (of 128 unless
-// K is smaller) in 128..1024 that gives about `target_blocks` blocks.
+// K is smaller) in 128..1024 that gives at most about `target_blocks` blocks (one wave at b=1).
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 
 // EXL2 gemv blocks aimed for per multiprocessor: 8, or EXL_CUDA_GEMV_BLOCKS_PER_SM (1..64) for

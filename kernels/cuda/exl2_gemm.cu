@@ -118,6 +118,101 @@ __device__ __forceinline__ void block_dot_h2(const uint32_t (&w)[4][BITS], const
   }
 }
 
+// One 32-row block for BITS ∈ {3, 5, 6} in fp32 (values extracted across word boundaries).
+template <int BITS, int MB>
+__device__ __forceinline__ void block_dot_f32(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
+                                              float (&acc)[MB][4]) {
+  constexpr float Z23 = 8388608.0f + float(1 << (BITS - 1));
+#pragma unroll
+  for (int r4 = 0; r4 < 32; r4 += 4) {
+    float wv[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + r4);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
+        acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
+        acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
+        acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
+      }
+    }
+  }
+}
+
+template <int BITS, int MB>
+__device__ __forceinline__ void block_dot(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
+                                          float (&acc)[MB][4]) {
+  if constexpr (BITS == 2 || BITS == 4 || BITS == 8) block_dot_h2<BITS, MB>(w, xs, xs_stride, acc);
+  else block_dot_f32<BITS, MB>(w, xs, xs_stride, acc);
+}
+
+// Rows [rb, re) of run `sg` (32-row aligned) for 4 columns, D blocks' words in flight: block i+D−1
+// is requested before block i is multiplied. xs holds the activations of row rb.
+// Rows [rb, re) of run `sg` (32-row aligned) for 4 columns; xs holds the activations of row rb.
+// (Prefetching blocks ahead into L2, or holding two blocks' words in registers, measured slower
+// on the H200: BENCHMARKS.md.)
+template <int BITS, int MB>
+__device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int rb, int re, int n0, const float* xs,
+                            int xs_stride, float (&acc)[MB][4]) {
+  const int nblk = (re - rb) >> 5, boff = (rb - sg.row_start) >> 5;
+  const size_t np = size_t(w.Np);
+  const uint32_t* wp = w.q_weight + size_t(sg.qrow_start + boff * BITS) * np + n0;
+  const uint32_t* sp = w.q_scale + (n0 >> 3);
+  const size_t sstride = size_t(w.Np) >> 3;
+  const int sshift = 4 * (n0 & 7);
+#pragma unroll 1
+  for (int i = 0; i < nblk; ++i) {
+    uint32_t wv[4][BITS];
+#pragma unroll
+    for (int b = 0; b < BITS; ++b) {
+      const Cols4 c4 = load4(wp + (size_t(i) * BITS + b) * np);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) wv[c][b] = c4.v[c];
+    }
+    const int g = sg.group0 + (boff + i) * 32 / sg.group_rows;
+    const uint32_t scode = __ldg(sp + size_t(g) * sstride) >> sshift;
+    const float smax = __half2float(__ushort_as_half(__ldg(w.q_scale_max + g))) * (1.0f / 256.0f);
+    float bacc[MB][4];
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) bacc[m][c] = 0.0f;
+    block_dot<BITS, MB>(wv, xs + i * 32, xs_stride, bacc);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t q = (scode >> (4 * c)) & 15u;
+      const float s = float((q + 1) * (q + 1)) * smax;
+#pragma unroll
+      for (int m = 0; m < MB; ++m) acc[m][c] = fmaf(bacc[m][c], s, acc[m][c]);
+    }
+  }
+}
+
+template <int MB>
+__device__ void segments_dot(const Exl2DeviceView& w, int kw0, int kw1, int k0, int n0, const float* xs, int xs_stride,
+                             float (&acc)[MB][4]) {
+#pragma unroll 1
+  for (int s = 0; s < w.n_segs; ++s) {
+    const Exl2Segment sg = w.segs[s];
+    const int rb = max(kw0, sg.row_start), re = min(kw1, sg.row_start + sg.rows);
+    if (rb >= re) continue;
+    const float* xg = xs + (rb - k0);
+    switch (sg.bits) {
+      case 2: segment_dot<2, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 3: segment_dot<3, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 4: segment_dot<4, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 5: segment_dot<5, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 6: segment_dot<6, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      default: segment_dot<8, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+    }
+  }
+}
+
 // Accumulates rows [r0, r0+cnt) of one group (r0 relative to the group) for 4 columns.
 // xs points at the shared activations of the first of those rows; rows of xs are xs_stride apart.
 template <int BITS, int MB>
@@ -137,30 +232,7 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
 #pragma unroll
         for (int c = 0; c < 4; ++c) w[c][b] = c4.v[c];
       }
-      if constexpr (BITS == 2 || BITS == 4 || BITS == 8) {
-        block_dot_h2<BITS, MB>(w, xs + i, xs_stride, acc);
-        continue;
-      } else {
-#pragma unroll
-        for (int r4 = 0; r4 < 32; r4 += 4) {
-          float wv[4][4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
-#pragma unroll
-          for (int m = 0; m < MB; ++m) {
-            const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + i + r4);
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
-              acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
-              acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
-              acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
-            }
-          }
-        }
-      }
+      block_dot<BITS, MB>(w, xs + i, xs_stride, acc);
     }
   }
   if (i >= cnt) return;
@@ -203,7 +275,8 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
 // tile, reset by that block) adds them up in slice order: deterministic, no atomics on y.
 // Several matrices of the same K (one job each) share a launch: job j owns the column tiles
 // [tile_begin_j, tile_begin_{j+1}) of grid.x.
-template <int MB>
+// STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
+template <int MB, bool STREAM>
 __global__ void __launch_bounds__(k_exl2_gemv_threads)
     exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
                      unsigned* __restrict__ counters) {
@@ -234,9 +307,19 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   const int n0 = bx * k_exl2_gemv_cols_per_block + lane * 4;
   const int sub = (kc + kWarps * 32 - 1) / (kWarps * 32) * 32;
   const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
-  // The warp's first group and its first word rows are fetched while the activations are gathered.
-  const int g_first = kw0 < kw1 ? w.group_of_row[kw0] : 0;
-  if (kw0 < kw1 && n0 < w.N) {
+  // The warp's first word rows are fetched while the activations are gathered.
+  const int g_first = !STREAM && kw0 < kw1 ? w.group_of_row[kw0] : 0;
+  if (STREAM && kw0 < kw1 && n0 < w.N) {
+    for (int s = 0; s < w.n_segs; ++s) {
+      const Exl2Segment sg = w.segs[s];
+      if (kw0 >= sg.row_start + sg.rows) continue;
+      const int qr = sg.qrow_start + ((kw0 - sg.row_start) >> 5) * sg.bits;
+      const int qend = sg.qrow_start + (sg.rows >> 5) * sg.bits;
+      for (int b = 0; b < sg.bits && qr + b < qend; ++b)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+      break;
+    }
+  } else if (kw0 < kw1 && n0 < w.N) {
     const Exl2GroupDesc gd = w.groups[g_first];
     const int qr = gd.qrow_start + ((kw0 - gd.row_start) * gd.bits >> 5);
     const int qend = gd.qrow_start + (gd.rows * gd.bits + 31) / 32;
@@ -245,7 +328,13 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   }
   for (int i = threadIdx.x; i < MB * kc; i += blockDim.x) {
     const int m = i / kc, j = i - m * kc;
-    xs[m * k_slice + j] = m < mc ? x[size_t(m0 + m) * w.K + w.perm[k0 + j]] : 0.0f;
+    float v = 0.0f;
+    if (m < mc) {
+      const size_t at = size_t(m0 + m) * w.K + w.perm[k0 + j];
+      v = x[at];
+      if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
+    }
+    xs[m * k_slice + j] = v;
   }
   __syncthreads();
 
@@ -255,7 +344,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[m][c] = 0.0f;
 
-  if (n0 < w.N && kw0 < kw1) {
+  if constexpr (STREAM) {
+    if (n0 < w.N && kw0 < kw1) segments_dot<MB>(w, kw0, kw1, k0, n0, xs, k_slice, acc);
+  } else if (n0 < w.N && kw0 < kw1) {
     for (int g = g_first; g < w.n_groups; ++g) {
       const Exl2GroupDesc gd = w.groups[g];
       if (gd.row_start >= kw1) break;
@@ -331,12 +422,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     const size_t zs = size_t(rows) * w.N;
     float sum = bias ? bias[n] : 0.0f;
     int z = 0;
-    for (; z + 8 <= int(gridDim.z); z += 8) {
-      float v[8];
+    for (; z + 16 <= int(gridDim.z); z += 16) {
+      float v[16];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = __ldcg(pz + size_t(z + u) * zs);
+      for (int u = 0; u < 16; ++u) v[u] = __ldcg(pz + size_t(z + u) * zs);
 #pragma unroll
-      for (int u = 0; u < 8; ++u) sum += v[u];
+      for (int u = 0; u < 16; ++u) sum += v[u];
     }
     for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
     y[size_t(m0 + m) * w.N + n] = sum;
@@ -386,7 +477,26 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, __half
   }
 }
 
+bool g_walk_only = false;
+
 }  // namespace
+
+void exl2_gemv_walk_only(bool on) { g_walk_only = on; }
+
+int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment* out) {
+  int n = 0;
+  for (int g = 0; g < n_groups;) {
+    const Exl2GroupDesc& a = groups[g];
+    if (a.row_start % 32 != 0 || a.rows % 32 != 0 || n == k_exl2_max_segments) return 0;
+    int e = g + 1, rows = a.rows;
+    while (e < n_groups && groups[e].bits == a.bits && groups[e - 1].rows == a.rows && groups[e].rows % 32 == 0 &&
+           groups[e].row_start == a.row_start + rows && groups[e].qrow_start == a.qrow_start + rows / 32 * a.bits)
+      rows += groups[e++].rows;
+    out[n++] = {a.row_start, rows, a.bits, a.qrow_start, g, a.rows, 0, 0};
+    g = e;
+  }
+  return n > 0 && out[n - 1].row_start + out[n - 1].rows == K ? n : 0;
+}
 
 cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
                       const Exl2GemvScratch& scratch, cudaStream_t stream) {
@@ -411,12 +521,18 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
   const size_t smem =
       size_t(mb) * (size_t(k_slice) + size_t(k_exl2_gemv_threads / 32 - 1) * k_exl2_gemv_cols_per_block) * sizeof(float);
   constexpr int T = k_exl2_gemv_threads;
+  bool streamed = !g_walk_only && k_slice % 32 == 0;
+  for (int j = 0; j < set.n_jobs; ++j) streamed = streamed && set.jobs[j].w.n_segs > 0;
+#define EXL_GEMV_LAUNCH(M)                                                                            \
+  (streamed ? exl2_gemv_kernel<M, true><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters) \
+            : exl2_gemv_kernel<M, false><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters))
   switch (mb) {
-    case 1: exl2_gemv_kernel<1><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
-    case 2: exl2_gemv_kernel<2><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
-    case 4: exl2_gemv_kernel<4><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
-    default: exl2_gemv_kernel<8><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters); break;
+    case 1: EXL_GEMV_LAUNCH(1); break;
+    case 2: EXL_GEMV_LAUNCH(2); break;
+    case 4: EXL_GEMV_LAUNCH(4); break;
+    default: EXL_GEMV_LAUNCH(8); break;
   }
+#undef EXL_GEMV_LAUNCH
   return cudaGetLastError();
 }
 

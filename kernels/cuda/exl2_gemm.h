@@ -25,6 +25,16 @@ namespace exl::cuda {
 inline constexpr int k_exl2_gemv_threads = 128;
 inline constexpr int k_exl2_gemv_cols_per_block = 128;
 
+// A run of consecutive groups of one width in which every group holds `group_rows` rows (the last
+// may hold fewer) and starts on a 32-row boundary: its 32-row blocks' words are consecutive word
+// rows, block i of the run at word row qrow_start + i·bits, in group group0 + 32·i / group_rows.
+// exl2_gemv streams such runs without group lookups.
+struct alignas(16) Exl2Segment {
+  int32_t row_start, rows, bits, qrow_start;
+  int32_t group0, group_rows, pad0, pad1;
+};
+inline constexpr int k_exl2_max_segments = 8;
+
 struct Exl2DeviceView {
   const uint32_t* q_weight = nullptr;     // [QR, Np]
   const uint32_t* q_scale = nullptr;      // [G, Np/8]
@@ -32,9 +42,19 @@ struct Exl2DeviceView {
   const Exl2GroupDesc* groups = nullptr;  // [G]
   const int32_t* group_of_row = nullptr;  // [K] group index of each permuted row
   const int32_t* perm = nullptr;          // [K] permuted row j holds input feature perm[j]
+  const Exl2Segment* segs = nullptr;      // [n_segs] covering rows [0, K) in order; null when the
+  int n_segs = 0;                         // layout has no such runs (the gemv walks groups instead)
   int n_groups = 0;
   int K = 0, N = 0, Np = 0;
 };
+
+// The runs of `groups` (in row order, covering [0, K)) as Exl2Segments written to `out` (room for
+// k_exl2_max_segments); returns their count, or 0 when some group is not made of whole 32-row
+// blocks or there are more runs than fit.
+int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment* out);
+
+// Benchmarks: true makes exl2_gemv walk groups even where segments could be streamed.
+void exl2_gemv_walk_only(bool on);
 
 // Work areas of exl2_gemv with S = ceil(K / k_slice) slices: partials [S, rows, N] floats (unused
 // when S = 1) and one counter per column tile (ceil(N/128) · ceil(rows / rows-per-block)) that
@@ -55,9 +75,11 @@ struct Exl2GemvJob {
   float* partials = nullptr;
   int tile_begin = 0;
 };
+// x_up non-null: the jobs' input is silu(x) ⊙ x_up (same shape as x), formed while gathering.
 struct Exl2GemvSet {
   Exl2GemvJob jobs[k_exl2_gemv_max_jobs];
   int n_jobs = 0;
+  const float* x_up = nullptr;
 };
 int exl2_gemv_tiles(int N);
 

@@ -1,5 +1,6 @@
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/norm_rope_act.h"
 
 namespace exl::cuda {
@@ -62,9 +63,20 @@ __global__ void __launch_bounds__(k_row_threads)
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) orow[d] = w[d] * (xr[d] * inv);
 }
 
-// Block (r, j) rotates row r of tensor j: x0 with n0 heads, x1 with n1 heads.
-__global__ void rope_kernel(float* x0, int n0, float* x1, int n1, int head_dim, const int32_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, float attn_factor) {
+struct KvStore {
+  const float* v = nullptr;  // null: rope only
+  uint8_t* pool = nullptr;
+  KvDeviceLayout layout;
+  const int32_t* slots = nullptr;
+};
+
+constexpr int k_rope_threads = 512;
+
+// Block (r, j) rotates row r of tensor j: x0 with n0 heads, x1 with n1 heads. With st.v, block
+// (r, 1) then stores x1's and st.v's row r into the cache, one warp per vector.
+__global__ void __launch_bounds__(k_rope_threads)
+    rope_kernel(float* x0, int n0, float* x1, int n1, int head_dim, const int32_t* __restrict__ positions,
+                const float* __restrict__ inv_freq, float attn_factor, KvStore st) {
   float* x = blockIdx.y ? x1 : x0;
   const int n_heads = blockIdx.y ? n1 : n0;
   extern __shared__ float cs[];  // [half] cos, then [half] sin
@@ -87,6 +99,15 @@ __global__ void rope_kernel(float* x0, int n0, float* x1, int n1, int head_dim, 
     const float a = v[i], b = v[i + half];
     v[i] = a * cs[i] - b * sn[i];
     v[i + half] = b * cs[i] + a * sn[i];
+  }
+  if (!st.v || blockIdx.y == 0) return;
+  __shared__ float inv_s[k_rope_threads / 32][k_kv_max_blocks_per_vec];
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int vec = warp; vec < 2 * n1; vec += blockDim.x >> 5) {
+    const int kv = vec / n1, h = vec - kv * n1;
+    const float* src = (kv == 0 ? x1 : st.v) + (size_t(r) * n1 + h) * head_dim;
+    kv_store_vector(st.pool, st.layout, kv, h, st.slots[r], src, inv_s[warp], lane);
   }
 }
 
@@ -137,8 +158,8 @@ cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_
                  float attn_factor, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<unsigned(rows), 512, smem, stream>>>(x, n_heads, x, n_heads, head_dim, positions, inv_freq,
-                                                     attn_factor);
+  rope_kernel<<<unsigned(rows), k_rope_threads, smem, stream>>>(x, n_heads, x, n_heads, head_dim, positions, inv_freq,
+                                                                attn_factor, KvStore{});
   return cudaGetLastError();
 }
 
@@ -146,8 +167,19 @@ cudaError_t rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_head
                     const int32_t* positions, const float* inv_freq, float attn_factor, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<dim3(unsigned(rows), 2), 512, smem, stream>>>(q, n_heads, k, n_kv_heads, head_dim, positions, inv_freq,
-                                                              attn_factor);
+  rope_kernel<<<dim3(unsigned(rows), 2), k_rope_threads, smem, stream>>>(q, n_heads, k, n_kv_heads, head_dim, positions,
+                                                                         inv_freq, attn_factor, KvStore{});
+  return cudaGetLastError();
+}
+
+cudaError_t rope_qk_store(float* q, float* k, const float* v, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+                          const int32_t* positions, const float* inv_freq, float attn_factor, uint8_t* pool,
+                          const KvDeviceLayout& layout, const int32_t* slots, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
+  rope_kernel<<<dim3(unsigned(rows), 2), k_rope_threads, smem, stream>>>(q, n_heads, k, n_kv_heads, head_dim, positions,
+                                                                         inv_freq, attn_factor,
+                                                                         KvStore{v, pool, layout, slots});
   return cudaGetLastError();
 }
 

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/paged_attention.h"
+
 #include "kernels/cuda/dense_gemm.h"
 
 namespace exl::cuda {
@@ -22,6 +24,11 @@ cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_
 // rope of q [rows, n_heads·D] and k [rows, n_kv_heads·D] in one launch.
 cudaError_t rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
                     const int32_t* positions, const float* inv_freq, float attn_factor, cudaStream_t stream);
+// rope_qk, then k and v [rows, n_kv_heads·D] stored into cache slots[rows] of the pool (as
+// kv_write in paged_attention.h), in one launch.
+cudaError_t rope_qk_store(float* q, float* k, const float* v, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
+                          const int32_t* positions, const float* inv_freq, float attn_factor, uint8_t* pool,
+                          const KvDeviceLayout& layout, const int32_t* slots, cudaStream_t stream);
 // x += y, then out = rms_norm(x) ⊙ w, one block per row (x and out must not alias).
 cudaError_t add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim, float eps,
                          cudaStream_t stream);

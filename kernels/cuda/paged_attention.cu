@@ -10,7 +10,6 @@ namespace {
 
 constexpr int k_warps = 4;
 constexpr int k_rows_per_warp = k_attn_rows / k_warps;
-constexpr int k_max_blocks_per_vec = 8;
 constexpr float k_neg_inf = -__builtin_huge_valf();
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -24,58 +23,14 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ int quantize(float x, float inv, float qmax) {
-  return int(fminf(fmaxf(rintf(x * inv), -qmax), qmax));
-}
-
 // One warp per (token, K or V, head) vector.
 __global__ void kv_write_kernel(uint8_t* pool, KvDeviceLayout L, const float* __restrict__ k,
                                 const float* __restrict__ v, const int32_t* __restrict__ slots) {
-  __shared__ float inv_s[k_max_blocks_per_vec];
+  __shared__ float inv_s[k_kv_max_blocks_per_vec];
   const int t = blockIdx.x;
   const int kv = blockIdx.y / L.n_kv_heads, h = blockIdx.y % L.n_kv_heads;
-  const int D = L.head_dim, lane = threadIdx.x;
-  const float* src = (kv == 0 ? k : v) + (int64_t(t) * L.n_kv_heads + h) * D;
-  const int slot = slots[t];
-  const int page = slot / L.page_size, off = slot % L.page_size;
-  const int64_t vec = vec_index(L, kv, h, off);
-  uint8_t* page_base = pool + int64_t(page) * L.page_bytes;
-  uint8_t* data = page_base + vec * L.vec_bytes;
-  if (L.format == 0) {
-    for (int d = lane; d < D; d += 32) reinterpret_cast<float*>(data)[d] = src[d];
-    return;
-  }
-  if (L.format == 1) {
-    for (int d = lane; d < D; d += 32) reinterpret_cast<__half*>(data)[d] = __float2half_rn(src[d]);
-    return;
-  }
-  const float qmax = L.format == 2 ? 127.0f : 7.0f;
-  const int B = L.block, nb = D / B;
-  uint8_t* scales = page_base + L.scales_offset + vec * L.vec_scale_bytes;
-  for (int b = 0; b < nb; ++b) {
-    float amax = 0.0f;
-    for (int i = lane; i < B; i += 32) amax = fmaxf(amax, fabsf(src[b * B + i]));
-    amax = warp_max(amax);
-    const __half sh = __float2half_rn(amax / qmax);
-    const float s = __half2float(sh);
-    if (lane == 0) {
-      const unsigned short bits = __half_as_ushort(sh);
-      scales[2 * b] = uint8_t(bits & 0xff);
-      scales[2 * b + 1] = uint8_t(bits >> 8);
-      inv_s[b] = s > 0.0f ? 1.0f / s : 0.0f;
-    }
-  }
-  __syncwarp();
-  if (L.format == 2) {
-    for (int d = lane; d < D; d += 32) data[d] = uint8_t(int8_t(quantize(src[d], inv_s[d / B], qmax)));
-    return;
-  }
-  for (int i = lane; i < (D + 1) / 2; i += 32) {
-    const int d0 = 2 * i, d1 = 2 * i + 1;
-    const uint8_t lo = uint8_t(quantize(src[d0], inv_s[d0 / B], qmax) + 8);
-    const uint8_t hi = d1 < D ? uint8_t(quantize(src[d1], inv_s[d1 / B], qmax) + 8) : uint8_t(data[i] >> 4);
-    data[i] = uint8_t(lo | (hi << 4));
-  }
+  const float* src = (kv == 0 ? k : v) + (int64_t(t) * L.n_kv_heads + h) * L.head_dim;
+  kv_store_vector(pool, L, kv, h, slots[t], src, inv_s, threadIdx.x);
 }
 
 // fp16 cache, D % 8 == 0: a K/V tile in 16-byte loads, every load of the tile issued before the

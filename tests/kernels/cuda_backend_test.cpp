@@ -19,6 +19,7 @@
 #ifdef EXL_HAVE_CUDA
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/cuda_linear.h"
+#include "kernels/cuda/exl2_gemm.h"
 #endif
 
 namespace exl {
@@ -173,6 +174,28 @@ TEST_F(CudaBackendTest, LinearsSharingInputMatchCpu) {
   EXPECT_LT(rel_err(from_gpu(ya, 140), gpu_linear(a.m, std::vector<float>(x.begin(), x.begin() + 256), 2)), 1e-6);
   EXPECT_LT(rel_err(from_gpu(yb, 128), gpu_linear(b.m, std::vector<float>(x.begin(), x.begin() + 256), 2)), 1e-5);
   EXPECT_LT(rel_err(from_gpu(yc, 80), gpu_linear(c.m, x, 2)), 1e-6);
+}
+
+TEST_F(CudaBackendTest, SwigluLinearFusedMatchesSwigluThenLinear) {
+  // Streamed layouts (whole 32-row groups) and a group-walk one (16-row 2-bit groups); rows on
+  // both sides of the gemv limit (above it the backend runs swiglu, then the linear).
+  uint32_t seed = 900;
+  for (const Exl2Case& c : std::vector<Exl2Case>{{1024, 517, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}},
+                                                 {4096, 96, {{4, 1024}, {3, 3072}}},
+                                                 {96, 40, {{2, 16}, {2, 80}}}}) {
+    auto w = test::random_exl2(c.K, c.N, c.groups, seed++, c.K == 96);
+    auto p = gpu().prepare_linear(w.m);
+    for (int64_t rows : {1, 3, 8, 16, 40}) {
+      auto g = test::random_floats(size_t(rows * c.K), seed++, 4.0f), u = test::random_floats(size_t(rows * c.K), seed++);
+      std::vector<float> act(g.size()), ref(size_t(rows * c.N));
+      cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
+      cpu::linear_exl2(tp_, w.m, act.data(), ref.data(), rows);
+      Buffer dg = to_gpu(g), du = to_gpu(u), dy = gpu().alloc(ref.size() * 4);
+      gpu().swiglu_linear(*p, dg.f32(), du.f32(), dy.f32(), rows, c.K);
+      EXPECT_LT(rel_err(from_gpu(dy, ref.size()), ref), rows <= 16 ? k_tol_f32 : k_tol_f16)
+          << "K=" << c.K << " N=" << c.N << " rows=" << rows;
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
@@ -454,6 +477,39 @@ TEST_F(CudaBackendTest, KvWriteBytesMatchCpuInEveryFormat) {
   EXPECT_THROW(gpu().kv_write(*pool, 1, dk.f32(), dk.f32(), std::vector<int32_t>{0}), Error);
 }
 
+TEST_F(CudaBackendTest, RopeQkKvWriteFusedMatchesCpu) {
+  // Rotation as cpu::rope; the cache bytes as cpu::kv_write of the rotated k (taken from the GPU,
+  // so only the store is compared bytewise) and of v.
+  for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (auto [D, NH, KVH] : std::vector<std::tuple<int, int, int>>{{128, 8, 2}, {64, 4, 4}, {80, 6, 3}, {8, 2, 1}}) {
+      const KvLayout L{3, KVH, D, 16, fmt};
+      const int num_pages = 5, n_tok = 37, layer = 1;
+      std::vector<int32_t> slots(size_t(num_pages * 16));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), std::mt19937(uint32_t(D + NH)));
+      slots.resize(n_tok);
+      RopeTable table;
+      for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
+      std::vector<int32_t> pos;
+      for (int t = 0; t < n_tok; ++t) pos.push_back(3 * t + 100);
+      auto q = test::random_floats(size_t(n_tok * NH * D), uint32_t(D + 1), 2.0f);
+      auto k = test::random_floats(size_t(n_tok * KVH * D), uint32_t(D + 2), 2.0f);
+      auto v = test::random_floats(size_t(n_tok * KVH * D), uint32_t(D + 3), 2.0f);
+      auto rq = q, rk = k;
+      cpu::rope(rq.data(), n_tok, NH, D, pos, table);
+      cpu::rope(rk.data(), n_tok, KVH, D, pos, table);
+      auto pool = gpu().alloc_kv_pool(L, num_pages);
+      Buffer dq = to_gpu(q), dk = to_gpu(k), dv = to_gpu(v);
+      gpu().rope_qk_kv_write(dq.f32(), dk.f32(), dv.f32(), n_tok, NH, KVH, D, pos, table, *pool, layer, slots);
+      EXPECT_LT(rel_err(from_gpu(dq, q.size()), rq), 1e-5) << to_string(fmt) << " D=" << D;
+      const auto gk = from_gpu(dk, k.size());
+      EXPECT_LT(rel_err(gk, rk), 1e-5) << to_string(fmt) << " D=" << D;
+      std::vector<std::byte> ref(L.page_bytes() * num_pages);
+      cpu::kv_write(L, ref.data(), layer, gk.data(), v.data(), slots);
+      expect_pools_match(L, num_pages, download_pool(gpu(), *pool), ref);
+    }
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 
 struct AttnSeqSpec {
@@ -632,6 +688,37 @@ TEST(CudaAttentionPlan, BigBatchesAreDirectAndBadTablesThrow) {
   EXPECT_THROW(cuda::plan_attention(bad_heads, 6, 4, 64, 1, 0, 264), Error);
   const std::vector<int32_t> bad_page = {3};
   EXPECT_THROW(cuda::plan_attention(std::vector<SeqAttn>{{0, 1, 0, bad_page}}, 4, 4, 64, 2, 0, 264), Error);
+}
+
+TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
+  using G = cuda::Exl2GroupDesc;
+  cuda::Exl2Segment s[cuda::k_exl2_max_segments];
+  // 8-bit 32-row groups, then 4-bit 128-row groups (the last shorter), then one 3-bit group.
+  const std::vector<G> a = {{8, 0, 32, 0},    {8, 32, 32, 8},   {4, 64, 128, 16},
+                            {4, 192, 128, 32}, {4, 320, 64, 48}, {3, 384, 128, 56}};
+  ASSERT_EQ(cuda::exl2_segments(a.data(), int(a.size()), 512, s), 3);
+  EXPECT_EQ(s[0].row_start, 0);
+  EXPECT_EQ(s[0].rows, 64);
+  EXPECT_EQ(s[0].bits, 8);
+  EXPECT_EQ(s[0].group_rows, 32);
+  EXPECT_EQ(s[1].row_start, 64);
+  EXPECT_EQ(s[1].rows, 320);
+  EXPECT_EQ(s[1].qrow_start, 16);
+  EXPECT_EQ(s[1].group0, 2);
+  EXPECT_EQ(s[1].group_rows, 128);
+  EXPECT_EQ(s[2].row_start, 384);
+  EXPECT_EQ(s[2].rows, 128);
+  EXPECT_EQ(s[2].qrow_start, 56);
+  EXPECT_EQ(s[2].group0, 5);
+  // A short group in the middle of a run splits it; 16-row groups and gaps are not streamable.
+  const std::vector<G> b = {{4, 0, 128, 0}, {4, 128, 64, 16}, {4, 192, 128, 24}};
+  ASSERT_EQ(cuda::exl2_segments(b.data(), int(b.size()), 320, s), 2);
+  EXPECT_EQ(s[0].rows, 192);
+  EXPECT_EQ(s[1].row_start, 192);
+  EXPECT_EQ(s[1].group0, 2);
+  const std::vector<G> c = {{2, 0, 16, 0}, {2, 16, 80, 1}};
+  EXPECT_EQ(cuda::exl2_segments(c.data(), int(c.size()), 96, s), 0);
+  EXPECT_EQ(cuda::exl2_segments(a.data(), int(a.size()), 640, s), 0);
 }
 
 TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
