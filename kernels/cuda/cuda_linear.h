@@ -7,7 +7,7 @@
 //   Dense: rows ≤ k_dense_gemv_max_rows use dense_gemv (fp32 accumulation); larger batches use
 //   cuBLAS: f16/bf16 weights with activations converted to the same type (fp32 accumulation),
 //   f32 weights with plain fp32 SGEMM (no TF32).
-//   Exact path (run_exact, for results quantized next: K/V of a q8/q4 cache): batches that run()
+//   Exact path (run_exact: Backend::linears_exact, forwards with a q8/q4 cache): batches that run()
 //   gives to a gemv kernel go there; larger ones dequantize W to fp32 (the CPU backend's values),
 //   split W and x into fp16 hi + lo parts (dense_gemm.h: split_half) and sum three cuBLAS GEMMs
 //   with fp32 accumulation, Wh·xh + (Wh·xl + Wl·xh) / k_split_lo_scale (the dropped Wl·xl is

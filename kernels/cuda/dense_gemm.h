@@ -23,8 +23,9 @@ cudaError_t dense_gemv(DenseType type, const void* w, const float* bias, const f
 cudaError_t to_half(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
 cudaError_t to_bf16(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
 // hi = fp16(x), lo = fp16((x − hi) · k_split_lo_scale), both saturated at ±65504: x = hi + lo /
-// k_split_lo_scale to about 2⁻²² relative (the scale keeps lo out of fp16's subnormal range), so
-// products of split operands on fp16 tensor cores keep fp32-level precision (cuda_linear.h).
+// k_split_lo_scale to about 2⁻²² relative (the scale keeps lo clear of fp16's subnormals for all
+// but tiny x, whose absolute error stays below 2⁻³⁵), so products of split operands on fp16
+// tensor cores keep fp32-level precision (cuda_linear.h).
 inline constexpr float k_split_lo_scale = 2048.0f;
 cudaError_t split_half(const float* x, uint16_t* hi, uint16_t* lo, int64_t n, cudaStream_t stream);
 // out[K, nc] (fp32, row-major) = rows [n0, n0 + nc) of the dense [N, K] matrix w, transposed.
