@@ -306,6 +306,10 @@ TEST_F(CudaBackendTest, LinearLargeBatchDequantizesInColumnChunks) {
     ctx.sync();
     ASSERT_EQ(cudaMemcpy(got.data(), dy.data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_LT(rel_err(got, ref), k_tol_f16) << "N=" << N;
+    lin->run_exact(ctx, dx.f32(), dy.f32(), rows);  // 128-column chunks as well
+    ctx.sync();
+    ASSERT_EQ(cudaMemcpy(got.data(), dy.data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_LT(rel_err(got, ref), 2e-5) << "exact, N=" << N;
   }
 }
 #endif
