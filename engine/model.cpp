@@ -129,6 +129,21 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
   const float eps = float(cfg_.rms_norm_eps), scale = float(1.0 / std::sqrt(double(D)));
   const int window = cfg_.sliding_window ? int(*cfg_.sliding_window) : 0;
   const Buffer &last = S.last, &logits = S.logits;
+  // A q8/q4 cache quantizes K/V: every linear runs exact (Backend::linears_exact), since 16-bit
+  // rounding anywhere upstream of a layer's K/V moves values across the format's steps; the head
+  // too (few rows outside all-logits prefill), so that q8/q4 logits stay at fp32 level.
+  const bool exact = pool.layout.format == KvFormat::q8 || pool.layout.format == KvFormat::q4;
+  auto linears = [&](std::span<const PreparedLinear* const> ws, const float* in, std::span<float* const> outs,
+                     int64_t rows) {
+    if (exact) be.linears_exact(ws, in, outs, rows);
+    else be.linears(ws, in, outs, rows);
+  };
+  auto linear = [&](const PreparedLinear& w, const float* in, float* out, int64_t rows) {
+    const PreparedLinear* ws[1] = {&w};
+    float* outs[1] = {out};
+    if (exact) be.linears_exact(ws, in, outs, rows);
+    else be.linear(w, in, out, rows);
+  };
   auto ops = [&] {
     be.embedding(*embed_, ids, x.f32());
     be.rms_norm(x.f32(), layers_[0].attn_norm.f32(), xn.f32(), T, H, eps);
@@ -136,22 +151,27 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
       const Layer& L = layers_[l];
       const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
       float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
-      be.linears(qkv, xn.f32(), qkv_out, T);
+      linears(qkv, xn.f32(), qkv_out, T);
       be.rope_qk_kv_write(q.f32(), k.f32(), v.f32(), T, NH, NKV, int(D), positions, rope_, pool, int(l), slots);
       be.attention(pool, int(l), q.f32(), att.f32(), seqs, NH, scale, window);
-      be.linear(*L.o, att.f32(), tmp.f32(), T);
+      linear(*L.o, att.f32(), tmp.f32(), T);
       be.add_rms_norm(x.f32(), tmp.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
       const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
       float* gate_up_out[2] = {g.f32(), u.f32()};
-      be.linears(gate_up, xn.f32(), gate_up_out, T);
-      be.swiglu_linear(*L.down, g.f32(), u.f32(), tmp.f32(), T, I);
+      linears(gate_up, xn.f32(), gate_up_out, T);
+      if (exact) {
+        be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
+        linear(*L.down, g.f32(), tmp.f32(), T);
+      } else {
+        be.swiglu_linear(*L.down, g.f32(), u.f32(), tmp.f32(), T, I);
+      }
       if (l + 1 < layers_.size()) be.add_rms_norm(x.f32(), tmp.f32(), layers_[l + 1].attn_norm.f32(), xn.f32(), T, H, eps);
       else be.add(x.f32(), tmp.f32(), T * H);
     }
     // Final norm and head only for the rows whose logits are wanted.
     for (int64_t r = 0; r < R; ++r)
       be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, 1, H, eps);
-    be.linear(*head_, last.f32(), logits.f32(), R);
+    linear(*head_, last.f32(), logits.f32(), R);
   };
   if (T == int64_t(batch.size())) {  // decode: one token per sequence, a step the backend may replay
     try {

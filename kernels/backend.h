@@ -141,6 +141,16 @@ class Backend {
     swiglu(gate, up, gate, rows * k);
     linear(w, gate, y, rows);
   }
+  // linears() at fp32-level precision for every batch size: no rounding of x or W to 16-bit floats
+  // (a backend's large-batch tensor-core path may round to ~1e-3 relative). For forwards whose K/V
+  // a q8/q4 cache quantizes: rounding differences move values across the format's steps, and on
+  // random-weight models that grows to percent-level logit differences, so every linear feeding
+  // the cache (the whole layer stack, through the next layers' inputs) asks for this. Backends that
+  // are fp32 throughout keep the default.
+  virtual void linears_exact(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+                             int64_t rows) {
+    linears(ws, x, ys, rows);
+  }
   // rope() of q [rows, n_heads·head_dim] and of k [rows, n_kv_heads·head_dim] at the same positions.
   virtual void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
                        std::span<const int32_t> positions, const RopeTable& table) {

@@ -158,10 +158,19 @@ class CudaBackend final : public Backend {
 
   void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
                int64_t rows) override {
+    queue_linears(ws, x, ys, rows, false);
+  }
+  void linears_exact(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+                     int64_t rows) override {
+    queue_linears(ws, x, ys, rows, true);
+  }
+  // linears() and linears_exact(): ys[i] = x · W_iᵀ, through CudaLinear::run_exact when `exact`.
+  void queue_linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+                     int64_t rows, bool exact) {
     EXL_CHECK(ws.size() == ys.size(), "kernels: cuda: linears: ", ws.size(), " matrices for ", ys.size(), " outputs");
     if (rows == 0 || ws.empty()) return;
     std::vector<const cuda::CudaLinear*> ls;
-    steps_.note(12, x, rows, ws.size());
+    steps_.note(12, x, rows, ws.size(), exact);
     for (size_t i = 0; i < ws.size(); ++i) {
       ls.push_back(static_cast<const cuda::CudaLinear*>(ws[i]));
       steps_.note(ls.back(), ys[i]);
@@ -170,10 +179,10 @@ class CudaBackend final : public Backend {
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
-    cuda::run_linears(ctx_, ls, x, ys, rows);
+    cuda::run_linears(ctx_, ls, x, ys, rows, exact);
     if (prof_.enabled()) {
       double bytes = 0;
-      std::string key = "linears";
+      std::string key = exact ? "linears exact" : "linears";
       for (const auto* l : ls) bytes += double(l->weight_bytes), key += cat(" ", l->out_features, "x", l->in_features);
       prof_.end(ctx_.stream(), cat(key, " rows ", rows), bytes);
     }
@@ -426,7 +435,10 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
     return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
   });
-  if (long_prompts && !prefill_attn_disabled_) {
+  // q8/q4 caches stay on the fp32 paged kernel: the tensor-core path rounds q and P to fp16, and
+  // that difference reaches the next layers' K/V and their quantization (Backend::linears_exact).
+  const bool quantized = L.format == KvFormat::q8 || L.format == KvFormat::q4;
+  if (long_prompts && !quantized && !prefill_attn_disabled_) {
     steps_.forbid_capture();
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());

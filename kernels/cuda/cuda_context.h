@@ -14,7 +14,18 @@
 namespace exl::cuda {
 
 // Scratch areas; an op may use any of them, and the next op on the stream may reuse them.
-enum class Scratch : int { act16, weights16, partials, gemv_partials, attn_kv, attn_scores, count };
+enum class Scratch : int {
+  act16,
+  weights16,
+  partials,
+  gemv_partials,
+  attn_kv,
+  attn_scores,
+  act16_lo,      // the exact linear path's split operands (cuda_linear.h)
+  weights16_lo,
+  weights32,
+  count
+};
 
 class CudaContext {
  public:

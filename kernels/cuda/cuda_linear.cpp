@@ -117,6 +117,11 @@ class Exl2Linear final : public CudaLinear {
   }
 
  private:
+  int64_t gemv_max_rows() const override { return k_quant_gemv_max_rows; }
+  void fill_f32(CudaContext& ctx, int n0, int nc, float* out) const override {
+    EXL_CUDA_CHECK(exl2_reconstruct_f32(view_, n0, nc, out, ctx.stream()));
+  }
+
   void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows) const {
     const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, exl2_target_blocks(ctx));
     const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
@@ -133,7 +138,7 @@ class Exl2Linear final : public CudaLinear {
     EXL_CUDA_CHECK(exl2_gemv_set(set, x, int(rows), ks, counters, ctx.stream()));
   }
 
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, bias_, segs_;
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_;
   Exl2DeviceView view_;
 };
 
@@ -198,7 +203,12 @@ class GptqLinear final : public CudaLinear {
   }
 
  private:
-  Buffer qweight_, qzeros_, scales_, row_group_, perm_, bias_;
+  int64_t gemv_max_rows() const override { return k_quant_gemv_max_rows; }
+  void fill_f32(CudaContext& ctx, int n0, int nc, float* out) const override {
+    EXL_CUDA_CHECK(gptq_reconstruct_f32(view_, n0, nc, out, ctx.stream()));
+  }
+
+  Buffer qweight_, qzeros_, scales_, row_group_, perm_;
   GptqDeviceView view_;
 };
 
@@ -240,14 +250,47 @@ class DenseLinear final : public CudaLinear {
   }
 
  private:
+  int64_t gemv_max_rows() const override { return k_dense_gemv_max_rows; }
+  void fill_f32(CudaContext& ctx, int n0, int nc, float* out) const override {
+    EXL_CUDA_CHECK(dense_columns_f32(type_, w_.data(), int(in_features), n0, nc, out, ctx.stream()));
+  }
+
   DenseType type_ = DenseType::f16;
-  Buffer w_, bias_;
+  Buffer w_;
 };
 
 }  // namespace
 
+void CudaLinear::run_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const {
+  if (rows <= gemv_max_rows()) return run(ctx, x, y, rows);
+  const int64_t K = in_features, N = out_features;
+  auto* xh = static_cast<uint16_t*>(ctx.scratch(Scratch::act16, size_t(rows * K) * 2));
+  auto* xl = static_cast<uint16_t*>(ctx.scratch(Scratch::act16_lo, size_t(rows * K) * 2));
+  EXL_CUDA_CHECK(split_half(x, xh, xl, rows * K, ctx.stream()));
+  const int64_t nc_max = std::max<int64_t>(128, ctx.dequant_chunk_elems / 2 / K / 128 * 128);
+  const int64_t nc = std::min(nc_max, N);
+  auto* w32 = static_cast<float*>(ctx.scratch(Scratch::weights32, size_t(K * nc) * 4));
+  auto* wh = static_cast<uint16_t*>(ctx.scratch(Scratch::weights16, size_t(K * nc) * 2));
+  auto* wl = static_cast<uint16_t*>(ctx.scratch(Scratch::weights16_lo, size_t(K * nc) * 2));
+  const float one = 1.0f, zero = 0.0f, lo = 1.0f / k_split_lo_scale;
+  auto gemm = [&](int cur, const uint16_t* a, const uint16_t* b, const float* alpha, const float* beta, float* c) {
+    EXL_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, cur, int(rows), int(K), alpha, a, CUDA_R_16F,
+                                  cur, b, CUDA_R_16F, int(K), beta, c, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+  };
+  for (int64_t n0 = 0; n0 < N; n0 += nc) {
+    const int cur = int(std::min(nc, N - n0));
+    fill_f32(ctx, int(n0), cur, w32);
+    EXL_CUDA_CHECK(split_half(w32, wh, wl, K * cur, ctx.stream()));
+    gemm(cur, wh, xh, &one, &zero, y + n0);
+    gemm(cur, wh, xl, &lo, &one, y + n0);
+    gemm(cur, wl, xh, &lo, &one, y + n0);
+  }
+  if (bias_.data()) EXL_CUDA_CHECK(add_bias(y, bias_.f32(), int(rows), int(N), ctx.stream()));
+}
+
 void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, std::span<float* const> ys,
-                 int64_t rows) {
+                 int64_t rows, bool exact) {
   EXL_CHECK(ls.size() == ys.size(), "kernels: cuda: linears: ", ls.size(), " matrices for ", ys.size(), " outputs");
   std::vector<const Exl2Linear*> set;
   std::vector<float*> set_y;
@@ -284,6 +327,8 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
     if (fits) {
       set.push_back(e);
       set_y.push_back(ys[i]);
+    } else if (exact) {
+      ls[i]->run_exact(ctx, x, ys[i], rows);
     } else {
       ls[i]->run(ctx, x, ys[i], rows);
     }

@@ -7,6 +7,11 @@
 //   Dense: rows ≤ k_dense_gemv_max_rows use dense_gemv (fp32 accumulation); larger batches use
 //   cuBLAS: f16/bf16 weights with activations converted to the same type (fp32 accumulation),
 //   f32 weights with plain fp32 SGEMM (no TF32).
+//   Exact path (run_exact: Backend::linears_exact, forwards with a q8/q4 cache): batches that run()
+//   gives to a gemv kernel go there; larger ones dequantize W to fp32 (the CPU backend's values),
+//   split W and x into fp16 hi + lo parts (dense_gemm.h: split_half) and sum three cuBLAS GEMMs
+//   with fp32 accumulation, Wh·xh + (Wh·xl + Wl·xh) / k_split_lo_scale (the dropped Wl·xl is
+//   2⁻²² relative): fp32-level results on tensor cores, at three times the tensor-core work.
 // y must not alias x. The GPTQ gemv adds K-slice partial sums with float atomics, so its results
 // can differ between runs at fp32 rounding level; the EXL2 gemv reduces its slices in a fixed
 // order and is deterministic.
@@ -29,13 +34,23 @@ class CudaLinear : public PreparedLinear {
   // input itself (EXL2 matrices at rows ≤ k_quant_gemv_max_rows).
   virtual bool fuses_swiglu() const { return false; }
   virtual void run_swiglu(CudaContext&, const float*, const float*, float*, int64_t) const {}
+  // run() without fp16 rounding of x and W on the large-batch path (see above).
+  void run_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const;
   size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
+
+ protected:
+  // Batches up to this many rows take run()'s gemv kernel.
+  virtual int64_t gemv_max_rows() const = 0;
+  // out[K, nc] (fp32, row-major) = W's columns [n0, n0 + nc) in original input order.
+  virtual void fill_f32(CudaContext& ctx, int n0, int nc, float* out) const = 0;
+  Buffer bias_;  // [N] fp32, empty without bias
 };
 
 // ys[i] = x · W_iᵀ for linears that read the same x: EXL2 matrices of equal K at gemv sizes share
-// one launch (exl2_gemv_set, up to 3 per launch); any other linear runs on its own.
+// one launch (exl2_gemv_set, up to 3 per launch); any other linear runs on its own, through
+// run_exact() when `exact`.
 void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, std::span<float* const> ys,
-                 int64_t rows);
+                 int64_t rows, bool exact = false);
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 

@@ -8,7 +8,8 @@
 
 namespace exl::cuda {
 
-// Prompts of at least this many tokens per sequence take the cuBLAS path.
+// Prompts of at least this many tokens per sequence take the cuBLAS path (f32 and fp16 caches;
+// q8/q4 caches keep the fp32 paged kernel, see CudaBackend::attention).
 inline constexpr int64_t k_prefill_attn_min_tokens = 64;
 
 struct PrefillAttnSeq {

@@ -108,6 +108,32 @@ __global__ void to_half_kernel(const float* __restrict__ x, __half* __restrict__
     out[i] = __float2half_rn(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
 }
 
+__global__ void split_half_kernel(const float* __restrict__ x, __half* __restrict__ hi, __half* __restrict__ lo,
+                                  int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const __half h = __float2half_rn(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
+    hi[i] = h;
+    lo[i] = __float2half_rn(fminf(fmaxf((x[i] - __half2float(h)) * k_split_lo_scale, -65504.0f), 65504.0f));
+  }
+}
+
+// A 32 × 32 tile per block (32 × 8 threads): coalesced reads along K, coalesced writes along nc.
+template <DenseType T>
+__global__ void dense_columns_f32_kernel(const typename Elem<T>::type* __restrict__ w, int K, int n0, int nc,
+                                         float* __restrict__ out) {
+  __shared__ float tile[32][33];
+  const int k0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int c = c0 + i, k = k0 + threadIdx.x;
+    if (c < nc && k < K) tile[i][threadIdx.x] = Elem<T>::get(w[size_t(n0 + c) * K + k]);
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int k = k0 + i, c = c0 + threadIdx.x;
+    if (c < nc && k < K) out[size_t(k) * nc + c] = tile[threadIdx.x][i];
+  }
+}
+
 __global__ void to_bf16_kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = __float2bfloat16_rn(x[i]);
@@ -142,6 +168,31 @@ cudaError_t dense_gemv(DenseType type, const void* w, const float* bias, const f
 
 cudaError_t to_half(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
   to_half_kernel<<<grid_for(n), 256, 0, stream>>>(x, reinterpret_cast<__half*>(out), n);
+  return cudaGetLastError();
+}
+
+cudaError_t split_half(const float* x, uint16_t* hi, uint16_t* lo, int64_t n, cudaStream_t stream) {
+  split_half_kernel<<<grid_for(n), 256, 0, stream>>>(x, reinterpret_cast<__half*>(hi), reinterpret_cast<__half*>(lo), n);
+  return cudaGetLastError();
+}
+
+cudaError_t dense_columns_f32(DenseType type, const void* w, int K, int n0, int nc, float* out, cudaStream_t stream) {
+  if (K <= 0 || nc <= 0) return cudaSuccess;
+  const dim3 grid(unsigned((K + 31) / 32), unsigned((nc + 31) / 32)), block(32, 8);
+  switch (type) {
+    case DenseType::f32:
+      dense_columns_f32_kernel<DenseType::f32><<<grid, block, 0, stream>>>(static_cast<const float*>(w), K, n0, nc, out);
+      break;
+    case DenseType::f16:
+      dense_columns_f32_kernel<DenseType::f16><<<grid, block, 0, stream>>>(static_cast<const uint16_t*>(w), K, n0, nc,
+                                                                            out);
+      break;
+    case DenseType::bf16:
+      dense_columns_f32_kernel<DenseType::bf16><<<grid, block, 0, stream>>>(static_cast<const uint16_t*>(w), K, n0,
+                                                                             nc, out);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

@@ -434,10 +434,13 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   }
 }
 
+__device__ __forceinline__ void store_weight(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store_weight(float* p, float v) { *p = v; }
+
 // 32 rows of one group starting at a word boundary: the block's words are loaded once.
-template <int BITS>
+template <int BITS, typename Out>
 __device__ void reconstruct_block(const Exl2DeviceView& w, const Exl2GroupDesc& gd, int g, int n, int c, int j0,
-                                  int nc, __half* __restrict__ out) {
+                                  int nc, Out* __restrict__ out) {
   const uint32_t* wp = w.q_weight + size_t(gd.qrow_start + (((j0 - gd.row_start) * BITS) >> 5)) * w.Np + n;
   uint32_t words[BITS];
 #pragma unroll
@@ -445,11 +448,12 @@ __device__ void reconstruct_block(const Exl2DeviceView& w, const Exl2GroupDesc& 
   const float s = exl2_scale(w.q_scale + size_t(g) * (w.Np / 8), n, __half2float(__ushort_as_half(w.q_scale_max[g])));
 #pragma unroll
   for (int r = 0; r < 32; ++r)
-    out[size_t(w.perm[j0 + r]) * nc + c] =
-        __float2half_rn(float(int(exl2_block_value<BITS>(words, r)) - (1 << (BITS - 1))) * s);
+    store_weight(out + size_t(w.perm[j0 + r]) * nc + c,
+                 float(int(exl2_block_value<BITS>(words, r)) - (1 << (BITS - 1))) * s);
 }
 
-__global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, __half* __restrict__ out) {
+template <typename Out>
+__global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* __restrict__ out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= nc) return;
   const int n = n0 + c;
@@ -473,7 +477,7 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, __half
     const uint32_t q = exl2_value(w.q_weight, w.Np, n, gd, j);
     const float smax = __half2float(__ushort_as_half(w.q_scale_max[g]));
     const float s = exl2_scale(w.q_scale + size_t(g) * (w.Np / 8), n, smax);
-    out[size_t(w.perm[j]) * nc + c] = __float2half_rn(float(int(q) - (1 << (gd.bits - 1))) * s);
+    store_weight(out + size_t(w.perm[j]) * nc + c, float(int(q) - (1 << (gd.bits - 1))) * s);
   }
 }
 
@@ -539,6 +543,12 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream) {
   const dim3 grid((nc + 127) / 128, (w.K + 31) / 32);
   exl2_reconstruct_kernel<<<grid, 128, 0, stream>>>(w, n0, nc, reinterpret_cast<__half*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t exl2_reconstruct_f32(const Exl2DeviceView& w, int n0, int nc, float* out, cudaStream_t stream) {
+  const dim3 grid((nc + 127) / 128, (w.K + 31) / 32);
+  exl2_reconstruct_kernel<<<grid, 128, 0, stream>>>(w, n0, nc, out);
   return cudaGetLastError();
 }
 

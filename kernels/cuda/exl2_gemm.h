@@ -10,7 +10,8 @@
 //     writes partial sums and the last block of each column tile adds them (+ bias) into y, in
 //     slice order (deterministic; one launch, y need not be initialized).
 //   - exl2_reconstruct: dequantizes columns [n0, n0+nc) into an fp16 [K, nc] row-major matrix in
-//     original row order (row perm[j] ← permuted row j), for the cuBLAS path of larger batches.
+//     original row order (row perm[j] ← permuted row j), for the cuBLAS path of larger batches;
+//     exl2_reconstruct_f32 into fp32 for the exact path (cuda_linear.h).
 // Launchers return the launch status; all work is queued on `stream`.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -92,5 +93,7 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);
+// The same in fp32: exactly the CPU backend's dequantized values (kernels/cpu/dequantize.h).
+cudaError_t exl2_reconstruct_f32(const Exl2DeviceView& w, int n0, int nc, float* out, cudaStream_t stream);
 
 }  // namespace exl::cuda

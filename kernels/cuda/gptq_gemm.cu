@@ -84,7 +84,11 @@ __global__ void __launch_bounds__(k_gemv_threads) gptq_gemv_kernel(GptqDeviceVie
   }
 }
 
-__global__ void gptq_reconstruct_kernel(GptqDeviceView w, int n0, int nc, __half* __restrict__ out) {
+__device__ __forceinline__ void store_weight(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store_weight(float* p, float v) { *p = v; }
+
+template <typename Out>
+__global__ void gptq_reconstruct_kernel(GptqDeviceView w, int n0, int nc, Out* __restrict__ out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= nc) return;
   const int n = n0 + c;
@@ -95,7 +99,7 @@ __global__ void gptq_reconstruct_kernel(GptqDeviceView w, int n0, int nc, __half
     const int g = w.row_group[j];
     const int z = int((w.qzeros[size_t(g) * (w.N / 8) + n / 8] >> (4 * (n % 8))) & 15u) + w.zero_add;
     const float s = __half2float(__ushort_as_half(w.scales[size_t(g) * w.N + n]));
-    out[size_t(w.perm[j]) * nc + c] = __float2half_rn(float(int((word >> (4 * i)) & 15u) - z) * s);
+    store_weight(out + size_t(w.perm[j]) * nc + c, float(int((word >> (4 * i)) & 15u) - z) * s);
   }
 }
 
@@ -118,6 +122,12 @@ cudaError_t gptq_gemv(const GptqDeviceView& w, const float* x, float* y, int row
 cudaError_t gptq_reconstruct(const GptqDeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream) {
   const dim3 grid((nc + 127) / 128, w.K / 8);
   gptq_reconstruct_kernel<<<grid, 128, 0, stream>>>(w, n0, nc, reinterpret_cast<__half*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t gptq_reconstruct_f32(const GptqDeviceView& w, int n0, int nc, float* out, cudaStream_t stream) {
+  const dim3 grid((nc + 127) / 128, w.K / 8);
+  gptq_reconstruct_kernel<<<grid, 128, 0, stream>>>(w, n0, nc, out);
   return cudaGetLastError();
 }
 

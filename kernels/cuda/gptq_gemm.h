@@ -28,5 +28,7 @@ cudaError_t gptq_gemv(const GptqDeviceView& w, const float* x, float* y, int row
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t gptq_reconstruct(const GptqDeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);
+// The same in fp32 (the exact path of cuda_linear.h).
+cudaError_t gptq_reconstruct_f32(const GptqDeviceView& w, int n0, int nc, float* out, cudaStream_t stream);
 
 }  // namespace exl::cuda

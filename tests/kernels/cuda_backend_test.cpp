@@ -269,6 +269,48 @@ TEST_F(CudaBackendTest, LinearDenseEveryDtype) {
     }
 }
 
+TEST_F(CudaBackendTest, LinearsExactAreFp32LevelBeyondGemvSizes) {
+  // linears_exact (forwards with a q8/q4 cache): fp32-level error beyond the gemv sizes for every
+  // format, act-order and bias, activations over a wide range; linears() keeps the fp16 path.
+  auto e = test::random_exl2(512, 130, {{8, 64}, {6, 128}, {4, 192}, {3, 64}, {2, 64}}, 900, true);
+  auto g = test::random_gptq(256, 96, 64, true, 901);
+  auto wf = test::random_floats(size_t(72 * 256), 902, 0.05f);
+  std::vector<uint16_t> h(wf.size()), hb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) h[i] = float_to_half(wf[i]), hb[i] = float_to_bf16(wf[i]);
+  const std::vector<float> bias = test::random_floats(72, 903);
+  const DenseMatrix d16{256, 72, DType::f16, h.data(), bias}, dbf{256, 72, DType::bf16, hb.data(), {}},
+      d32{256, 72, DType::f32, wf.data(), bias};
+  uint32_t seed = 910;
+  for (const LinearWeights& w :
+       {LinearWeights(e.m), LinearWeights(g.m), LinearWeights(d16), LinearWeights(dbf), LinearWeights(d32)}) {
+    const int64_t K = in_features(w), N = out_features(w);
+    const bool dense = std::holds_alternative<DenseMatrix>(w);
+    auto p = gpu().prepare_linear(w);
+    const PreparedLinear* ws[2] = {p.get(), p.get()};
+    for (int64_t rows : {3, 12, 40, 129}) {
+      auto x = test::random_floats(size_t(rows * K), seed++, 30.0f);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e-3f;
+      std::vector<float> ref(size_t(rows * N));
+      cpu::linear(tp_, w, x.data(), ref.data(), rows);
+      Buffer dx = to_gpu(x), y0 = gpu().alloc(ref.size() * 4), y1 = gpu().alloc(ref.size() * 4),
+             y_fast = gpu().alloc(ref.size() * 4);
+      float* ys[2] = {y0.f32(), y1.f32()};
+      gpu().linears_exact(ws, dx.f32(), ys, rows);
+      gpu().linear(*p, dx.f32(), y_fast.f32(), rows);
+      const double err = std::max(rel_err(from_gpu(y0, ref.size()), ref), rel_err(from_gpu(y1, ref.size()), ref));
+      const double fast = rel_err(from_gpu(y_fast, ref.size()), ref);
+      const bool gemv = rows <= (dense ? 8 : 16);  // the gemv kernels' own precision
+      EXPECT_LT(err, gemv ? k_tol_f32 : 2e-5) << "K=" << K << " N=" << N << " rows=" << rows;
+      if (!gemv && !(dense && std::get<DenseMatrix>(w).dtype == DType::f32)) {
+        EXPECT_GT(fast, 10 * err) << "linear() took the exact path; K=" << K << " rows=" << rows;
+      }
+    }
+  }
+  const PreparedLinear* ws[1] = {nullptr};
+  float* ys[2] = {nullptr, nullptr};
+  EXPECT_THROW(gpu().linears_exact(ws, nullptr, ys, 40), Error);
+}
+
 #ifdef EXL_HAVE_CUDA
 TEST_F(CudaBackendTest, LinearLargeBatchDequantizesInColumnChunks) {
   cuda::CudaContext ctx(0);
@@ -287,6 +329,10 @@ TEST_F(CudaBackendTest, LinearLargeBatchDequantizesInColumnChunks) {
     ctx.sync();
     ASSERT_EQ(cudaMemcpy(got.data(), dy.data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_LT(rel_err(got, ref), k_tol_f16) << "N=" << N;
+    lin->run_exact(ctx, dx.f32(), dy.f32(), rows);  // 128-column chunks as well
+    ctx.sync();
+    ASSERT_EQ(cudaMemcpy(got.data(), dy.data(), got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_LT(rel_err(got, ref), 2e-5) << "exact, N=" << N;
   }
 }
 #endif
@@ -588,13 +634,15 @@ TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
 }
 
 TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
-  // Every sequence ≥ k_prefill_attn_min_tokens: the cuBLAS path (fp16 queries and probabilities).
+  // Every sequence ≥ k_prefill_attn_min_tokens: the cuBLAS path (fp16 queries and probabilities)
+  // for f32/fp16 caches; q8/q4 caches stay on the fp32 paged kernel.
   uint32_t seed = 500;
   for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
     for (int window : {0, 50}) {
-      attention_case(gpu(), tp_, fmt, 64, 8, 2, window, {{100, 300}, {0, 257}}, 64, seed++, k_tol_f16);
-      attention_case(gpu(), tp_, fmt, 80, 6, 6, window, {{0, 64}, {1000, 65}}, 16, seed++, k_tol_f16);
-      attention_case(gpu(), tp_, fmt, 128, 32, 8, window, {{0, 600}}, 64, seed++, k_tol_f16);
+      const double tol = fmt == KvFormat::q8 || fmt == KvFormat::q4 ? k_tol_f32 : k_tol_f16;
+      attention_case(gpu(), tp_, fmt, 64, 8, 2, window, {{100, 300}, {0, 257}}, 64, seed++, tol);
+      attention_case(gpu(), tp_, fmt, 80, 6, 6, window, {{0, 64}, {1000, 65}}, 16, seed++, tol);
+      attention_case(gpu(), tp_, fmt, 128, 32, 8, window, {{0, 600}}, 64, seed++, tol);
     }
   // One short sequence keeps the whole batch on the paged kernel (fp32 everywhere).
   attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}, {10, 3}}, 16, seed++);
