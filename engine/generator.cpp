@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "engine/detokenizer.h"
+#include "engine/device_sampling.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -63,6 +64,7 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions 
   pc.format = opts_.cache_format;
   pc.model_hash = std::hash<std::string>{}(model.identity());
   cache_ = std::make_unique<PageCache>(pc);
+  device_sampler_ = opts_.device_sampling && model.can_sample_on_device();
   cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.backend().kv_copy(*pool_, from, to, n); });
 }
 
@@ -187,22 +189,69 @@ bool Generator::emit_forced(Active& a) {
   return !forced.empty();
 }
 
-void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask) {
-  std::span<const uint32_t> m;
-  if (a.job.mask) {
-    if (emit_forced(a)) return;  // their logits come with the next forward pass
-    mask.assign(mask_words(logits.size()), 0u);
-    a.job.mask->fill_mask(mask);
-    if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
-      finish(a, FinishReason::error,
-             cat("engine: generator: job ", a.id, ": the output constraint allows no token after ",
-                 a.stats.n_generated, " generated tokens (the grammar is stuck)"));
-      return;
-    }
-    m = mask;
+bool Generator::prepare_sample(Active& a, std::vector<uint32_t>& mask) {
+  mask.clear();
+  if (!a.job.mask) return true;
+  if (emit_forced(a)) return false;  // their logits come with the next forward pass
+  mask.assign(mask_words(size_t(model_.vocab_size())), 0u);
+  a.job.mask->fill_mask(mask);
+  if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
+    finish(a, FinishReason::error,
+           cat("engine: generator: job ", a.id, ": the output constraint allows no token after ",
+               a.stats.n_generated, " generated tokens (the grammar is stuck)"));
+    return false;
   }
-  emit_token(a, a.sampler.sample(logits, m));
+  return true;
+}
+
+void Generator::emit_sampled(Active& a, int32_t token) {
+  emit_token(a, token);
   if (a.job.mask && !a.finished) emit_forced(a);
+}
+
+void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask) {
+  if (!prepare_sample(a, mask)) return;
+  emit_sampled(a, a.sampler.sample(logits, mask));
+}
+
+bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
+  if (!device_sampler_ || sampling.empty()) return false;
+  return std::all_of(sampling.begin(), sampling.end(),
+                     [](const Active* a) { return device_samplable(a->job.sampling); });
+}
+
+void Generator::sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows) {
+  const int64_t V = model_.vocab_size();
+  std::vector<Active*> jobs;
+  std::vector<DeviceRow> inputs;
+  std::vector<uint32_t> mask;
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    Active& a = *sampling[i];
+    try {
+      if (!prepare_sample(a, mask)) continue;
+      inputs.push_back(make_device_row(a.sampler, V, rows[i], mask));
+      jobs.push_back(&a);
+    } catch (const Error& e) {
+      finish(a, FinishReason::error, e.what());
+    }
+  }
+  if (jobs.empty()) return;
+  std::vector<RowSampling> params;
+  for (const DeviceRow& d : inputs) params.push_back(d.view());
+  std::vector<int32_t> ids(params.size());
+  try {
+    EXL_CHECK(model_.sample_device(params, ids), "engine: generator: the backend cannot sample on the device");
+  } catch (const Error& e) {
+    for (Active* a : jobs) finish(*a, FinishReason::error, e.what());
+    return;
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      emit_sampled(*jobs[i], checked_sampled_token(ids[i], V));
+    } catch (const Error& e) {
+      finish(*jobs[i], FinishReason::error, e.what());
+    }
+  }
 }
 
 void Generator::admit() {
@@ -304,9 +353,19 @@ bool Generator::step() {
     s.page_table = cache_->page_table(p.a->seq);
     batch.push_back(s);
   }
+  // The jobs whose last prompt or pending token is in this step sample from its logits.
+  std::vector<Active*> sampling;
+  std::vector<int64_t> sample_rows;
+  for (size_t i = 0; i < ready.size(); ++i)
+    if (!ready[i].a->finished && ready[i].a->n_done + ready[i].n == int64_t(ready[i].a->tokens.size())) {
+      sampling.push_back(ready[i].a);
+      sample_rows.push_back(int64_t(i));
+    }
+  const bool on_device = use_device_sampling(sampling);
   std::vector<float> logits;
   try {
-    logits = model_.forward(batch, *pool_);
+    if (on_device) model_.forward_device(batch, *pool_);
+    else logits = model_.forward(batch, *pool_);
   } catch (const Error& e) {
     for (auto& p : ready) finish(*p.a, FinishReason::error, e.what());
     return true;
@@ -317,7 +376,7 @@ bool Generator::step() {
     Active& a = *ready[i].a;
     cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), size_t(ready[i].n)));
     a.n_done += ready[i].n;
-    if (a.n_done < int64_t(a.tokens.size()) || a.finished) continue;
+    if (a.n_done < int64_t(a.tokens.size()) || a.finished || on_device) continue;
     std::span<float> row(logits.data() + int64_t(i) * V, size_t(V));
     try {
       sample_next(a, row, mask);
@@ -325,6 +384,7 @@ bool Generator::step() {
       finish(a, FinishReason::error, e.what());
     }
   }
+  if (on_device) sample_on_device(sampling, sample_rows);
   std::erase_if(active_, [](const auto& a) { return a->finished; });
   return true;
 }

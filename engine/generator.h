@@ -85,6 +85,9 @@ struct GeneratorOptions {
   int num_pages = 512;          // cache budget
   int max_batch_seqs = 16;      // jobs decoding at once
   int max_step_tokens = 512;    // tokens per forward pass (prefill chunk budget)
+  // Sample on the backend (Backend::sample_rows) when it can and every job sampled in the step
+  // allows it (engine/device_sampling.h); same tokens as the host sampler. false: always host.
+  bool device_sampling = true;
 };
 
 class Generator {
@@ -114,6 +117,10 @@ class Generator {
   void emit_token(Active& a, int32_t token);
   bool emit_forced(Active& a);
   void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
+  bool prepare_sample(Active& a, std::vector<uint32_t>& mask);
+  void emit_sampled(Active& a, int32_t token);
+  bool use_device_sampling(std::span<Active* const> sampling) const;
+  void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
   void pin_pages(Active& a);
   bool release_oldest_pin();
 
@@ -122,6 +129,7 @@ class Generator {
   GeneratorOptions opts_;
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<PageCache> cache_;
+  bool device_sampler_ = false;  // options allow it and the backend can
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -92,6 +92,26 @@ void Model::ensure_scratch(int64_t T, int64_t R) {
 }
 
 std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& pool) {
+  const int64_t R = forward_device(batch, pool);
+  device_rows_ = 0;
+  std::vector<float> out(size_t(R * cfg_.vocab_size));
+  backend_.download(out.data(), scratch_.logits.data(), out.size() * 4);
+  return out;
+}
+
+bool Model::can_sample_on_device() const { return backend_.sample_rows(nullptr, cfg_.vocab_size, {}, {}); }
+
+bool Model::sample_device(std::span<const RowSampling> rows, std::span<int32_t> out) {
+  EXL_CHECK(out.size() == rows.size(), "engine: model: sample_device: ", rows.size(), " rows but ", out.size(),
+            " outputs");
+  for (const RowSampling& r : rows)
+    EXL_CHECK(r.row >= 0 && r.row < device_rows_, "engine: model: sample_device: logits row ", r.row,
+              " not in the last forward_device() (", device_rows_, " rows)");
+  return backend_.sample_rows(scratch_.logits.f32(), cfg_.vocab_size, rows, out);
+}
+
+int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
+  device_rows_ = 0;
   Backend& be = backend_;
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, V = cfg_.vocab_size;
   const int NH = int(cfg_.num_heads), NKV = int(cfg_.num_kv_heads);
@@ -186,9 +206,8 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
   } else {
     ops();
   }
-  std::vector<float> out(size_t(R * V));
-  be.download(out.data(), logits.data(), out.size() * 4);
-  return out;
+  device_rows_ = R;
+  return R;
 }
 
 }  // namespace exl

@@ -36,6 +36,14 @@ class Model {
   // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
   // memory, in batch order: [Σ (all_logits ? n_tokens : 1), vocab].
   std::vector<float> forward(std::span<const ForwardSeq> batch, KvPool& pool);
+  // forward() without the download: the logits rows stay in backend memory for sample_device(),
+  // until the next forward call. Returns the number of logits rows.
+  int64_t forward_device(std::span<const ForwardSeq> batch, KvPool& pool);
+  // Backend::sample_rows over the logits rows of the last forward_device() (rows[i].row indexes
+  // them; out of range throws). Returns false, doing nothing, when the backend cannot sample.
+  bool sample_device(std::span<const RowSampling> rows, std::span<int32_t> out);
+  // Whether the backend can sample on the device at all.
+  bool can_sample_on_device() const;
 
  private:
   struct Layer;
@@ -56,6 +64,7 @@ class Model {
   std::vector<Layer> layers_;
   Buffer final_norm_;
   std::unique_ptr<PreparedLinear> head_;
+  int64_t device_rows_ = 0;  // logits rows left by the last forward_device()
 };
 
 }  // namespace exl

@@ -181,11 +181,12 @@ void Sampler::apply_bias_and_mask(std::span<float> logits, std::span<const uint3
   }
 }
 
-void Sampler::apply_penalties(std::span<float> logits) const {
+std::vector<TokenCount> Sampler::penalty_counts(int64_t vocab_size) const {
   const SamplerSettings& s = settings_;
-  if (history_.empty() || s.penalty_last_n == 0) return;
+  std::vector<TokenCount> out;
+  if (history_.empty() || s.penalty_last_n == 0) return out;
   if (s.repetition_penalty == 1.0f && s.frequency_penalty == 0.0f && s.presence_penalty == 0.0f)
-    return;
+    return out;
   const size_t w = s.penalty_last_n < 0 ? history_.size()
                                         : std::min(history_.size(), size_t(s.penalty_last_n));
   std::vector<int32_t> window(history_.end() - std::ptrdiff_t(w), history_.end());
@@ -194,14 +195,21 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     const int32_t t = window[i];
     size_t j = i;
     while (j < window.size() && window[j] == t) ++j;
-    const float count = float(j - i);
+    EXL_CHECK(int64_t(t) < vocab_size, "engine: sampler: history token ", t,
+              " outside the vocabulary of ", vocab_size);
+    out.push_back({t, int32_t(j - i)});
     i = j;
-    EXL_CHECK(size_t(t) < logits.size(), "engine: sampler: history token ", t,
-              " outside the vocabulary of ", logits.size());
-    float& l = logits[size_t(t)];
+  }
+  return out;
+}
+
+void Sampler::apply_penalties(std::span<float> logits) const {
+  const SamplerSettings& s = settings_;
+  for (const TokenCount& tc : penalty_counts(int64_t(logits.size()))) {
+    float& l = logits[size_t(tc.token)];
     if (l == neg_inf) continue;
     if (s.repetition_penalty != 1.0f) l = l > 0.0f ? l / s.repetition_penalty : l * s.repetition_penalty;
-    l -= count * s.frequency_penalty + s.presence_penalty;
+    l -= float(tc.count) * s.frequency_penalty + s.presence_penalty;
   }
 }
 
@@ -230,6 +238,7 @@ int32_t Sampler::sample_default(std::span<float> logits) {
   if (k > 0 && k < cands_.size()) {
     std::nth_element(cands_.begin(), cands_.begin() + std::ptrdiff_t(k - 1), cands_.end(), by_rank);
     cands_.resize(k);
+    std::sort(cands_.begin(), cands_.end(), by_rank);  // a defined draw order (the GPU's)
   }
   double sum = 0.0;
   for (Candidate& c : cands_) {

@@ -10,6 +10,8 @@
 //      l -= c * frequency_penalty + presence_penalty.
 //   4. temperature == 0: greedy, the lowest index among equal maxima. Otherwise l /= temperature.
 //   5. candidates = tokens with a logit > -inf; top_k keeps the k largest logits.
+//      (From here on candidates are in id order, or in rank order — logit descending, ties by
+//      lower id — once top_k cut something or top_p is on; the draw walks them in that order.)
 //   6. softmax; top_p keeps the shortest prefix (by logit, descending; ties by lower id) whose
 //      mass reaches top_p, including the token that crosses it; renormalize.
 //   7. min_p keeps p >= min_p * max p; renormalize.
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "engine/rng.h"
+#include "kernels/row_sampling.h"
 
 namespace exl {
 
@@ -96,6 +99,13 @@ class Sampler {
   // filter with their renormalized probabilities, in the order the draw walked them. Greedy
   // gives the one chosen token with p = 1. Empty in llama2c mode and before the first sample.
   std::vector<TokenProb> last_distribution() const;
+
+  // For sampling elsewhere (Backend::sample_rows) with this sampler's state: the uniform [0, 1)
+  // that the next default-mode draw would use, consumed from the RNG stream (sample() consumes
+  // one exactly when temperature > 0); and the distinct tokens of the penalty window with their
+  // counts, sorted by id, empty when the penalties are off. Tokens >= vocab_size throw.
+  double next_uniform() { return rng_.uniform(); }
+  std::vector<TokenCount> penalty_counts(int64_t vocab_size) const;
 
   const SamplerSettings& settings() const { return settings_; }
   std::span<const int32_t> history() const { return history_; }

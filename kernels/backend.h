@@ -16,6 +16,7 @@
 #include "kernels/dtype.h"
 #include "kernels/kv_layout.h"
 #include "kernels/linear_weights.h"
+#include "kernels/row_sampling.h"
 
 namespace exl {
 
@@ -173,6 +174,17 @@ class Backend {
   // the last `sliding_window` positions.
   virtual void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                          int n_heads, float scale, int sliding_window) = 0;
+
+  // Samples one token per entry of `rows` from logits [*, vocab] (backend memory) into out[i]
+  // (host memory, rows.size() entries): a token id, or k_sample_nothing_allowed /
+  // k_sample_bad_logit (kernels/row_sampling.h). Waits for the result. Returns false, doing
+  // nothing, when the backend cannot sample (the default: the caller downloads the logits and
+  // samples on the host). The answer depends only on the backend, never on the inputs, so a
+  // call with no rows asks whether the backend can. Not inside begin_step()/end_step().
+  virtual bool sample_rows(const float* /*logits*/, int64_t /*vocab*/, std::span<const RowSampling> /*rows*/,
+                           std::span<int32_t> /*out*/) {
+    return false;
+  }
 
   // Step bracketing, for backends that can replay a recorded step instead of issuing every op
   // (the CUDA backend's graphs). The caller runs one step as

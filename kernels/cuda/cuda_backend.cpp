@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/cuda_prefill_attention.h"
+#include "kernels/cuda/cuda_sampler.h"
 #include "kernels/cuda/dense_gemm.h"
 #include "kernels/cuda/norm_rope_act.h"
 #include "kernels/cuda/op_profiler.h"
@@ -317,6 +318,14 @@ class CudaBackend final : public Backend {
   void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                  int n_heads, float scale, int sliding_window) override;
 
+  bool sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
+                   std::span<int32_t> out) override {
+    prof_.begin(ctx_.stream());
+    sampler_.run(logits, vocab, rows, out);
+    if (prof_.enabled()) prof_.end(ctx_.stream(), cat("sample_rows ", rows.size()));
+    return true;
+  }
+
   CudaStepStats step_stats() const { return {steps_.launches(), steps_.captures()}; }
 
   void begin_step() override {
@@ -389,6 +398,7 @@ class CudaBackend final : public Backend {
     return !(e && std::string(e) == "0");
   }()};
   AttnStepPlan attn_step_;
+  cuda::CudaSampler sampler_{ctx_};
   std::vector<float> rope_freq_host_;
   Buffer rope_freq_;
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).

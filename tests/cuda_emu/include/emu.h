@@ -7,6 +7,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -259,6 +260,45 @@ inline T __shfl_xor_sync(unsigned, T v, int o) {
   return r;
 }
 
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, unsigned d) {
+  static_assert(sizeof(T) <= 8);
+  const unsigned t = emu::cur->lin, w = t / 32, lane = t % 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  emu::shfl[t] = bits;
+  emu::warp_sync();
+  T r = v;
+  if (lane >= d) {
+    bits = emu::shfl[w * 32 + lane - d];
+    std::memcpy(&r, &bits, sizeof(T));
+  }
+  emu::warp_sync();
+  return r;
+}
+// Every live thread's predicate, or-ed (a block barrier, like __syncthreads).
+inline int __syncthreads_or(int pred) {
+  static int acc;
+  emu::block_sync();
+  if (emu::cur->lin == 0) acc = 0;
+  emu::block_sync();
+  if (pred) acc = 1;
+  emu::block_sync();
+  const int r = acc;
+  emu::block_sync();
+  return r;
+}
+using std::isnan;
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
 // ---- runtime API ----
 inline cudaError_t cudaGetLastError() {
   const cudaError_t e = emu::last_error;
@@ -298,6 +338,9 @@ inline cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+#define cudaHostAllocDefault 0u
+inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMalloc(p, n); }
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) {
   std::memmove(d, s, n);
   return cudaSuccess;

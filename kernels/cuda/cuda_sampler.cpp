@@ -1,0 +1,148 @@
+#include "kernels/cuda/cuda_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/sampling.h"
+
+namespace exl::cuda {
+
+static_assert(k_sample_none == k_sample_nothing_allowed && k_sample_bad == k_sample_bad_logit);
+
+namespace {
+
+template <typename T>
+size_t append(std::vector<uint8_t>& blob, std::span<const T> v) {
+  const size_t off = (blob.size() + 15) / 16 * 16;
+  blob.resize(off + v.size_bytes());
+  if (!v.empty()) std::memcpy(blob.data() + off, v.data(), v.size_bytes());
+  return off;
+}
+
+void check_row(const RowSampling& r, int64_t vocab, size_t i) {
+  const char* p = "kernels: cuda: sample_rows: ";
+  EXL_CHECK(r.row >= 0, p, "entry ", i, ": negative logits row ", r.row);
+  EXL_CHECK(std::isfinite(r.temperature) && r.temperature >= 0.0f, p, "entry ", i, ": temperature ",
+            r.temperature);
+  EXL_CHECK(r.top_k >= 0 && r.top_p >= 0.0f && r.top_p <= 1.0f && r.min_p >= 0.0f && r.min_p <= 1.0f, p,
+            "entry ", i, ": top_k ", r.top_k, ", top_p ", r.top_p, ", min_p ", r.min_p, " out of range");
+  EXL_CHECK(r.u >= 0.0 && r.u < 1.0, p, "entry ", i, ": u ", r.u, " not in [0, 1)");
+  EXL_CHECK(r.mask.empty() || int64_t(r.mask.size()) >= (vocab + 31) / 32, p, "entry ", i, ": mask has ",
+            r.mask.size(), " words, a vocabulary of ", vocab, " needs ", (vocab + 31) / 32);
+  for (const TokenBias& b : r.bias)
+    EXL_CHECK(b.token >= 0 && b.token < vocab, p, "entry ", i, ": bias token ", b.token,
+              " outside the vocabulary of ", vocab);
+  for (const TokenCount& c : r.penalties)
+    EXL_CHECK(c.token >= 0 && c.token < vocab && c.count >= 0, p, "entry ", i, ": penalty token ", c.token,
+              " (count ", c.count, ") outside the vocabulary of ", vocab);
+}
+
+}  // namespace
+
+void CudaSampler::ensure(int64_t vocab, int64_t entries) {
+  if (vocab != vocab_) {
+    ctx_.sync();
+    iota_ = ctx_.alloc(size_t(vocab) * 4);
+    EXL_CUDA_CHECK(fill_iota(static_cast<int32_t*>(iota_.data()), int(vocab), ctx_.stream()));
+    size_t bytes = 0;
+    EXL_CUDA_CHECK(sort_rank_keys(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, int(vocab), ctx_.stream()));
+    sort_temp_ = ctx_.alloc(std::max<size_t>(bytes, 1));
+    sort_temp_bytes_ = bytes;
+    vocab_ = vocab;
+    entries_ = 0;
+  }
+  if (entries > entries_) {
+    ctx_.sync();
+    entries = std::max(entries, entries_ * 2);
+    const size_t n = size_t(entries * vocab);
+    x_ = ctx_.alloc(n * 4), keys_ = ctx_.alloc(n * 4), keys_sorted_ = ctx_.alloc(n * 4);
+    order_ = ctx_.alloc(n * 4), w_ = ctx_.alloc(n * 4);
+    small_ = ctx_.alloc(size_t(entries) * 8);
+    entries_ = entries;
+  }
+}
+
+void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
+                      std::span<int32_t> out) {
+  const char* p = "kernels: cuda: sample_rows: ";
+  EXL_CHECK(out.size() == rows.size(), p, rows.size(), " entries but ", out.size(), " outputs");
+  if (rows.empty()) return;
+  EXL_CHECK(vocab > 0 && vocab < int64_t(std::numeric_limits<int32_t>::max()), p, "vocabulary of ", vocab);
+  EXL_CHECK(int64_t(rows.size()) < (int64_t(1) << 31) / 8, p, rows.size(), " entries");
+  for (size_t i = 0; i < rows.size(); ++i) check_row(rows[i], vocab, i);
+
+  std::vector<SampleDesc> descs(rows.size());
+  std::vector<int32_t> bias_ids, pen_ids, pen_counts;
+  std::vector<float> bias_vals;
+  std::vector<uint32_t> mask;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowSampling& r = rows[i];
+    SampleDesc& d = descs[i];
+    d.row = r.row;
+    d.u = r.u;
+    d.temperature = r.temperature, d.top_p = r.top_p, d.min_p = r.min_p, d.top_k = r.top_k;
+    d.repetition_penalty = r.repetition_penalty;
+    d.frequency_penalty = r.frequency_penalty;
+    d.presence_penalty = r.presence_penalty;
+    d.bias_begin = int32_t(bias_ids.size()), d.bias_count = int32_t(r.bias.size());
+    for (const TokenBias& b : r.bias) bias_ids.push_back(b.token), bias_vals.push_back(b.bias);
+    d.pen_begin = int32_t(pen_ids.size()), d.pen_count = int32_t(r.penalties.size());
+    for (const TokenCount& c : r.penalties) pen_ids.push_back(c.token), pen_counts.push_back(c.count);
+    if (!r.mask.empty()) {
+      d.mask_begin = int64_t(mask.size());
+      mask.insert(mask.end(), r.mask.begin(), r.mask.begin() + (vocab + 31) / 32);
+    }
+    d.sorted = r.temperature > 0.0f && (r.top_k > 0 || (r.top_p > 0.0f && r.top_p < 1.0f));
+  }
+  blob_.clear();
+  const size_t o_desc = append(blob_, std::span<const SampleDesc>(descs));
+  const size_t o_bid = append(blob_, std::span<const int32_t>(bias_ids));
+  const size_t o_bval = append(blob_, std::span<const float>(bias_vals));
+  const size_t o_pid = append(blob_, std::span<const int32_t>(pen_ids));
+  const size_t o_pcnt = append(blob_, std::span<const int32_t>(pen_counts));
+  const size_t o_mask = append(blob_, std::span<const uint32_t>(mask));
+
+  ctx_.make_current();
+  ensure(vocab, int64_t(rows.size()));
+  if (params_.bytes() < blob_.size()) {
+    ctx_.sync();
+    params_ = ctx_.alloc(std::max(blob_.size(), params_.bytes() * 2));
+  }
+  auto* base = static_cast<uint8_t*>(params_.data());
+  EXL_CUDA_CHECK(cudaMemcpyAsync(base, blob_.data(), blob_.size(), cudaMemcpyHostToDevice, ctx_.stream()));
+
+  SampleArgs a;
+  a.logits = logits;
+  a.vocab = vocab;
+  a.n_entries = int32_t(rows.size());
+  a.descs = reinterpret_cast<const SampleDesc*>(base + o_desc);
+  a.bias_ids = reinterpret_cast<const int32_t*>(base + o_bid);
+  a.bias_vals = reinterpret_cast<const float*>(base + o_bval);
+  a.pen_ids = reinterpret_cast<const int32_t*>(base + o_pid);
+  a.pen_counts = reinterpret_cast<const int32_t*>(base + o_pcnt);
+  a.mask = reinterpret_cast<const uint32_t*>(base + o_mask);
+  a.x = x_.f32();
+  a.keys = static_cast<uint32_t*>(keys_.data());
+  a.order = static_cast<const int32_t*>(order_.data());
+  a.w = w_.f32();
+  a.out = static_cast<int32_t*>(small_.data());
+  a.n_cand = a.out + rows.size();
+  EXL_CUDA_CHECK(sample_prepare(a, ctx_.stream()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!descs[i].sorted) continue;
+    const size_t off = i * size_t(vocab);
+    size_t bytes = sort_temp_bytes_;
+    EXL_CUDA_CHECK(sort_rank_keys(sort_temp_.data(), bytes, a.keys + off,
+                                  static_cast<uint32_t*>(keys_sorted_.data()) + off,
+                                  static_cast<const int32_t*>(iota_.data()),
+                                  static_cast<int32_t*>(order_.data()) + off, int(vocab), ctx_.stream()));
+  }
+  EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
+  EXL_CUDA_CHECK(cudaMemcpyAsync(out.data(), a.out, out.size_bytes(), cudaMemcpyDeviceToHost, ctx_.stream()));
+  ctx_.sync();
+}
+
+}  // namespace exl::cuda

@@ -1,0 +1,31 @@
+// Backend::sample_rows for the CUDA backend: checks and packs the RowSampling inputs, runs the
+// kernels of sampling.h on the context's stream and downloads one id per entry. Work arrays
+// (five per entry, vocab elements each) grow on demand and are kept. Host code (.cpp); owned by
+// the backend, used by its thread.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_context.h"
+
+namespace exl::cuda {
+
+class CudaSampler {
+ public:
+  explicit CudaSampler(CudaContext& ctx) : ctx_(ctx) {}
+  // Samples rows[i] of logits [*, vocab] (device memory) into out[i]; waits. Throws exl::Error
+  // ("kernels: cuda: sample_rows: ...") for inputs outside the vocabulary or of the wrong size.
+  void run(const float* logits, int64_t vocab, std::span<const RowSampling> rows, std::span<int32_t> out);
+
+ private:
+  void ensure(int64_t vocab, int64_t entries);
+  CudaContext& ctx_;
+  int64_t vocab_ = 0, entries_ = 0;
+  Buffer x_, keys_, keys_sorted_, order_, w_, iota_, sort_temp_, small_, params_;
+  size_t sort_temp_bytes_ = 0;
+  std::vector<uint8_t> blob_;
+};
+
+}  // namespace exl::cuda

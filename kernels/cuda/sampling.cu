@@ -1,0 +1,290 @@
+#include <cub/device/device_radix_sort.cuh>
+
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/sampling.h"
+
+namespace exl::cuda {
+namespace {
+
+constexpr int k_threads = 1024;
+constexpr int k_warps = k_threads / 32;
+constexpr unsigned k_all = 0xffffffffu;
+constexpr uint32_t k_not_candidate = 0xffffffffu;
+
+__device__ bool allowed(const uint32_t* mask, int64_t t) {
+  return mask == nullptr || ((mask[t >> 5] >> (t & 31)) & 1u) != 0;
+}
+
+// x descending as an ascending unsigned key (the largest x gets the smallest key).
+__device__ uint32_t rank_key(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint32_t ascending = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return ~ascending;
+}
+
+// Block-wide reductions (every thread gets the result). `sh` holds k_warps values.
+__device__ double block_sum(double v, double* sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(k_all, v, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double t = 0;
+  for (int i = 0; i < k_warps; ++i) t += sh[i];
+  return t;
+}
+
+__device__ float block_max(float v, float* sh) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(k_all, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = sh[0];
+  for (int i = 1; i < k_warps; ++i) t = fmaxf(t, sh[i]);
+  return t;
+}
+
+__device__ int block_min_int(int v, int* sh) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(k_all, v, o));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int t = sh[0];
+  for (int i = 1; i < k_warps; ++i) t = min(t, sh[i]);
+  return t;
+}
+
+__device__ int block_max_int(int v, int* sh) { return -block_min_int(-v, sh); }
+
+// The largest value and, among equal maxima, the lowest index (INT_MAX when all are -inf).
+struct ArgMax {
+  float v;
+  int i;
+};
+__device__ ArgMax better(ArgMax a, ArgMax b) { return (b.v > a.v || (b.v == a.v && b.i < a.i)) ? b : a; }
+
+__device__ ArgMax block_argmax(ArgMax m, float* shv, int* shi) {
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgMax other{__shfl_xor_sync(k_all, m.v, o), __shfl_xor_sync(k_all, m.i, o)};
+    m = better(m, other);
+  }
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) shv[threadIdx.x >> 5] = m.v, shi[threadIdx.x >> 5] = m.i;
+  __syncthreads();
+  ArgMax t{shv[0], shi[0]};
+  for (int i = 1; i < k_warps; ++i) t = better(t, ArgMax{shv[i], shi[i]});
+  return t;
+}
+
+// Exclusive prefix sum over the threads of the block, in thread order.
+__device__ double block_exclusive_scan(double v, double* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double n = __shfl_up_sync(k_all, incl, o);
+    if (lane >= o) incl += n;
+  }
+  __syncthreads();
+  if (lane == 31) sh[warp] = incl;
+  __syncthreads();
+  double base = 0;
+  for (int i = 0; i < warp; ++i) base += sh[i];
+  return base + incl - v;
+}
+
+struct Shared {
+  double d[k_warps];
+  float f[k_warps];
+  int i[k_warps];
+};
+
+// Σ w[0, n) in double: per-thread sequential segments, then the block.
+__device__ double block_total(const float* w, int n, Shared& sh) {
+  const int seg = (n + k_threads - 1) / k_threads;
+  const int begin = min(n, int(threadIdx.x) * seg), end = min(n, begin + seg);
+  double s = 0;
+  for (int j = begin; j < end; ++j) s += w[j];
+  return block_sum(s, sh.d);
+}
+
+// w[j] = float(w[j] / Σw) for j < n (the CPU's renormalize()).
+__device__ void renormalize(float* w, int n, Shared& sh) {
+  const double total = block_total(w, n, sh);
+  __syncthreads();
+  for (int j = threadIdx.x; j < n; j += k_threads) w[j] = float(double(w[j]) / total);
+  __syncthreads();
+}
+
+struct Crossing {
+  int first;  // the first j with w[j] > 0 whose cumulative sum crosses target; INT_MAX = none
+  int last;   // the last j with w[j] > 0; -1 = none
+};
+
+// Walks w[0, n) in order with a double running sum, like the CPU's loops: crossing means
+// cum >= target (inclusive) or target < cum. Each thread takes a contiguous segment, starting
+// from the exclusive scan of the segment sums.
+__device__ Crossing find_crossing(const float* w, int n, double target, bool inclusive, Shared& sh) {
+  const int seg = (n + k_threads - 1) / k_threads;
+  const int begin = min(n, int(threadIdx.x) * seg), end = min(n, begin + seg);
+  double local = 0;
+  for (int j = begin; j < end; ++j) local += w[j];
+  double cum = block_exclusive_scan(local, sh.d);
+  int first = INT_MAX, last = -1;
+  for (int j = begin; j < end; ++j) {
+    const float p = w[j];
+    if (p <= 0.0f) continue;
+    cum += p;
+    last = j;
+    if (first == INT_MAX && (inclusive ? cum >= target : target < cum)) first = j;
+  }
+  Crossing c;
+  c.first = block_min_int(first, sh.i);
+  c.last = block_max_int(last, sh.i);
+  return c;
+}
+
+__global__ void __launch_bounds__(k_threads) sample_prepare_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  const int e = blockIdx.x;
+  const SampleDesc d = a.descs[e];
+  const int64_t V = a.vocab;
+  const float* logits = a.logits + d.row * V;
+  const uint32_t* mask = d.mask_begin >= 0 ? a.mask + d.mask_begin : nullptr;
+  float* x = a.x + int64_t(e) * V;
+  uint32_t* keys = a.keys + int64_t(e) * V;
+
+  int bad = 0;
+  for (int64_t i = threadIdx.x; i < V; i += k_threads) {
+    const float l = logits[i];
+    if (isnan(l) || l == INFINITY) bad = 1;
+    x[i] = allowed(mask, i) ? l : -INFINITY;
+  }
+  if (__syncthreads_or(bad)) {
+    if (threadIdx.x == 0) a.out[e] = k_sample_bad;
+    return;
+  }
+  for (int j = threadIdx.x; j < d.bias_count; j += k_threads) {
+    const int t = a.bias_ids[d.bias_begin + j];
+    if (allowed(mask, t)) x[t] = __fadd_rn(x[t], a.bias_vals[d.bias_begin + j]);
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < d.pen_count; j += k_threads) {
+    const int t = a.pen_ids[d.pen_begin + j];
+    float l = x[t];
+    if (l == -INFINITY) continue;
+    if (d.repetition_penalty != 1.0f)
+      l = l > 0.0f ? __fdiv_rn(l, d.repetition_penalty) : __fmul_rn(l, d.repetition_penalty);
+    const float sub = __fadd_rn(__fmul_rn(float(a.pen_counts[d.pen_begin + j]), d.frequency_penalty), d.presence_penalty);
+    x[t] = __fsub_rn(l, sub);
+  }
+  __syncthreads();
+
+  ArgMax m{-INFINITY, INT_MAX};
+  for (int64_t i = threadIdx.x; i < V; i += k_threads) m = better(m, ArgMax{x[i], x[i] > -INFINITY ? int(i) : INT_MAX});
+  m = block_argmax(m, sh.f, sh.i);
+  if (m.i == INT_MAX || d.temperature == 0.0f) {
+    if (threadIdx.x == 0) a.out[e] = m.i == INT_MAX ? k_sample_none : m.i;
+    return;
+  }
+  int n = 0;
+  for (int64_t i = threadIdx.x; i < V; i += k_threads) {
+    const float l = x[i];
+    if (l == -INFINITY) {
+      x[i] = NAN;
+      keys[i] = k_not_candidate;
+    } else {
+      const float xc = __fdiv_rn(__fsub_rn(l, m.v), d.temperature);
+      x[i] = xc;
+      keys[i] = rank_key(xc);
+      ++n;
+    }
+  }
+  n = int(block_sum(double(n), sh.d));
+  if (threadIdx.x == 0) {
+    a.n_cand[e] = n;
+    a.out[e] = k_sample_pending;
+  }
+}
+
+__global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  const int e = blockIdx.x;
+  if (a.out[e] != k_sample_pending) return;
+  const SampleDesc d = a.descs[e];
+  const int V = int(a.vocab);
+  const int n_cand = a.n_cand[e];
+  const bool top_k_cuts = d.top_k > 0 && d.top_k < n_cand;
+  const bool top_p_on = d.top_p > 0.0f && d.top_p < 1.0f;
+  const bool by_rank = d.sorted && (top_k_cuts || top_p_on);
+  const int32_t* order = by_rank ? a.order + int64_t(e) * V : nullptr;
+  const float* x = a.x + int64_t(e) * V;
+  float* w = a.w + int64_t(e) * V;
+  int n = by_rank ? (top_k_cuts ? d.top_k : n_cand) : V;
+
+  double s = 0;
+  for (int j = threadIdx.x; j < n; j += k_threads) {
+    const float xc = x[order ? order[j] : j];
+    const float p = isnan(xc) ? 0.0f : float(exp(double(xc)));
+    w[j] = p;
+    s += p;
+  }
+  const double sum = block_sum(s, sh.d);
+  for (int j = threadIdx.x; j < n; j += k_threads) w[j] = float(double(w[j]) / sum);
+  __syncthreads();
+
+  if (top_p_on) {
+    const Crossing c = find_crossing(w, n, double(d.top_p), true, sh);
+    if (c.first != INT_MAX) {
+      n = c.first + 1;
+      renormalize(w, n, sh);
+    }
+  }
+  if (d.min_p > 0.0f) {
+    float pm = 0.0f;
+    for (int j = threadIdx.x; j < n; j += k_threads) pm = fmaxf(pm, w[j]);
+    const float threshold = __fmul_rn(d.min_p, block_max(pm, sh.f));
+    for (int j = threadIdx.x; j < n; j += k_threads)
+      if (w[j] < threshold) w[j] = 0.0f;
+    __syncthreads();
+    renormalize(w, n, sh);
+  }
+  const double total = block_total(w, n, sh);
+  const Crossing c = find_crossing(w, n, d.u * total, false, sh);
+  if (threadIdx.x == 0) {
+    const int j = c.first != INT_MAX ? c.first : c.last;
+    a.out[e] = j < 0 ? k_sample_none : (order ? order[j] : j);
+  }
+}
+
+__global__ void iota_kernel(int32_t* iota, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) iota[i] = i;
+}
+
+}  // namespace
+
+cudaError_t sample_prepare(const SampleArgs& a, cudaStream_t stream) {
+  if (a.n_entries <= 0) return cudaSuccess;
+  sample_prepare_kernel<<<unsigned(a.n_entries), k_threads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t sample_finish(const SampleArgs& a, cudaStream_t stream) {
+  if (a.n_entries <= 0) return cudaSuccess;
+  sample_finish_kernel<<<unsigned(a.n_entries), k_threads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
+                           const int32_t* iota, int32_t* order, int n, cudaStream_t stream) {
+  return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_out, iota, order, n, 0, 32, stream);
+}
+
+cudaError_t fill_iota(int32_t* iota, int n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  iota_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(iota, n);
+  return cudaGetLastError();
+}
+
+}  // namespace exl::cuda

@@ -1,0 +1,115 @@
+// The CUDA sampler (kernels/cuda/cuda_sampler.h → sampling.cu) driven directly, against the host
+// reference of sample_rows (engine/device_sampling.h, i.e. the CPU Sampler): small vocabularies
+// (odd and even), exact ties, masks, penalties, biases, greedy and every filter combination,
+// several u per row including 0 and 1 - 1e-7. Ids must match, or match the reference for u,
+// top_p or min_p nudged by 1e-6 (float rounding at a cut or boundary). CUDA builds only; skips
+// without a device. Also runs on the CPU under the emulator: make -C tests/cuda_emu sampling.
+#ifdef EXL_HAVE_CUDA
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "engine/device_sampling.h"
+#include "kernels/cuda/cuda_sampler.h"
+#include "kernels/error.h"
+#include "kernels/cuda_device.h"
+
+namespace exl {
+namespace {
+
+int32_t reference_near(std::span<const float> logits, RowSampling r, int32_t got) {
+  const int32_t want = reference_sample_row(logits, r);
+  if (want == got || r.temperature == 0.0f) return want;
+  for (int which = 0; which < 3; ++which)
+    for (double d : {-1e-6, 1e-6}) {
+      RowSampling v = r;
+      if (which == 0) v.u = std::clamp(r.u + d, 0.0, 0.9999999);
+      if (which == 1 && r.top_p > 0.0f && r.top_p < 1.0f) v.top_p = std::clamp(r.top_p + float(d), 0.0f, 1.0f);
+      if (which == 2 && r.min_p > 0.0f) v.min_p = r.min_p + float(d);
+      if (reference_sample_row(logits, v) == got) return got;
+    }
+  return want;
+}
+
+TEST(CudaSampler, MatchesTheHostReference) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
+  cuda::CudaContext ctx(0);
+  cuda::CudaSampler sampler(ctx);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  int64_t total = 0, exact = 0;
+  for (int64_t V : {int64_t(1000), int64_t(1537)}) {
+    constexpr int k_rows = 3;
+    std::vector<float> logits(size_t(k_rows * V));
+    for (float& x : logits) x = nd(rng) + 0.125f;
+    for (int r = 0; r < k_rows; ++r) {
+      float* row = logits.data() + r * V;
+      row[17] = row[300] = row[901] = *std::max_element(row, row + V);  // tie at the top
+      for (int i = 0; i < 40; ++i) row[500 + i] = row[100 + i % 7];    // ties below
+    }
+    Buffer dl = ctx.upload_new(logits);
+    std::vector<uint32_t> mask(mask_words(size_t(V)));
+    for (uint32_t& w : mask) w = rng() | rng() | rng();
+    const std::vector<TokenCount> pens{{3, 2}, {17, 1}, {100, 4}, {int32_t(V - 1), 1}};
+    const std::vector<TokenBias> bias{{5, 2.5f}, {300, -INFINITY}, {640, 4.0f}};
+    std::vector<RowSampling> rows;
+    for (float t : {0.0f, 0.6f, 1.0f})
+      for (int32_t k : {0, 1, 30})
+        for (float p : {1.0f, 0.85f})
+          for (float mp : {0.0f, 0.1f})
+            for (int extras = 0; extras < 4; ++extras)
+              for (double u : {0.0, 0.37, 0.9999999}) {
+                if (t == 0.0f && (k || p < 1.0f || mp > 0.0f || u > 0.0)) continue;
+                RowSampling r;
+                r.row = int64_t(rows.size() % k_rows);
+                r.temperature = t, r.top_k = k, r.top_p = p, r.min_p = mp, r.u = u;
+                if (extras & 1) r.mask = mask;
+                if (extras & 2) {
+                  r.penalties = pens, r.bias = bias;
+                  r.repetition_penalty = 1.4f, r.frequency_penalty = 0.3f, r.presence_penalty = 0.2f;
+                }
+                rows.push_back(r);
+              }
+    std::vector<int32_t> got(rows.size());
+    sampler.run(dl.f32(), V, rows, got);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const RowSampling& r = rows[i];
+      const std::span<const float> row(logits.data() + r.row * V, size_t(V));
+      const int32_t want = reference_near(row, r, got[i]);
+      ++total;
+      exact += reference_sample_row(row, r) == got[i];
+      ASSERT_EQ(got[i], want) << "V " << V << " entry " << i << " T " << r.temperature << " k " << r.top_k << " p "
+                              << r.top_p << " min_p " << r.min_p << " u " << r.u << " mask " << !r.mask.empty()
+                              << " penalties " << !r.penalties.empty();
+    }
+  }
+  EXPECT_GE(exact * 100, total * 99) << exact << " of " << total << " identical";
+}
+
+TEST(CudaSampler, RejectsIdsOutsideTheVocabulary) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
+  cuda::CudaContext ctx(0);
+  cuda::CudaSampler sampler(ctx);
+  Buffer dl = ctx.upload_new(std::vector<float>(10, 1.0f));
+  const std::vector<TokenBias> bias{{10, 1.0f}};
+  const std::vector<TokenCount> pens{{-1, 1}};
+  std::vector<uint32_t> short_mask;
+  std::vector<RowSampling> rows(1);
+  std::vector<int32_t> out(1);
+  rows[0].bias = bias;
+  EXPECT_THROW(sampler.run(dl.f32(), 10, rows, out), Error);
+  rows[0].bias = {};
+  rows[0].penalties = pens;
+  EXPECT_THROW(sampler.run(dl.f32(), 10, rows, out), Error);
+  rows[0].penalties = {};
+  rows[0].u = 1.0;
+  EXPECT_THROW(sampler.run(dl.f32(), 10, rows, out), Error);
+  rows[0].u = 0.55;
+  sampler.run(dl.f32(), 10, rows, out);
+  EXPECT_EQ(out[0], 5);  // ten equal logits: u = 0.55 falls in the sixth tenth
+}
+
+}  // namespace
+}  // namespace exl
+#endif

@@ -1,0 +1,170 @@
+// The generator's device-sampling path (Generator::step → Model::forward_device/sample_device →
+// Backend::sample_rows) on the CPU: a backend that forwards every op to the CPU backend and
+// implements sample_rows with the host reference (engine/device_sampling.h) must produce exactly
+// the tokens of the plain CPU backend's host sampling, for batched jobs with seeds, penalties,
+// biases, grammar masks and forced tokens; a job the device cannot sample (typical_p) sends the
+// whole step to the host; GeneratorOptions::device_sampling = false never calls sample_rows.
+#include <gtest/gtest.h>
+
+#include "engine/device_sampling.h"
+#include "engine/generator.h"
+#include "test_support.h"
+
+namespace exl {
+namespace {
+
+// The CPU backend plus sample_rows (counted).
+class SamplingCpuBackend final : public Backend {
+ public:
+  SamplingCpuBackend() : be_(make_cpu_backend(2)) {}
+  int calls = 0, rows_sampled = 0;
+
+  std::string name() const override { return "sampling " + be_->name(); }
+  Buffer alloc(size_t bytes) override { return be_->alloc(bytes); }
+  void upload(void* d, const void* s, size_t n) override { be_->upload(d, s, n); }
+  void download(void* d, const void* s, size_t n) override { be_->download(d, s, n); }
+  void synchronize() override { be_->synchronize(); }
+  std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override { return be_->prepare_linear(w); }
+  std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) override {
+    return be_->prepare_embedding(e);
+  }
+  std::unique_ptr<KvPool> alloc_kv_pool(const KvLayout& l, int n) override { return be_->alloc_kv_pool(l, n); }
+  void embedding(const PreparedEmbedding& e, std::span<const int32_t> ids, float* out) override {
+    be_->embedding(e, ids, out);
+  }
+  void rms_norm(const float* x, const float* w, float* y, int64_t r, int64_t d, float eps) override {
+    be_->rms_norm(x, w, y, r, d, eps);
+  }
+  void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override { be_->linear(w, x, y, rows); }
+  void rope(float* x, int64_t rows, int nh, int hd, std::span<const int32_t> pos, const RopeTable& t) override {
+    be_->rope(x, rows, nh, hd, pos, t);
+  }
+  void swiglu(const float* g, const float* u, float* o, int64_t n) override { be_->swiglu(g, u, o, n); }
+  void add(float* x, const float* y, int64_t n) override { be_->add(x, y, n); }
+  void add_rms_norm(float* x, const float* y, const float* w, float* o, int64_t r, int64_t d, float eps) override {
+    be_->add_rms_norm(x, y, w, o, r, d, eps);
+  }
+  void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
+               int64_t rows) override {
+    be_->linears(ws, x, ys, rows);
+  }
+  void rope_qk(float* q, float* k, int64_t rows, int nh, int nkv, int hd, std::span<const int32_t> pos,
+               const RopeTable& t) override {
+    be_->rope_qk(q, k, rows, nh, nkv, hd, pos, t);
+  }
+  void kv_write(KvPool& p, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
+    be_->kv_write(p, layer, k, v, slots);
+  }
+  void kv_copy(KvPool& p, int from, int to, int n) override { be_->kv_copy(p, from, to, n); }
+  void attention(const KvPool& p, int layer, const float* q, float* out, std::span<const SeqAttn> seqs, int nh,
+                 float scale, int window) override {
+    be_->attention(p, layer, q, out, seqs, nh, scale, window);
+  }
+  bool sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
+                   std::span<int32_t> out) override {
+    if (rows.empty()) return true;
+    ++calls;
+    std::vector<float> row(static_cast<size_t>(vocab));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      download(row.data(), logits + rows[i].row * vocab, row.size() * 4);
+      out[i] = reference_sample_row(row, rows[i]);
+      ++rows_sampled;
+    }
+    return true;
+  }
+
+ private:
+  std::unique_ptr<Backend> be_;
+};
+
+// Even tokens only; every fifth generated token is forced to 13.
+struct EvenHook : LogitsMaskHook {
+  void fill_mask(std::span<uint32_t> mask) override {
+    for (uint32_t& w : mask) w = 0x55555555u;
+  }
+  void accept(int32_t) override {}
+  std::vector<int32_t> forced_tokens(std::span<const int32_t> generated) override {
+    if (generated.size() % 5 == 4) return {13};
+    return {};
+  }
+};
+
+std::vector<GenerationJob> jobs(bool with_typical) {
+  std::vector<GenerationJob> out;
+  auto job = [&](auto edit) {
+    GenerationJob j;
+    j.prompt = {1, 400, 300};
+    j.max_new_tokens = 40;
+    j.sampling.seed = 99 + out.size();
+    edit(j);
+    out.push_back(std::move(j));
+  };
+  job([](GenerationJob& j) { j.sampling.temperature = 0.9f, j.sampling.top_k = 20, j.sampling.top_p = 0.9f; });
+  job([](GenerationJob& j) { j.sampling.temperature = 0; });
+  job([](GenerationJob& j) {
+    j.sampling.repetition_penalty = 1.2f, j.sampling.frequency_penalty = 0.3f, j.sampling.presence_penalty = 0.2f;
+    j.sampling.min_p = 0.05f, j.sampling.logit_bias = {{13, 2.0f}, {300, -INFINITY}};
+    j.prompt = {1, 300, 300, 13};
+  });
+  job([](GenerationJob& j) {
+    j.sampling.temperature = 1.2f;
+    j.mask = std::make_shared<EvenHook>();
+  });
+  if (with_typical) job([](GenerationJob& j) { j.sampling.typical_p = 0.8f; });
+  return out;
+}
+
+std::vector<std::vector<int32_t>> generate(Backend& be, bool with_typical, bool device_sampling = true) {
+  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
+  auto tok = load_tokenizer(dir.path());
+  Model m(dir, be);
+  GeneratorOptions o;
+  o.device_sampling = device_sampling;
+  Generator g(m, *tok, o);
+  auto js = jobs(with_typical);
+  std::vector<std::vector<int32_t>> tokens(js.size());
+  for (size_t i = 0; i < js.size(); ++i) {
+    js[i].on_event = [&tokens, i](const GenerationEvent& e) {
+      if (e.type == GenerationEvent::Type::token) tokens[i].push_back(e.token);
+      else EXPECT_NE(e.reason, FinishReason::error) << e.error;
+    };
+    g.submit(std::move(js[i]));
+  }
+  g.run_until_idle();
+  return tokens;
+}
+
+TEST(GeneratorDeviceSampling, SameTokensAsHostSamplingInABatch) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  auto cpu = make_cpu_backend(2);
+  const auto want = generate(*cpu, false);
+  SamplingCpuBackend dev;
+  const auto got = generate(dev, false);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i], want[i]) << "job " << i;
+    EXPECT_EQ(want[i].size(), 40u) << "job " << i;
+  }
+  EXPECT_GT(dev.calls, 0);
+  EXPECT_GE(dev.rows_sampled, 3 * 40);
+  EXPECT_NE(want[0], want[2]);
+  for (size_t k = 0; k < want[3].size(); ++k)
+    EXPECT_TRUE(want[3][k] % 2 == 0 || (k % 5 == 4 && want[3][k] == 13)) << "masked job token " << k;
+}
+
+TEST(GeneratorDeviceSampling, HostOnlySettingsOrTheOptionKeepTheHostPath) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  auto cpu = make_cpu_backend(2);
+  const auto want = generate(*cpu, true);
+  SamplingCpuBackend dev;
+  const auto got = generate(dev, true);
+  EXPECT_EQ(got, want);
+  // The typical_p job runs 40 tokens alongside the others: every step with it is on the host.
+  EXPECT_EQ(dev.calls, 0);
+  SamplingCpuBackend off;
+  EXPECT_EQ(generate(off, false, false), generate(*cpu, false));
+  EXPECT_EQ(off.calls, 0);
+}
+
+}  // namespace
+}  // namespace exl
