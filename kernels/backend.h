@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -96,6 +97,13 @@ struct SeqAttn {
   std::span<const int32_t> page_table;
 };
 
+// Memory of the device a backend allocates from, in bytes, when it was asked.
+struct DeviceMemory {
+  int device = 0;
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -105,6 +113,9 @@ class Backend {
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void synchronize() {}
+  // Free and total memory of the backend's device now (engine/memory_plan.h plans against it);
+  // nullopt for backends that allocate host memory (CPU).
+  virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 
   virtual std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) = 0;
   virtual std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) = 0;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/generator.h"
+#include "engine/memory_plan.h"
 #include "engine/model.h"
 #include "engine/model_dir.h"
 #include "engine/tokenizer.h"
@@ -76,15 +77,33 @@ int cli_bench(std::span<const std::string> args) {
 
     ModelDir dir(*a.get("--model"));
     auto backend = make_backend(backend_name, int(a.get_int("--threads", 0)));
-    Model model(dir, *backend);
-    const int64_t V = model.vocab_size(), max_pos = model.config().max_position_embeddings;
+    const int page = 64;
+    const int64_t max_pos = dir.config().max_position_embeddings;
+    MemoryRequest req{fmt, page, 16, 1, 4 * page, 4 * page};  // the largest of the pools and steps below
+    for (int64_t n : prefill) {
+      n = std::min(n, max_pos);
+      req.cache_pages = std::max(req.cache_pages, int((n + page - 1) / page));
+      req.max_step_tokens = std::max(req.max_step_tokens, int(n));
+      req.max_seq_len = std::max(req.max_seq_len, n);
+    }
+    for (int64_t ctx : contexts)
+      for (int64_t b : batches) {
+        ctx = std::min(ctx, max_pos - steps);
+        req.cache_pages = std::max(req.cache_pages, int((ctx + steps + page - 1) / page * b));
+        req.max_step_tokens = std::max(req.max_step_tokens, int(std::max(ctx, b)));
+        req.max_batch_seqs = std::max(req.max_batch_seqs, int(b));
+        req.max_seq_len = std::max(req.max_seq_len, ctx + steps);
+      }
+    MemoryPlan plan;
+    auto model_ptr = load_planned_model(dir, *backend, req, plan);
+    Model& model = *model_ptr;
+    const int64_t V = model.vocab_size();
     std::mt19937 rng(1234);
     auto random_ids = [&](int64_t n) {
       std::vector<int32_t> v(static_cast<size_t>(n));
       for (auto& x : v) x = int32_t(rng() % uint32_t(V));
       return v;
     };
-    const int page = 64;
     // Bytes every decode step must read: all weights except the embedding table (one row per token),
     // unless the head is the tied embedding.
     uint64_t step_weight_bytes = 0;

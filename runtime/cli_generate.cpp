@@ -10,6 +10,7 @@
 
 #include "engine/generator.h"
 #include "engine/grammar_constraint.h"
+#include "engine/memory_plan.h"
 #include "grammar/grammar_error.h"
 #include "engine/model.h"
 #include "engine/model_dir.h"
@@ -130,7 +131,6 @@ int cli_generate(std::span<const std::string> args) {
     std::shared_ptr<const CompiledGrammar> grammar = output_grammar(a, *tok);
     const std::vector<uint64_t> seeds = seed_list(a);
     auto backend = make_backend(backend_name, int(a.get_int("--threads", 0)));
-    Model model(dir, *backend);
 
     GenerationJob proto;
     proto.prompt = tok->encode(a.get_or("--prompt", ""), true);
@@ -150,7 +150,12 @@ int cli_generate(std::span<const std::string> args) {
     go.num_pages = int(n_jobs * ((proto.prompt.size() + size_t(max_tokens) + 63) / 64 + 1));
     go.max_step_tokens = 512;
     go.max_batch_seqs = int(std::min<size_t>(n_jobs, 64));
-    Generator gen(model, *tok, go);
+    MemoryPlan plan;
+    auto model = load_planned_model(dir, *backend,
+                                    {go.cache_format, go.page_size, go.num_pages, go.max_batch_seqs,
+                                     go.max_step_tokens, int64_t(proto.prompt.size()) + max_tokens},
+                                    plan);
+    Generator gen(*model, *tok, go);
     std::vector<JobResult> results(n_jobs);
     for (size_t i = 0; i < n_jobs; ++i) {
       GenerationJob job = proto;

@@ -2,8 +2,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "engine/memory_plan.h"
 #include "engine/model_dir.h"
 #include "engine/model_summary.h"
+#include "runtime/backend_select.h"
 #include "runtime/cli_args.h"
 #include "runtime/cli_commands.h"
 
@@ -75,23 +77,60 @@ void print_text(const ModelSummary& s, std::ostream& os) {
     }
 }
 
+nlohmann::ordered_json memory_plan_json(const MemoryPlan& p) {
+  nlohmann::ordered_json j = {{"weight_bytes", p.weight_bytes},
+                              {"embedding_bytes", p.embedding_bytes},
+                              {"norm_bytes", p.norm_bytes},
+                              {"linear_bytes", p.linear_bytes},
+                              {"scratch_bytes", p.scratch_bytes},
+                              {"cache_pages", p.cache_pages},
+                              {"cache_tokens", p.cache_tokens},
+                              {"cache_bytes", p.cache_bytes},
+                              {"cache_format", to_string(p.cache_format)},
+                              {"cache_auto", p.cache_auto},
+                              {"fits", p.fits}};
+  if (p.device)
+    j["device"] = {{"index", p.device->device},
+                   {"free_bytes", p.device->free_bytes},
+                   {"total_bytes", p.device->total_bytes},
+                   {"margin_bytes", p.margin_bytes}};
+  if (!p.fits) j["error"] = p.error;
+  return j;
+}
+
 }  // namespace
 
 int cli_info(std::span<const std::string> args) {
   static const CommandSpec spec{
       "info",
       "Describe a model directory: architecture, dims, per-layer weight format and bit widths, average bits per "
-      "weight of the decoder layers and the head, weight bytes and KV-cache bytes per 1k tokens.",
+      "weight of the decoder layers and the head, weight bytes and KV-cache bytes per 1k tokens. With --backend,\n"
+      "also the memory plan `serve` would load with on that backend: device bytes of the weights, scratch\n"
+      "reserve and KV cache against the device's free memory.",
       {"MODEL_DIR"},
-      {{"--json", "", "print one JSON object instead of the table"}}};
+      {{"--json", "", "print one JSON object instead of the table"},
+       {"--backend", "NAME", "plan the memory for cpu or cuda"},
+       {"--cache-pages", "N", "plan this many KV cache pages of 64 tokens (default: what fits)"}}};
   return run_command(spec, args, [](const ParsedArgs& a) {
     ModelDir dir(a.positionals[0]);
     ModelSummary s = summarize_model(dir);
-    if (a.has("--json"))
-      std::cout << to_json(s).dump(2) << "\n";
-    else
+    std::optional<MemoryPlan> plan;
+    if (a.has("--backend")) {
+      MemoryRequest req;
+      req.cache_format = default_cache_format(*a.get("--backend"));
+      req.cache_pages = int(a.get_int("--cache-pages", 0));
+      if (req.cache_pages < 0) throw UsageError("--cache-pages must be positive");
+      plan = plan_memory(dir, req, make_backend(*a.get("--backend"), 1)->device_memory());
+    }
+    if (a.has("--json")) {
+      nlohmann::ordered_json j = to_json(s);
+      if (plan) j["memory_plan"] = memory_plan_json(*plan);
+      std::cout << j.dump(2) << "\n";
+    } else {
       print_text(s, std::cout);
-    return 0;
+      if (plan) std::cout << "\nmemory plan\n" << describe(*plan);
+    }
+    return plan && !plan->fits ? 1 : 0;
   });
 }
 

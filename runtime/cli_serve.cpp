@@ -26,7 +26,7 @@ const CommandSpec& spec() {
        {"--allowed-host", "H", "also accept this Host header value ('*' = any)", false, true},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
-       {"--cache-pages", "N", "KV cache pages of 64 tokens (default 512)"},
+       {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
        {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
        {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"},
@@ -71,7 +71,7 @@ int cli_serve(std::span<const std::string> args) {
     o.chat_template = a.get_or("--chat-template", "");
     o.session_dir = a.get_or("--session-dir", "");
     o.read_root = a.get_or("--read-root", "");
-    if (o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
+    if (a.has("--cache-pages") && o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");
 
     auto state = std::make_shared<ServerState>(o);

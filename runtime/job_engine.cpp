@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "engine/grammar_constraint.h"
+#include "engine/memory_plan.h"
 #include "grammar/json_schema.h"
 #include "kernels/error.h"
 #include "runtime/backend_select.h"
@@ -30,14 +31,17 @@ JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
   if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
   tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
   backend_ = make_backend(opts_.backend, opts_.cpu_threads);
-  model_ = std::make_unique<Model>(*dir_, *backend_);
-  const int64_t model_ctx = model_->config().max_position_embeddings;
+  const int64_t model_ctx = dir_->config().max_position_embeddings;
   ctx_ = model_ctx > 0 ? std::min(model_ctx, opts_.max_context) : opts_.max_context;
   GeneratorOptions go;
   go.cache_format = default_cache_format(opts_.backend);
   go.page_size = 64;
   go.max_batch_seqs = opts_.max_batch_seqs;
   go.num_pages = int(int64_t(opts_.max_batch_seqs) * ((ctx_ + go.page_size - 1) / go.page_size) + 1);
+  MemoryPlan plan;
+  model_ = load_planned_model(*dir_, *backend_,
+                              {go.cache_format, go.page_size, go.num_pages, go.max_batch_seqs, go.max_step_tokens, ctx_},
+                              plan);
   gen_ = std::make_unique<Generator>(*model_, *tok_, go);
 }
 

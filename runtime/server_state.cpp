@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 
+#include "engine/memory_plan.h"
 #include "kernels/error.h"
 #include "runtime/backend_select.h"
 #include "runtime/session_hub.h"
@@ -16,7 +17,7 @@ bool is_loopback_host(std::string_view h) {
 
 ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_sessions > 0, "runtime: serve: --max-sessions must be positive");
-  EXL_CHECK(opts_.cache_pages > 0, "runtime: serve: --cache-pages must be positive");
+  EXL_CHECK(opts_.cache_pages >= 0, "runtime: serve: --cache-pages must be positive (0: fit the free memory)");
   EXL_CHECK(opts_.page_size > 0, "runtime: serve: page size must be positive");
   dir_ = std::make_unique<ModelDir>(opts_.model_dir);
   std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
@@ -28,12 +29,14 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
   tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
   backend_ = make_backend(opts_.backend, opts_.cpu_threads);
-  model_ = std::make_unique<Model>(*dir_, *backend_);
   GeneratorOptions go;
   go.cache_format = default_cache_format(opts_.backend);
   go.page_size = opts_.page_size;
-  go.num_pages = opts_.cache_pages;
   go.max_batch_seqs = opts_.max_batch_seqs;
+  MemoryRequest req{go.cache_format, go.page_size, opts_.cache_pages, go.max_batch_seqs, go.max_step_tokens};
+  MemoryPlan plan;
+  model_ = load_planned_model(*dir_, *backend_, req, plan);
+  go.num_pages = plan.cache_pages;
   gen_ = std::make_unique<Generator>(*model_, *tok_, go);
   hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root);
 }
@@ -44,7 +47,7 @@ ServerState::~ServerState() {
 }
 
 int64_t ServerState::context_length() const {
-  const int64_t cache = int64_t(opts_.cache_pages) * opts_.page_size;
+  const int64_t cache = int64_t(gen_->options().num_pages) * opts_.page_size;
   const int64_t n = model_->config().max_position_embeddings;
   return n > 0 ? std::min(n, cache) : cache;
 }

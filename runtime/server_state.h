@@ -28,7 +28,7 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;    // extra Host header values; "*" = any
   std::string backend = "cpu";
   int cpu_threads = 0;
-  int cache_pages = 512;
+  int cache_pages = 0;                       // 0 = fit the free device memory (512 on cpu)
   int page_size = 64;
   int max_sessions = 64;                     // generations in flight (queued + running)
   int max_batch_seqs = 16;

@@ -84,6 +84,12 @@ class CudaBackend final : public Backend {
     ctx_.sync();
     prof_.collect();
   }
+  std::optional<DeviceMemory> device_memory() const override {
+    ctx_.make_current();
+    size_t free_b = 0, total_b = 0;
+    EXL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return DeviceMemory{ctx_.device(), free_b, total_b};
+  }
 
   std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override {
     return cuda::prepare_cuda_linear(ctx_, w);
