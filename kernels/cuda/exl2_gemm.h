@@ -4,11 +4,14 @@
 //     registers (one 128-bit load per word row); a block is 4 warps on the same 128 columns, each
 //     on a quarter of the block's K-slice of `k_slice` permuted rows (multiple of 32), whose
 //     activations the block gathers through `perm` into shared memory (the act-order permutation
-//     costs one gather per block). 2-, 4- and 8-bit groups multiply in half2 (exact fp16 weights,
-//     fp16 activations, fp16 partial sums over at most 16 rows, then fp32); 3-, 5- and 6-bit
-//     groups in fp32. The warps' sums meet in shared memory; with several K-slices each block
-//     writes partial sums and the last block of each column tile adds them (+ bias) into y, in
-//     slice order (deterministic; one launch, y need not be initialized).
+//     costs one gather per block; with Exl2GemvSet::x_up the gather forms silu(x)·x_up, the MLP's
+//     down projection input). A warp streams its rows run by run (Exl2Segment: word rows and scale
+//     groups follow from the run) where the layout allows, else walks the groups; 2-, 4- and 8-bit
+//     32-row blocks multiply in half2 (exact fp16 weights, fp16 activations, fp16 partial sums
+//     over at most 16 rows, then fp32); 3-, 5- and 6-bit blocks in fp32. The warps' sums meet in
+//     shared memory; with several K-slices each block writes partial sums and the last block of
+//     each column tile adds them (+ bias) into y, in slice order (deterministic; one launch, y
+//     need not be initialized).
 //   - exl2_reconstruct: dequantizes columns [n0, n0+nc) into an fp16 [K, nc] row-major matrix in
 //     original row order (row perm[j] ← permuted row j), for the cuBLAS path of larger batches;
 //     exl2_reconstruct_f32 into fp32 for the exact path (cuda_linear.h).
