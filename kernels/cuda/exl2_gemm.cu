@@ -502,14 +502,6 @@ int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment*
   return n > 0 && out[n - 1].row_start + out[n - 1].rows == K ? n : 0;
 }
 
-cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
-                      const Exl2GemvScratch& scratch, cudaStream_t stream) {
-  Exl2GemvSet set;
-  set.jobs[0] = {w, bias, y, scratch.partials, 0};
-  set.n_jobs = 1;
-  return exl2_gemv_set(set, x, rows, k_slice, scratch.counters, stream);
-}
-
 int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
 
 cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,

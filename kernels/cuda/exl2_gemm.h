@@ -60,17 +60,12 @@ int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment*
 // Benchmarks: true makes exl2_gemv walk groups even where segments could be streamed.
 void exl2_gemv_walk_only(bool on);
 
-// Work areas of exl2_gemv with S = ceil(K / k_slice) slices: partials [S, rows, N] floats (unused
-// when S = 1) and one counter per column tile (ceil(N/128) · ceil(rows / rows-per-block)) that
-// must be zero before the first call; every call leaves them zero.
-struct Exl2GemvScratch {
-  float* partials = nullptr;
-  unsigned* counters = nullptr;
-};
-
-// Matrices of the same K that read the same x, gemv'd in one launch (q/k/v, gate/up): job j
-// writes its y with its own partials area and owns the column tiles [tile_begin, tile_begin +
-// exl2_gemv_tiles(N)), consecutive from 0; the counters cover every job's tiles.
+// y[rows, N] = x[rows, K] · Wᵀ (+ bias) for one to k_exl2_gemv_max_jobs matrices of the same K that
+// read the same x (q/k/v, gate/up), in one launch. With S = ceil(K / k_slice) slices each job needs
+// a partials area [S, rows, N] floats (unused when S = 1), and `counters` one counter per column
+// tile of every job (· ceil(rows / rows-per-block)), zero before the first call and left zero by
+// every call. Job j writes its y with its own partials area and owns the column tiles
+// [tile_begin, tile_begin + exl2_gemv_tiles(N)), consecutive from 0.
 inline constexpr int k_exl2_gemv_max_jobs = 3;
 struct Exl2GemvJob {
   Exl2DeviceView w;
@@ -86,10 +81,6 @@ struct Exl2GemvSet {
   const float* x_up = nullptr;
 };
 int exl2_gemv_tiles(int N);
-
-// y[rows, N] = x[rows, K] · Wᵀ (+ bias when not null).
-cudaError_t exl2_gemv(const Exl2DeviceView& w, const float* x, const float* bias, float* y, int rows, int k_slice,
-                      const Exl2GemvScratch& scratch, cudaStream_t stream);
 
 cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
                           cudaStream_t stream);
