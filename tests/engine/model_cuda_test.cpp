@@ -94,6 +94,7 @@ TEST(CudaStories, GreedyTextIdenticalToCpu) {
   auto tok = load_tokenizer(dir.path());
   auto gpu = make_cuda_backend(0);
   Model m(dir, *gpu);
+  ASSERT_TRUE(m.can_sample_on_device());  // the generator below samples on the GPU
   GeneratorOptions o;
   o.cache_format = KvFormat::fp16;
   Generator g(m, *tok, o);
