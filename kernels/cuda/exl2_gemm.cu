@@ -46,7 +46,8 @@ __device__ __forceinline__ __half2 pair_minus_zero(uint32_t w, uint32_t w8) {
   constexpr int S = BITS * I;
   constexpr int S2 = S >= 8 ? S - 8 : S;
   constexpr uint32_t M = ((1u << BITS) - 1u) << S2;
-  const uint32_t h = ((S >= 8 ? w8 : w) & (M | (M << 16))) | 0x64006400u;
+  uint32_t h;  // (src & mask) | 0x64006400 in one instruction (ptxas splits the C expression into two)
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(S >= 8 ? w8 : w), "n"(M | (M << 16)), "n"(0x64006400u));
   constexpr double inv = k_pre_scale<BITS> / double(1 << S2);
   constexpr uint32_t mul = half_bits(inv) * 0x10001u;
   constexpr uint32_t add = half_bits(-(1024.0 * inv + double(1 << (BITS - 1)) * k_pre_scale<BITS>)) * 0x10001u;
@@ -174,7 +175,7 @@ __device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int 
 #pragma unroll
       for (int c = 0; c < 4; ++c) wv[c][b] = c4.v[c];
     }
-    const int g = sg.group0 + (boff + i) * 32 / sg.group_rows;
+    const int g = sg.group0 + (sg.block_shift >= 0 ? (boff + i) >> sg.block_shift : (boff + i) * 32 / sg.group_rows);
     const uint32_t scode = __ldg(sp + size_t(g) * sstride) >> sshift;
     const float smax = __half2float(__ushort_as_half(__ldg(w.q_scale_max + g))) * (1.0f / 256.0f);
     float bacc[MB][4];
@@ -276,8 +277,10 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
 // Several matrices of the same K (one job each) share a launch: job j owns the column tiles
 // [tile_begin_j, tile_begin_{j+1}) of grid.x.
 // STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
+constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-slices up to 1024 rows)
+
 template <int MB, bool STREAM>
-__global__ void __launch_bounds__(k_exl2_gemv_threads)
+__global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5 : MB == 4 ? 4 : 2)
     exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
                      unsigned* __restrict__ counters) {
   extern __shared__ float xs[];  // [MB][k_slice], then [warps-1][MB][128] partial sums
@@ -326,16 +329,32 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     for (int b = 0; b < gd.bits && qr + b < qend; ++b)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
   }
-  for (int i = threadIdx.x; i < MB * kc; i += blockDim.x) {
-    const int m = i / kc, j = i - m * kc;
-    float v = 0.0f;
-    if (m < mc) {
-      const size_t at = size_t(m0 + m) * w.K + w.perm[k0 + j];
-      v = x[at];
-      if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
-    }
-    xs[m * k_slice + j] = v;
+  // The permutation entries are read first, then every activation load is in flight at once.
+  int pj[k_perm_regs];
+#pragma unroll
+  for (int c = 0; c < k_perm_regs; ++c) {
+    const int j = threadIdx.x + c * k_exl2_gemv_threads;
+    pj[c] = j < kc ? w.perm[k0 + j] : 0;
   }
+  const auto gather = [&](int j, int p) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      float v = 0.0f;
+      if (m < mc) {
+        const size_t at = size_t(m0 + m) * w.K + p;
+        v = x[at];
+        if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
+      }
+      xs[m * k_slice + j] = v;
+    }
+  };
+#pragma unroll
+  for (int c = 0; c < k_perm_regs; ++c) {
+    const int j = threadIdx.x + c * k_exl2_gemv_threads;
+    if (j < kc) gather(j, pj[c]);
+  }
+  for (int j = threadIdx.x + k_perm_regs * k_exl2_gemv_threads; j < kc; j += k_exl2_gemv_threads)
+    gather(j, w.perm[k0 + j]);
   __syncthreads();
 
   float acc[MB][4];
@@ -496,7 +515,9 @@ int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment*
     while (e < n_groups && groups[e].bits == a.bits && groups[e - 1].rows == a.rows && groups[e].rows % 32 == 0 &&
            groups[e].row_start == a.row_start + rows && groups[e].qrow_start == a.qrow_start + rows / 32 * a.bits)
       rows += groups[e++].rows;
-    out[n++] = {a.row_start, rows, a.bits, a.qrow_start, g, a.rows, 0, 0};
+    int shift = 0;
+    while ((32 << shift) < a.rows) ++shift;
+    out[n++] = {a.row_start, rows, a.bits, a.qrow_start, g, a.rows, (32 << shift) == a.rows ? shift : -1, 0};
     g = e;
   }
   return n > 0 && out[n - 1].row_start + out[n - 1].rows == K ? n : 0;

@@ -35,7 +35,9 @@ inline constexpr int k_exl2_gemv_cols_per_block = 128;
 // exl2_gemv streams such runs without group lookups.
 struct alignas(16) Exl2Segment {
   int32_t row_start, rows, bits, qrow_start;
-  int32_t group0, group_rows, pad0, pad1;
+  int32_t group0, group_rows;
+  int32_t block_shift;  // log2(group_rows / 32) when that is a power of two, else -1
+  int32_t pad;
 };
 inline constexpr int k_exl2_max_segments = 8;
 

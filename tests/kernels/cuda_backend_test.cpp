@@ -749,6 +749,8 @@ TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
   EXPECT_EQ(s[0].rows, 64);
   EXPECT_EQ(s[0].bits, 8);
   EXPECT_EQ(s[0].group_rows, 32);
+  EXPECT_EQ(s[0].block_shift, 0);
+  EXPECT_EQ(s[1].block_shift, 2);
   EXPECT_EQ(s[1].row_start, 64);
   EXPECT_EQ(s[1].rows, 320);
   EXPECT_EQ(s[1].qrow_start, 16);
@@ -764,6 +766,11 @@ TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
   EXPECT_EQ(s[0].rows, 192);
   EXPECT_EQ(s[1].row_start, 192);
   EXPECT_EQ(s[1].group0, 2);
+  // 96-row groups: the group of a block is found by division, not a shift.
+  const std::vector<G> d = {{4, 0, 96, 0}, {4, 96, 96, 12}};
+  ASSERT_EQ(cuda::exl2_segments(d.data(), int(d.size()), 192, s), 1);
+  EXPECT_EQ(s[0].group_rows, 96);
+  EXPECT_EQ(s[0].block_shift, -1);
   const std::vector<G> c = {{2, 0, 16, 0}, {2, 16, 80, 1}};
   EXPECT_EQ(cuda::exl2_segments(c.data(), int(c.size()), 96, s), 0);
   EXPECT_EQ(cuda::exl2_segments(a.data(), int(a.size()), 640, s), 0);
