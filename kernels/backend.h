@@ -153,6 +153,24 @@ class Backend {
     swiglu(gate, up, gate, rows * k);
     linear(w, gate, y, rows);
   }
+  // ys[i] = (rms_norm(x) ⊙ norm_w) · W_iᵀ for x [rows, dim] (a layer's norm and the linears that
+  // read it); xn [rows, dim] is scratch that may receive the normalized rows.
+  virtual void rms_norm_linears(std::span<const PreparedLinear* const> ws, const float* x, const float* norm_w,
+                                float* xn, std::span<float* const> ys, int64_t rows, int64_t dim, float eps) {
+    rms_norm(x, norm_w, xn, rows, dim, eps);
+    linears(ws, xn, ys, rows);
+  }
+  // x[rows, N] += in · Wᵀ (a projection into the residual stream); tmp [rows, N] is scratch.
+  virtual void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows) {
+    linear(w, in, tmp, rows);
+    add(x, tmp, rows * w.out_features);
+  }
+  // x[rows, N] += (silu(gate) ⊙ up) · Wᵀ; gate may be overwritten; tmp [rows, N] is scratch.
+  virtual void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
+                                      int64_t rows, int64_t k) {
+    swiglu_linear(w, gate, up, tmp, rows, k);
+    add(x, tmp, rows * w.out_features);
+  }
   // linears() at fp32-level precision for every batch size: no rounding of x or W to 16-bit floats
   // (a backend's large-batch tensor-core path may round to ~1e-3 relative). For forwards whose K/V
   // a q8/q4 cache quantizes: rounding differences move values across the format's steps, and on

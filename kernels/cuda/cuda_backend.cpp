@@ -263,15 +263,56 @@ class CudaBackend final : public Backend {
                      int64_t k) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (rows > cuda::k_quant_gemv_max_rows || !l.fuses_swiglu()) return Backend::swiglu_linear(w, gate, up, y, rows, k);
-    steps_.note(13, &l, gate, up, y, rows, k);
+    if (!l.fuses(rows)) return Backend::swiglu_linear(w, gate, up, y, rows, k);
+    fused_linear(13, l, gate, up, y, rows, false, "swiglu + linear ");
+  }
+
+  void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
+                              int64_t rows, int64_t k) override {
+    const auto& l = static_cast<const cuda::CudaLinear&>(w);
+    if (rows == 0) return;
+    if (!l.fuses(rows)) return Backend::swiglu_linear_residual(w, gate, up, x, tmp, rows, k);
+    fused_linear(15, l, gate, up, x, rows, true, "swiglu + linear + residual ");
+  }
+
+  void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows) override {
+    const auto& l = static_cast<const cuda::CudaLinear&>(w);
+    if (rows == 0) return;
+    if (!l.fuses(rows)) return Backend::linear_residual(w, in, x, tmp, rows);
+    fused_linear(16, l, in, nullptr, x, rows, true, "linear + residual ");
+  }
+
+  // One CudaLinear::run_fused launch, noted for step graphs under `op`.
+  void fused_linear(int op, const cuda::CudaLinear& l, const float* in, const float* up, float* y, int64_t rows,
+                    bool residual, const char* what) {
+    steps_.note(op, &l, in, up, y, rows);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
-    l.run_swiglu(ctx_, gate, up, y, rows);
+    l.run_fused(ctx_, in, up, y, rows, residual);
     if (prof_.enabled())
-      prof_.end(ctx_.stream(), cat("swiglu + linear ", l.out_features, "x", l.in_features, " rows ", rows),
-                double(l.weight_bytes));
+      prof_.end(ctx_.stream(), cat(what, l.out_features, "x", l.in_features, " rows ", rows), double(l.weight_bytes));
+  }
+
+  void rms_norm_linears(std::span<const PreparedLinear* const> ws, const float* x, const float* norm_w, float* xn,
+                        std::span<float* const> ys, int64_t rows, int64_t dim, float eps) override {
+    if (rows == 0 || ws.empty()) return;
+    std::vector<const cuda::CudaLinear*> ls;
+    for (const auto* w : ws) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
+    if (!cuda::fuse_norm(ls, rows) || ls[0]->in_features != dim || ys.size() != ls.size())
+      return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps);
+    steps_.note(17, x, norm_w, rows, dim, eps, ls.size());
+    for (size_t i = 0; i < ls.size(); ++i) steps_.note(ls[i], ys[i]);
+    if (steps_.recording()) return;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    cuda::run_linears_normed(ctx_, ls, x, norm_w, eps, ys, rows);
+    if (prof_.enabled()) {
+      double bytes = 0;
+      std::string key = "rms_norm + linears";
+      for (const auto* l : ls) bytes += double(l->weight_bytes), key += cat(" ", l->out_features, "x", l->in_features);
+      prof_.end(ctx_.stream(), cat(key, " rows ", rows), bytes);
+    }
   }
 
   void add(float* x, const float* y, int64_t n) override {

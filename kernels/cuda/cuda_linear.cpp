@@ -99,9 +99,10 @@ class Exl2Linear final : public CudaLinear {
 
   const Exl2DeviceView& view() const { return view_; }
 
-  bool fuses_swiglu() const override { return true; }
-  void run_swiglu(CudaContext& ctx, const float* gate, const float* up, float* y, int64_t rows) const override {
-    gemv(ctx, gate, up, y, rows);
+  bool fuses(int64_t rows) const override { return rows <= k_quant_gemv_max_rows; }
+  void run_fused(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows,
+                 bool residual) const override {
+    gemv(ctx, x, x_up, y, rows, residual);
   }
   const float* bias() const { return bias_.f32(); }
 
@@ -122,13 +123,14 @@ class Exl2Linear final : public CudaLinear {
     EXL_CUDA_CHECK(exl2_reconstruct_f32(view_, n0, nc, out, ctx.stream()));
   }
 
-  void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows) const {
+  void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual = false) const {
     const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, exl2_target_blocks(ctx));
     const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
     Exl2GemvSet set;
     set.jobs[0] = {view_, bias_.f32(), y, nullptr, 0};
     set.n_jobs = 1;
     set.x_up = x_up;
+    set.residual = residual;
     unsigned* counters = nullptr;
     if (slices > 1) {
       set.jobs[0].partials =
@@ -289,6 +291,37 @@ void CudaLinear::run_exact(CudaContext& ctx, const float* x, float* y, int64_t r
   if (bias_.data()) EXL_CUDA_CHECK(add_bias(y, bias_.f32(), int(rows), int(N), ctx.stream()));
 }
 
+namespace {
+
+// ys[j] = x · W_jᵀ for EXL2 matrices of one K (1..k_exl2_gemv_max_jobs) in one gemv launch; with
+// norm_w, x is normalized while gathered.
+void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, const float* x, std::span<float* const> set_y,
+              int64_t rows, const float* norm_w, float eps) {
+  const int K = set[0]->view().K;
+  int64_t n_total = 0, tiles = 0;
+  for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
+  const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx));
+  const int64_t slices = ceil_div(K, ks), mb = gemv_rows_per_block(int(rows));
+  float* partials =
+      slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
+  unsigned* counters = slices > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
+  Exl2GemvSet s;
+  int tile = 0;
+  int64_t part_off = 0;
+  for (size_t j = 0; j < set.size(); ++j) {
+    const Exl2DeviceView& v = set[j]->view();
+    s.jobs[j] = {v, set[j]->bias(), set_y[j], partials ? partials + part_off : nullptr, tile};
+    tile += exl2_gemv_tiles(v.N);
+    part_off += slices * rows * v.N;
+  }
+  s.n_jobs = int(set.size());
+  s.norm_w = norm_w;
+  s.norm_eps = eps;
+  EXL_CUDA_CHECK(exl2_gemv_set(s, x, int(rows), ks, counters, ctx.stream()));
+}
+
+}  // namespace
+
 void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, std::span<float* const> ys,
                  int64_t rows, bool exact) {
   EXL_CHECK(ls.size() == ys.size(), "kernels: cuda: linears: ", ls.size(), " matrices for ", ys.size(), " outputs");
@@ -296,26 +329,7 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
   std::vector<float*> set_y;
   auto flush = [&] {
     if (set.size() == 1) set[0]->run(ctx, x, set_y[0], rows);
-    if (set.size() <= 1) return;
-    const int K = set[0]->view().K;
-    int64_t n_total = 0, tiles = 0;
-    for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
-    const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx));
-    const int64_t slices = ceil_div(K, ks), mb = gemv_rows_per_block(int(rows));
-    float* partials = slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4))
-                                 : nullptr;
-    unsigned* counters = slices > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
-    Exl2GemvSet s;
-    int tile = 0;
-    int64_t part_off = 0;
-    for (size_t j = 0; j < set.size(); ++j) {
-      const Exl2DeviceView& v = set[j]->view();
-      s.jobs[j] = {v, set[j]->bias(), set_y[j], partials ? partials + part_off : nullptr, tile};
-      tile += exl2_gemv_tiles(v.N);
-      part_off += slices * rows * v.N;
-    }
-    s.n_jobs = int(set.size());
-    EXL_CUDA_CHECK(exl2_gemv_set(s, x, int(rows), ks, counters, ctx.stream()));
+    if (set.size() > 1) gemv_set(ctx, set, x, set_y, rows, nullptr, 0.0f);
   };
   for (size_t i = 0; i < ls.size(); ++i) {
     const auto* e = dynamic_cast<const Exl2Linear*>(ls[i]);
@@ -334,6 +348,24 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
     }
   }
   flush();
+}
+
+bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows) {
+  if (ls.empty() || ls.size() > size_t(k_exl2_gemv_max_jobs) || rows > k_norm_gemv_max_rows) return false;
+  for (const auto* l : ls) {
+    const auto* e = dynamic_cast<const Exl2Linear*>(l);
+    if (!e || e->view().K != ls[0]->in_features) return false;
+  }
+  return true;
+}
+
+void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
+                        float eps, std::span<float* const> ys, int64_t rows) {
+  EXL_CHECK(fuse_norm(ls, rows) && ls.size() == ys.size(), "kernels: cuda: normed linears: ", ls.size(),
+            " matrices at ", rows, " rows cannot share one gemv");
+  std::vector<const Exl2Linear*> set;
+  for (const auto* l : ls) set.push_back(static_cast<const Exl2Linear*>(l));
+  gemv_set(ctx, set, x, ys, rows, norm_w, eps);
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {

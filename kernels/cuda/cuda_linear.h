@@ -30,10 +30,11 @@ inline constexpr int64_t k_quant_gemv_max_rows = 16;
 class CudaLinear : public PreparedLinear {
  public:
   virtual void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const = 0;
-  // Whether run_swiglu is available: y = (silu(gate) ⊙ up) · Wᵀ in one pass, the kernel forming its
-  // input itself (EXL2 matrices at rows ≤ k_quant_gemv_max_rows).
-  virtual bool fuses_swiglu() const { return false; }
-  virtual void run_swiglu(CudaContext&, const float*, const float*, float*, int64_t) const {}
+  // Whether run_fused is available (EXL2 matrices at rows ≤ k_quant_gemv_max_rows): one gemv pass
+  // whose input is x, or silu(x) ⊙ x_up when x_up is given, and which adds into y when `residual`.
+  virtual bool fuses(int64_t /*rows*/) const { return false; }
+  virtual void run_fused(CudaContext&, const float* /*x*/, const float* /*x_up*/, float* /*y*/, int64_t /*rows*/,
+                         bool /*residual*/) const {}
   // run() without fp16 rounding of x and W on the large-batch path (see above).
   void run_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const;
   size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
@@ -51,6 +52,15 @@ class CudaLinear : public PreparedLinear {
 // run_exact() when `exact`.
 void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, std::span<float* const> ys,
                  int64_t rows, bool exact = false);
+
+// ys[i] = (rms_norm(x) ⊙ norm_w) · W_iᵀ in one gemv launch that normalizes while gathering; only for
+// what fuse_norm() accepts: 1..3 EXL2 matrices of one K at rows ≤ k_norm_gemv_max_rows (every
+// block reads its rows of x whole: cheaper than a separate norm launch for one or two rows, not
+// for eight, measured on the H200).
+inline constexpr int64_t k_norm_gemv_max_rows = 2;
+bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows);
+void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
+                        float eps, std::span<float* const> ys, int64_t rows);
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 

@@ -277,6 +277,30 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
 // Several matrices of the same K (one job each) share a launch: job j owns the column tiles
 // [tile_begin_j, tile_begin_{j+1}) of grid.x.
 // STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
+// inv[m] = 1 / sqrt(mean(x[m0 + m]²) + eps) for the block's rows, summed in double.
+template <int MB>
+__device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc, float eps, float* inv) {
+  __shared__ double part[MB][k_exl2_gemv_threads / 32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    if (m >= mc) break;
+    const float* xr = x + size_t(m0 + m) * K;
+    double ss = 0;
+    for (int k = threadIdx.x; k < K; k += k_exl2_gemv_threads) ss += double(xr[k]) * double(xr[k]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) part[m][warp] = ss;
+  }
+  __syncthreads();
+  if (threadIdx.x < mc) {
+    double t = 0;
+    for (int i = 0; i < k_exl2_gemv_threads / 32; ++i) t += part[threadIdx.x][i];
+    inv[threadIdx.x] = float(1.0 / sqrt(t / double(K) + double(eps)));
+  }
+  __syncthreads();
+}
+
 constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-slices up to 1024 rows)
 
 template <int MB, bool STREAM>
@@ -336,6 +360,8 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     const int j = threadIdx.x + c * k_exl2_gemv_threads;
     pj[c] = j < kc ? w.perm[k0 + j] : 0;
   }
+  __shared__ float inv_rms[MB];
+  if (set.norm_w) rows_inv_rms<MB>(x, w.K, m0, mc, set.norm_eps, inv_rms);
   const auto gather = [&](int j, int p) {
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
@@ -344,6 +370,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
         const size_t at = size_t(m0 + m) * w.K + p;
         v = x[at];
         if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
+        else if (set.norm_w) v = set.norm_w[p] * (v * inv_rms[m]);
       }
       xs[m * k_slice + j] = v;
     }
@@ -418,7 +445,10 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
       float* dst = split ? part + (size_t(blockIdx.z) * rows + m0 + m) * w.N : y + size_t(m0 + m) * w.N;
 #pragma unroll
       for (int c = 0; c < 4; ++c)
-        if (n0 + c < w.N) dst[n0 + c] = acc[m][c] + (!split && bias ? bias[n0 + c] : 0.0f);
+        if (n0 + c < w.N) {
+          const float v = acc[m][c] + (!split && bias ? bias[n0 + c] : 0.0f);
+          dst[n0 + c] = !split && set.residual ? dst[n0 + c] + v : v;
+        }
     }
   }
   if (!split) return;
@@ -449,7 +479,8 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
       for (int u = 0; u < 16; ++u) sum += v[u];
     }
     for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
-    y[size_t(m0 + m) * w.N + n] = sum;
+    float& out = y[size_t(m0 + m) * w.N + n];
+    out = set.residual ? out + sum : sum;
   }
 }
 

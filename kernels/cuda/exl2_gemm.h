@@ -77,10 +77,16 @@ struct Exl2GemvJob {
   int tile_begin = 0;
 };
 // x_up non-null: the jobs' input is silu(x) ⊙ x_up (same shape as x), formed while gathering.
+// norm_w non-null (x_up null): the input is rms_norm(x) ⊙ norm_w (norm_w [K]), every block
+// reducing its rows of x itself, as the rms_norm kernel does (double sums, the same rounding).
+// residual: y += result instead of y = result (the residual stream; y must not alias x).
 struct Exl2GemvSet {
   Exl2GemvJob jobs[k_exl2_gemv_max_jobs];
   int n_jobs = 0;
   const float* x_up = nullptr;
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  bool residual = false;
 };
 int exl2_gemv_tiles(int N);
 

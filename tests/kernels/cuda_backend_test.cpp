@@ -198,6 +198,52 @@ TEST_F(CudaBackendTest, SwigluLinearFusedMatchesSwigluThenLinear) {
   }
 }
 
+TEST_F(CudaBackendTest, NormAndResidualFusionsMatchTheSeparateOps) {
+  // rms_norm_linears (norm formed in the gemv's gather), linear_residual and swiglu_linear_residual
+  // (the gemv adds into x) against the CPU's separate ops; streamed and group-walk layouts, rows
+  // on both sides of the gemv limit (above it the backend runs the ops one by one).
+  uint32_t seed = 1300;
+  for (const Exl2Case& c : std::vector<Exl2Case>{{1024, 520, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}},
+                                                 {96, 40, {{2, 16}, {2, 80}}}}) {
+    auto a = test::random_exl2(c.K, c.N, c.groups, seed++, true), b = test::random_exl2(c.K, 75, c.groups, seed++);
+    auto down = test::random_exl2(c.N, c.K, {{4, c.N}}, seed++);
+    auto pa = gpu().prepare_linear(a.m), pb = gpu().prepare_linear(b.m), pd = gpu().prepare_linear(down.m);
+    for (int64_t rows : {1, 3, 8, 16, 40}) {
+      SCOPED_TRACE("K=" + std::to_string(c.K) + " rows=" + std::to_string(rows));
+      const double tol = rows <= 16 ? k_tol_f32 : k_tol_f16;
+      const auto x = test::random_floats(size_t(rows * c.K), seed++, 3.0f), nw = test::random_floats(size_t(c.K), seed++);
+      std::vector<float> xn(x.size()), ra(size_t(rows * c.N)), rb(size_t(rows * 75));
+      cpu::rms_norm(tp_, x.data(), nw.data(), xn.data(), rows, c.K, 1e-5f);
+      cpu::linear_exl2(tp_, a.m, xn.data(), ra.data(), rows);
+      cpu::linear_exl2(tp_, b.m, xn.data(), rb.data(), rows);
+      Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dya = gpu().alloc(ra.size() * 4),
+             dyb = gpu().alloc(rb.size() * 4);
+      const PreparedLinear* ws[2] = {pa.get(), pb.get()};
+      float* ys[2] = {dya.f32(), dyb.f32()};
+      gpu().rms_norm_linears(ws, dx.f32(), dnw.f32(), dxn.f32(), ys, rows, c.K, 1e-5f);
+      EXPECT_LT(rel_err(from_gpu(dya, ra.size()), ra), tol);
+      EXPECT_LT(rel_err(from_gpu(dyb, rb.size()), rb), tol);
+
+      // x_res[rows, K] += xa · Downᵀ (Down maps N → K), then += (silu(g) ⊙ u) · Downᵀ.
+      const auto base = test::random_floats(size_t(rows * c.K), seed++, 2.0f);
+      const auto g = test::random_floats(size_t(rows * c.N), seed++, 4.0f), u = test::random_floats(g.size(), seed++);
+      std::vector<float> ref = base, t(base.size()), act(g.size());
+      const auto ya = from_gpu(dya, ra.size());
+      cpu::linear_exl2(tp_, down.m, ya.data(), t.data(), rows);
+      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
+      Buffer dres = to_gpu(base), dtmp = gpu().alloc(base.size() * 4);
+      gpu().linear_residual(*pd, dya.f32(), dres.f32(), dtmp.f32(), rows);
+      EXPECT_LT(rel_err(from_gpu(dres, ref.size()), ref), tol);
+      cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
+      cpu::linear_exl2(tp_, down.m, act.data(), t.data(), rows);
+      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
+      Buffer dg = to_gpu(g), du = to_gpu(u);
+      gpu().swiglu_linear_residual(*pd, dg.f32(), du.f32(), dres.f32(), dtmp.f32(), rows, c.N);
+      EXPECT_LT(rel_err(from_gpu(dres, ref.size()), ref), tol);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
   // Independent of the CPU kernel: the element-wise double reference of random_weights.h.
   auto w = test::random_exl2(384, 100, {{8, 32}, {5, 96}, {3, 128}, {2, 128}}, 77, true);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/half.h"
@@ -19,7 +20,8 @@ struct OwnedExl2 {
   Exl2Matrix m;
 };
 
-// Groups: (bits, rows) in order; rows must sum to K.
+// Groups: (bits, rows) in order; rows must sum to K and rows·bits be a multiple of 32 (as in the
+// format: a group fills whole words).
 inline OwnedExl2 random_exl2(int64_t K, int64_t N, const std::vector<std::pair<int, int64_t>>& groups, uint32_t seed,
                              bool with_bias = false) {
   std::mt19937 rng(seed);
@@ -27,6 +29,7 @@ inline OwnedExl2 random_exl2(int64_t K, int64_t N, const std::vector<std::pair<i
   const int64_t Np = (N + 31) / 32 * 32;
   int64_t qr = 0, row = 0;
   for (auto [bits, rows] : groups) {
+    if (rows * bits % 32 != 0) throw std::invalid_argument("random_exl2: a group must fill whole 32-bit words");
     o.m.groups.push_back({bits, row, rows, qr});
     qr += rows * bits / 32;
     row += rows;
