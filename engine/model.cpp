@@ -163,9 +163,8 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
   // stream to an op that adds into x (one gemv each on the GPU); the exact path keeps them apart.
   auto layer_fast = [&](const Layer& L, int l) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
-    float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
-    be.rms_norm_linears(qkv, x.f32(), L.attn_norm.f32(), xn.f32(), qkv_out, T, H, eps);
-    be.rope_qk_kv_write(q.f32(), k.f32(), v.f32(), T, NH, NKV, int(D), positions, rope_, pool, l, slots);
+    be.attention_inputs({qkv, x.f32(), L.attn_norm.f32(), xn.f32(), q.f32(), k.f32(), v.f32(), T, H, eps, NH, NKV,
+                         int(D), positions, &rope_, &pool, l, slots});
     be.attention(pool, l, q.f32(), att.f32(), seqs, NH, scale, window);
     be.linear_residual(*L.o, att.f32(), x.f32(), tmp.f32(), T);
     const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};

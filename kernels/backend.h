@@ -104,6 +104,25 @@ struct DeviceMemory {
   size_t total_bytes = 0;
 };
 
+// The operands of Backend::attention_inputs: x [rows, dim], xn [rows, dim] scratch, the q/k/v
+// projections (in that order) with outputs q [rows, n_heads·head_dim], k and v [rows,
+// n_kv_heads·head_dim]; positions and slots [rows] host memory, as for rope_qk_kv_write.
+struct AttnInputs {
+  std::span<const PreparedLinear* const> qkv;
+  const float* x = nullptr;
+  const float* norm_w = nullptr;
+  float* xn = nullptr;
+  float *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t rows = 0, dim = 0;
+  float eps = 0.0f;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  std::span<const int32_t> positions;
+  const RopeTable* rope = nullptr;
+  KvPool* pool = nullptr;
+  int layer = 0;
+  std::span<const int32_t> slots;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -170,6 +189,14 @@ class Backend {
                                       int64_t rows, int64_t k) {
     swiglu_linear(w, gate, up, tmp, rows, k);
     add(x, tmp, rows * w.out_features);
+  }
+  // One layer's attention inputs: q, k, v = (rms_norm(x) ⊙ norm_w) · W_{q,k,v}ᵀ, then
+  // rope_qk_kv_write (q and k rotated, k and v stored at `slots`). See AttnInputs.
+  virtual void attention_inputs(const AttnInputs& a) {
+    float* outs[3] = {a.q, a.k, a.v};
+    rms_norm_linears(a.qkv, a.x, a.norm_w, a.xn, outs, a.rows, a.dim, a.eps);
+    rope_qk_kv_write(a.q, a.k, a.v, a.rows, a.n_heads, a.n_kv_heads, a.head_dim, a.positions, *a.rope, *a.pool,
+                     a.layer, a.slots);
   }
   // linears() at fp32-level precision for every batch size: no rounding of x or W to 16-bit floats
   // (a backend's large-batch tensor-core path may round to ~1e-3 relative). For forwards whose K/V

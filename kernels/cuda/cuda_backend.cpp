@@ -239,6 +239,35 @@ class CudaBackend final : public Backend {
     prof_.end(ctx_.stream(), "rope q+k + kv_write (with staging)");
   }
 
+  void attention_inputs(const AttnInputs& a) override {
+    std::vector<const cuda::CudaLinear*> ls;
+    for (const auto* w : a.qkv) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
+    auto& p = checked_pool(*a.pool);
+    constexpr int D = cuda::k_exl2_gemv_cols_per_block;
+    const bool fits = a.rows > 0 && ls.size() == 3 && cuda::fuse_norm(ls, a.rows) && ls[0]->in_features == a.dim &&
+                      a.head_dim == D && ls[0]->out_features == int64_t(a.n_heads) * D &&
+                      ls[1]->out_features == int64_t(a.n_kv_heads) * D && ls[2]->out_features == ls[1]->out_features &&
+                      int64_t(a.slots.size()) == a.rows && p.layout.n_kv_heads == a.n_kv_heads &&
+                      p.layout.head_dim == a.head_dim;
+    if (!fits) return Backend::attention_inputs(a);
+    check_slots(p, a.layer, a.slots);
+    const auto [d_pos, d_freq] = rope_inputs(a.rows, a.head_dim, a.positions, *a.rope);
+    const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(a.slots.data(), a.slots.size_bytes()));
+    steps_.note(18, a.x, a.norm_w, a.q, a.k, a.v, a.rows, a.dim, a.eps, a.n_heads, a.n_kv_heads, d_pos, d_freq,
+                a.rope->attn_factor, p.mem.data(), a.layer, d_slots, ls[0], ls[1], ls[2]);
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
+    const cuda::Exl2RopeKv r{d_pos, d_freq, a.rope->attn_factor, static_cast<uint8_t*>(p.mem.data()),
+                             device_layout(p.layout, a.layer), d_slots};
+    float* outs[3] = {a.q, a.k, a.v};
+    cuda::run_linears_normed(ctx_, ls, a.x, a.norm_w, a.eps, outs, a.rows, &r);
+    if (prof_.enabled()) {
+      double bytes = 0;
+      for (const auto* l : ls) bytes += double(l->weight_bytes);
+      prof_.end(ctx_.stream(), cat("rms_norm + q/k/v + rope + kv_write rows ", a.rows), bytes);
+    }
+  }
+
   void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
                     float eps) override {
     if (x == out) return Backend::add_rms_norm(x, y, w, out, rows, dim, eps);

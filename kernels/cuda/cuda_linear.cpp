@@ -48,7 +48,7 @@ void dequant_gemm(CudaContext& ctx, const float* x, float* y, int64_t rows, int6
   if (bias) EXL_CUDA_CHECK(add_bias(y, bias, int(rows), int(N), ctx.stream()));
 }
 
-int exl2_target_blocks(const CudaContext& ctx) { return gemv_blocks_per_sm() * ctx.sm_count(); }
+int exl2_target_blocks(const CudaContext& ctx, int64_t rows) { return gemv_blocks_per_sm(rows) * ctx.sm_count(); }
 
 class Exl2Linear final : public CudaLinear {
  public:
@@ -124,7 +124,7 @@ class Exl2Linear final : public CudaLinear {
   }
 
   void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual = false) const {
-    const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, exl2_target_blocks(ctx));
+    const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, exl2_target_blocks(ctx, rows));
     const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
     Exl2GemvSet set;
     set.jobs[0] = {view_, bias_.f32(), y, nullptr, 0};
@@ -296,11 +296,11 @@ namespace {
 // ys[j] = x · W_jᵀ for EXL2 matrices of one K (1..k_exl2_gemv_max_jobs) in one gemv launch; with
 // norm_w, x is normalized while gathered.
 void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, const float* x, std::span<float* const> set_y,
-              int64_t rows, const float* norm_w, float eps) {
+              int64_t rows, const float* norm_w, float eps, const Exl2RopeKv* rope = nullptr) {
   const int K = set[0]->view().K;
   int64_t n_total = 0, tiles = 0;
   for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
-  const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx));
+  const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   const int64_t slices = ceil_div(K, ks), mb = gemv_rows_per_block(int(rows));
   float* partials =
       slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
@@ -317,6 +317,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, const fl
   s.n_jobs = int(set.size());
   s.norm_w = norm_w;
   s.norm_eps = eps;
+  if (rope) s.rope = *rope;
   EXL_CUDA_CHECK(exl2_gemv_set(s, x, int(rows), ks, counters, ctx.stream()));
 }
 
@@ -360,12 +361,16 @@ bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows) {
 }
 
 void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
-                        float eps, std::span<float* const> ys, int64_t rows) {
+                        float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope) {
   EXL_CHECK(fuse_norm(ls, rows) && ls.size() == ys.size(), "kernels: cuda: normed linears: ", ls.size(),
             " matrices at ", rows, " rows cannot share one gemv");
   std::vector<const Exl2Linear*> set;
   for (const auto* l : ls) set.push_back(static_cast<const Exl2Linear*>(l));
-  gemv_set(ctx, set, x, ys, rows, norm_w, eps);
+  EXL_CHECK(!rope || (ls.size() == 3 && ls[0]->out_features % k_exl2_gemv_cols_per_block == 0 &&
+                      ls[1]->out_features == ls[2]->out_features && rope->layout.head_dim == k_exl2_gemv_cols_per_block),
+            "kernels: cuda: normed linears: rope and cache store need q, k, v of ", k_exl2_gemv_cols_per_block,
+            "-wide heads");
+  gemv_set(ctx, set, x, ys, rows, norm_w, eps, rope);
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
@@ -395,14 +400,14 @@ void gemv_walk_only_from_env() {
   (void)once;
 }
 
-int gemv_blocks_per_sm() {
+int gemv_blocks_per_sm(int64_t rows) {
   gemv_walk_only_from_env();
   static const int n = [] {
     const char* e = std::getenv("EXL_CUDA_GEMV_BLOCKS_PER_SM");
     const int v = e ? std::atoi(e) : 0;
-    return v > 0 && v <= 64 ? v : 8;
+    return v > 0 && v <= 64 ? v : 0;
   }();
-  return n;
+  return n > 0 ? n : rows <= 2 ? 8 : 4;
 }
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w) {

@@ -22,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/exl2_gemm.h"
 
 namespace exl::cuda {
 
@@ -59,8 +60,10 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
 // for eight, measured on the H200).
 inline constexpr int64_t k_norm_gemv_max_rows = 2;
 bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows);
+// With `rope` (ls = q, k, v of head_dim k_exl2_gemv_cols_per_block): the launch also rotates q and
+// k and stores k and v into the cache (Exl2RopeKv).
 void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
-                        float eps, std::span<float* const> ys, int64_t rows);
+                        float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope = nullptr);
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 
@@ -68,9 +71,10 @@ std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWe
 // K is smaller) in 128..1024 that gives at most about `target_blocks` blocks (one wave at b=1).
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 
-// EXL2 gemv blocks aimed for per multiprocessor: 8, or EXL_CUDA_GEMV_BLOCKS_PER_SM (1..64) for
-// tuning runs.
-int gemv_blocks_per_sm();
+// EXL2 gemv blocks aimed for per multiprocessor: 8 for one or two activation rows, 4 for more
+// (fewer, longer K-slices: b=8 decode 557 → 601 tok/s on the H200, b=1 333 → 327 at 4), or
+// EXL_CUDA_GEMV_BLOCKS_PER_SM (1..64) for tuning runs.
+int gemv_blocks_per_sm(int64_t rows);
 
 // K-slice (rows per gemv block, a multiple of 32 in 64..1024) that gives about `target_blocks`
 // blocks (4 per multiprocessor: enough loads in flight to approach memory bandwidth).

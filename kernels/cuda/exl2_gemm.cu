@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/exl2_gemm.h"
+#include "kernels/cuda/kv_access.cuh"
 
 namespace exl::cuda {
 namespace {
@@ -301,6 +302,58 @@ __device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc,
   __syncthreads();
 }
 
+// y[m0 + m][nb + i] (+)= bias + the K-slices' partial sums, in slice order (the tile's last block).
+__device__ void add_slices(const Exl2DeviceView& w, const float* bias, const float* part, float* y, int rows, int m0,
+                           int mc, int nb, bool residual) {
+  for (int i = threadIdx.x; i < mc * k_exl2_gemv_cols_per_block; i += blockDim.x) {
+    const int m = i / k_exl2_gemv_cols_per_block, n = nb + i % k_exl2_gemv_cols_per_block;
+    if (n >= w.N) continue;
+    const float* pz = part + size_t(m0 + m) * w.N + n;
+    const size_t zs = size_t(rows) * w.N;
+    float sum = bias ? bias[n] : 0.0f;
+    int z = 0;
+    for (; z + 16 <= int(gridDim.z); z += 16) {
+      float v[16];
+#pragma unroll
+      for (int u = 0; u < 16; ++u) v[u] = __ldcg(pz + size_t(z + u) * zs);
+#pragma unroll
+      for (int u = 0; u < 16; ++u) sum += v[u];
+    }
+    for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
+    float& out = y[size_t(m0 + m) * w.N + n];
+    out = residual ? out + sum : sum;
+  }
+}
+
+// The head that column tile `head` of job 0 (q), 1 (k) or 2 (v) holds, rows [0, mc) of y (row
+// stride ld, already final): q and k rotated in place (rope_qk_store's arithmetic), k and v then
+// stored into the cache. `tile` is shared scratch of mc·head_dim floats.
+__device__ void rope_store_head(const Exl2RopeKv& r, int job, int head, float* y, int ld, int m0, int mc,
+                                float* tile) {
+  constexpr int D = k_exl2_gemv_cols_per_block, half = D / 2;
+  for (int i = threadIdx.x; i < mc * D; i += blockDim.x) tile[i] = y[size_t(i / D) * ld + i % D];
+  __syncthreads();
+  if (job < 2) {
+    for (int i = threadIdx.x; i < mc * half; i += blockDim.x) {
+      const int m = i / half, d = i % half;
+      double s, c;
+      sincos(double(r.positions[m0 + m]) * double(r.inv_freq[d]), &s, &c);
+      const float cs = float(c * double(r.attn_factor)), sn = float(s * double(r.attn_factor));
+      float* v = tile + m * D;
+      const float a = v[d], b = v[d + half];
+      v[d] = a * cs - b * sn;
+      v[d + half] = b * cs + a * sn;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < mc * D; i += blockDim.x) y[size_t(i / D) * ld + i % D] = tile[i];
+  }
+  if (job == 0) return;
+  __shared__ float inv_s[k_exl2_gemv_threads / 32][k_kv_max_blocks_per_vec];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int m = warp; m < mc; m += k_exl2_gemv_threads / 32)
+    kv_store_vector(r.pool, r.layout, job - 1, head, r.slots[m0 + m], tile + m * D, inv_s[warp], lane);
+}
+
 constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-slices up to 1024 rows)
 
 template <int MB, bool STREAM>
@@ -313,10 +366,11 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   const float* bias = set.jobs[0].bias;
   float* y = set.jobs[0].y;
   float* part = set.jobs[0].partials;
-  int tile_begin = 0;
+  int tile_begin = 0, job = 0;
 #pragma unroll
   for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
     if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin) {
+      job = j;
       w = set.jobs[j].w;
       bias = set.jobs[j].bias;
       y = set.jobs[j].y;
@@ -451,36 +505,24 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
         }
     }
   }
-  if (!split) return;
-  // The last block of this column tile to finish adds up the K-slices' partial sums.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counters + tile, 1u) == gridDim.z - 1;
-    if (last) counters[tile] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
   const int nb = bx * k_exl2_gemv_cols_per_block;
-  for (int i = threadIdx.x; i < mc * k_exl2_gemv_cols_per_block; i += blockDim.x) {
-    const int m = i / k_exl2_gemv_cols_per_block, n = nb + i % k_exl2_gemv_cols_per_block;
-    if (n >= w.N) continue;
-    const float* pz = part + size_t(m0 + m) * w.N + n;
-    const size_t zs = size_t(rows) * w.N;
-    float sum = bias ? bias[n] : 0.0f;
-    int z = 0;
-    for (; z + 16 <= int(gridDim.z); z += 16) {
-      float v[16];
-#pragma unroll
-      for (int u = 0; u < 16; ++u) v[u] = __ldcg(pz + size_t(z + u) * zs);
-#pragma unroll
-      for (int u = 0; u < 16; ++u) sum += v[u];
+  if (split) {
+    // The last block of this column tile to finish adds up the K-slices' partial sums.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(counters + tile, 1u) == gridDim.z - 1;
+      if (last) counters[tile] = 0;
     }
-    for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
-    float& out = y[size_t(m0 + m) * w.N + n];
-    out = set.residual ? out + sum : sum;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    add_slices(w, bias, part, y, rows, m0, mc, nb, set.residual);
+  }
+  if (set.rope.pool) {
+    __syncthreads();
+    rope_store_head(set.rope, job, bx, y + size_t(m0) * w.N + nb, w.N, m0, mc, xs);
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/exl2_decode.h"
 #include "kernels/cuda/gemv_shape.h"
+#include "kernels/cuda/paged_attention.h"
 
 namespace exl::cuda {
 
@@ -76,6 +77,19 @@ struct Exl2GemvJob {
   float* partials = nullptr;
   int tile_begin = 0;
 };
+// The attention inputs' epilogue (with jobs q, k, v in that order and head_dim ==
+// k_exl2_gemv_cols_per_block, so that a column tile is one head): the block that finishes a tile
+// rotates q and k heads like rope_qk_store (positions [rows], inv_freq [head_dim/2], attn_factor)
+// and stores the k and v heads into the paged cache at slots [rows]. pool null: none of it.
+struct Exl2RopeKv {
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  float attn_factor = 1.0f;
+  uint8_t* pool = nullptr;
+  KvDeviceLayout layout{};
+  const int32_t* slots = nullptr;
+};
+
 // x_up non-null: the jobs' input is silu(x) ⊙ x_up (same shape as x), formed while gathering.
 // norm_w non-null (x_up null): the input is rms_norm(x) ⊙ norm_w (norm_w [K]), every block
 // reducing its rows of x itself, as the rms_norm kernel does (double sums, the same rounding).
@@ -87,6 +101,7 @@ struct Exl2GemvSet {
   const float* norm_w = nullptr;
   float norm_eps = 0.0f;
   bool residual = false;
+  Exl2RopeKv rope;  // not with residual
 };
 int exl2_gemv_tiles(int N);
 

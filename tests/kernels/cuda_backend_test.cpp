@@ -602,6 +602,50 @@ TEST_F(CudaBackendTest, RopeQkKvWriteFusedMatchesCpu) {
     }
 }
 
+TEST_F(CudaBackendTest, AttentionInputsFusedMatchesTheSeparateOps) {
+  // Norm, q/k/v projections (with bias), rope and the cache store in one gemv launch (head_dim 128,
+  // rows ≤ 2) against the CPU's ops; 5 rows take the separate GPU ops. Cache bytes compared as
+  // cpu::kv_write of the GPU's k and v.
+  constexpr int D = 128, NH = 4, KVH = 2, dim = 256, layer = 1;
+  auto wq = test::random_exl2(dim, NH * D, {{4, 128}, {3, 128}}, 1500, true);
+  auto wk = test::random_exl2(dim, KVH * D, {{4, 128}, {3, 128}}, 1501, true);
+  auto wv = test::random_exl2(dim, KVH * D, {{4, 128}, {3, 128}}, 1502, true);
+  auto pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m), pv = gpu().prepare_linear(wv.m);
+  const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
+  RopeTable table;
+  for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(500000.0f, -2.0f * i / float(D)));
+  table.attn_factor = 1.25f;
+  for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (int64_t rows : {1, 2, 5}) {
+      SCOPED_TRACE(to_string(fmt) + " rows=" + std::to_string(rows));
+      const KvLayout L{2, KVH, D, 16, fmt};
+      const int num_pages = 3;
+      std::vector<int32_t> slots = {37, 5, 20, 46, 11}, pos = {4100, 7, 65, 131071, 0};
+      slots.resize(size_t(rows)), pos.resize(size_t(rows));
+      const auto x = test::random_floats(size_t(rows * dim), 1510 + uint32_t(rows), 2.0f);
+      const auto nw = test::random_floats(size_t(dim), 1520);
+      std::vector<float> xn(x.size()), q(size_t(rows * NH * D)), k(size_t(rows * KVH * D)), v(k.size());
+      cpu::rms_norm(tp_, x.data(), nw.data(), xn.data(), rows, dim, 1e-6f);
+      cpu::linear_exl2(tp_, wq.m, xn.data(), q.data(), rows);
+      cpu::linear_exl2(tp_, wk.m, xn.data(), k.data(), rows);
+      cpu::linear_exl2(tp_, wv.m, xn.data(), v.data(), rows);
+      cpu::rope(q.data(), rows, NH, D, pos, table);
+      cpu::rope(k.data(), rows, KVH, D, pos, table);
+      auto pool = gpu().alloc_kv_pool(L, num_pages);
+      Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dq = gpu().alloc(q.size() * 4),
+             dk = gpu().alloc(k.size() * 4), dv = gpu().alloc(v.size() * 4);
+      gpu().attention_inputs({ws, dx.f32(), dnw.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, dim, 1e-6f, NH,
+                              KVH, D, pos, &table, pool.get(), layer, slots});
+      EXPECT_LT(rel_err(from_gpu(dq, q.size()), q), k_tol_f32);
+      const auto gk = from_gpu(dk, k.size()), gv = from_gpu(dv, v.size());
+      EXPECT_LT(rel_err(gk, k), k_tol_f32);
+      EXPECT_LT(rel_err(gv, v), k_tol_f32);
+      std::vector<std::byte> ref(L.page_bytes() * num_pages);
+      cpu::kv_write(L, ref.data(), layer, gk.data(), gv.data(), slots);
+      expect_pools_match(L, num_pages, download_pool(gpu(), *pool), ref);
+    }
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 
 struct AttnSeqSpec {
