@@ -153,15 +153,23 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
   // rounding anywhere upstream of a layer's K/V moves values across the format's steps; the head
   // too (few rows outside all-logits prefill), so that q8/q4 logits stay at fp32 level.
   const bool exact = pool.layout.format == KvFormat::q8 || pool.layout.format == KvFormat::q4;
+  auto linears = [&](std::span<const PreparedLinear* const> ws, const float* in, std::span<float* const> outs,
+                     int64_t rows) {
+    if (exact) be.linears_exact(ws, in, outs, rows);
+    else be.linears(ws, in, outs, rows);
+  };
   auto linear = [&](const PreparedLinear& w, const float* in, float* out, int64_t rows) {
     const PreparedLinear* ws[1] = {&w};
     float* outs[1] = {out};
     if (exact) be.linears_exact(ws, in, outs, rows);
     else be.linear(w, in, out, rows);
   };
-  // The fast path hands each norm to the linears that read it and each projection into the residual
-  // stream to an op that adds into x (one gemv each on the GPU); the exact path keeps them apart.
-  auto layer_fast = [&](const Layer& L, int l) {
+  // Decode steps (one token per sequence) hand each norm to the linears that read it and each
+  // projection into the residual stream to an op that adds into x (one gemv each on the GPU).
+  // Prefill chunks and the exact path keep them apart: there add_rms_norm's single pass over the
+  // rows is what counts.
+  const bool fused = !exact && T == int64_t(batch.size());
+  auto layer_fused = [&](const Layer& L, int l) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
     be.attention_inputs({qkv, x.f32(), L.attn_norm.f32(), xn.f32(), q.f32(), k.f32(), v.f32(), T, H, eps, NH, NKV,
                          int(D), positions, &rope_, &pool, l, slots});
@@ -172,28 +180,32 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
     be.rms_norm_linears(gate_up, x.f32(), L.mlp_norm.f32(), xn.f32(), gate_up_out, T, H, eps);
     be.swiglu_linear_residual(*L.down, g.f32(), u.f32(), x.f32(), tmp.f32(), T, I);
   };
-  auto layer_exact = [&](const Layer& L, int l, const Buffer* next_norm) {
+  auto layer_apart = [&](const Layer& L, int l, const Buffer* next_norm) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
     float* qkv_out[3] = {q.f32(), k.f32(), v.f32()};
-    be.linears_exact(qkv, xn.f32(), qkv_out, T);
+    linears(qkv, xn.f32(), qkv_out, T);
     be.rope_qk_kv_write(q.f32(), k.f32(), v.f32(), T, NH, NKV, int(D), positions, rope_, pool, l, slots);
     be.attention(pool, l, q.f32(), att.f32(), seqs, NH, scale, window);
     linear(*L.o, att.f32(), tmp.f32(), T);
     be.add_rms_norm(x.f32(), tmp.f32(), L.mlp_norm.f32(), xn.f32(), T, H, eps);
     const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
     float* gate_up_out[2] = {g.f32(), u.f32()};
-    be.linears_exact(gate_up, xn.f32(), gate_up_out, T);
-    be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
-    linear(*L.down, g.f32(), tmp.f32(), T);
+    linears(gate_up, xn.f32(), gate_up_out, T);
+    if (exact) {
+      be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
+      linear(*L.down, g.f32(), tmp.f32(), T);
+    } else {
+      be.swiglu_linear(*L.down, g.f32(), u.f32(), tmp.f32(), T, I);
+    }
     if (next_norm) be.add_rms_norm(x.f32(), tmp.f32(), next_norm->f32(), xn.f32(), T, H, eps);
     else be.add(x.f32(), tmp.f32(), T * H);
   };
   auto ops = [&] {
     be.embedding(*embed_, ids, x.f32());
-    if (exact) be.rms_norm(x.f32(), layers_[0].attn_norm.f32(), xn.f32(), T, H, eps);
+    if (!fused) be.rms_norm(x.f32(), layers_[0].attn_norm.f32(), xn.f32(), T, H, eps);
     for (size_t l = 0; l < layers_.size(); ++l) {
-      if (!exact) layer_fast(layers_[l], int(l));
-      else layer_exact(layers_[l], int(l), l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : nullptr);
+      if (fused) layer_fused(layers_[l], int(l));
+      else layer_apart(layers_[l], int(l), l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : nullptr);
     }
     // Final norm and head only for the rows whose logits are wanted.
     for (int64_t r = 0; r < R; ++r)
