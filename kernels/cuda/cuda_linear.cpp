@@ -50,6 +50,20 @@ void dequant_gemm(CudaContext& ctx, const float* x, float* y, int64_t rows, int6
 
 int exl2_target_blocks(const CudaContext& ctx, int64_t rows) { return gemv_blocks_per_sm(rows) * ctx.sm_count(); }
 
+class Exl2Linear;
+// What one exl2_gemv_set launch reads besides the weights (Exl2GemvSet's fields of the same names).
+struct GemvInput {
+  const float* x = nullptr;
+  const float* x_up = nullptr;
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  bool residual = false;
+  const Exl2RopeKv* rope = nullptr;
+};
+// ys[j] = input · W_jᵀ for EXL2 matrices of one K (1..k_exl2_gemv_max_jobs) in one gemv launch.
+void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
+              const GemvInput& in);
+
 class Exl2Linear final : public CudaLinear {
  public:
   Exl2Linear(CudaContext& ctx, const Exl2Matrix& m) {
@@ -124,20 +138,9 @@ class Exl2Linear final : public CudaLinear {
   }
 
   void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual = false) const {
-    const int ks = exl2_gemv_k_slice(view_.K, view_.N, rows, exl2_target_blocks(ctx, rows));
-    const int64_t slices = ceil_div(view_.K, ks), mb = gemv_rows_per_block(int(rows));
-    Exl2GemvSet set;
-    set.jobs[0] = {view_, bias_.f32(), y, nullptr, 0};
-    set.n_jobs = 1;
-    set.x_up = x_up;
-    set.residual = residual;
-    unsigned* counters = nullptr;
-    if (slices > 1) {
-      set.jobs[0].partials =
-          static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * view_.N) * 4));
-      counters = ctx.gemv_counters(size_t(ceil_div(view_.N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb)));
-    }
-    EXL_CUDA_CHECK(exl2_gemv_set(set, x, int(rows), ks, counters, ctx.stream()));
+    const Exl2Linear* self[1] = {this};
+    float* ys[1] = {y};
+    gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr});
   }
 
   Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_;
@@ -293,10 +296,8 @@ void CudaLinear::run_exact(CudaContext& ctx, const float* x, float* y, int64_t r
 
 namespace {
 
-// ys[j] = x · W_jᵀ for EXL2 matrices of one K (1..k_exl2_gemv_max_jobs) in one gemv launch; with
-// norm_w, x is normalized while gathered.
-void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, const float* x, std::span<float* const> set_y,
-              int64_t rows, const float* norm_w, float eps, const Exl2RopeKv* rope = nullptr) {
+void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
+              const GemvInput& in) {
   const int K = set[0]->view().K;
   int64_t n_total = 0, tiles = 0;
   for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
@@ -310,15 +311,17 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, const fl
   int64_t part_off = 0;
   for (size_t j = 0; j < set.size(); ++j) {
     const Exl2DeviceView& v = set[j]->view();
-    s.jobs[j] = {v, set[j]->bias(), set_y[j], partials ? partials + part_off : nullptr, tile};
+    s.jobs[j] = {v, set[j]->bias(), ys[j], partials ? partials + part_off : nullptr, tile};
     tile += exl2_gemv_tiles(v.N);
     part_off += slices * rows * v.N;
   }
   s.n_jobs = int(set.size());
-  s.norm_w = norm_w;
-  s.norm_eps = eps;
-  if (rope) s.rope = *rope;
-  EXL_CUDA_CHECK(exl2_gemv_set(s, x, int(rows), ks, counters, ctx.stream()));
+  s.x_up = in.x_up;
+  s.norm_w = in.norm_w;
+  s.norm_eps = in.norm_eps;
+  s.residual = in.residual;
+  if (in.rope) s.rope = *in.rope;
+  EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
 
 }  // namespace
@@ -330,7 +333,7 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
   std::vector<float*> set_y;
   auto flush = [&] {
     if (set.size() == 1) set[0]->run(ctx, x, set_y[0], rows);
-    if (set.size() > 1) gemv_set(ctx, set, x, set_y, rows, nullptr, 0.0f);
+    if (set.size() > 1) gemv_set(ctx, set, set_y, rows, {x});
   };
   for (size_t i = 0; i < ls.size(); ++i) {
     const auto* e = dynamic_cast<const Exl2Linear*>(ls[i]);
@@ -370,7 +373,7 @@ void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls,
                       ls[1]->out_features == ls[2]->out_features && rope->layout.head_dim == k_exl2_gemv_cols_per_block),
             "kernels: cuda: normed linears: rope and cache store need q, k, v of ", k_exl2_gemv_cols_per_block,
             "-wide heads");
-  gemv_set(ctx, set, x, ys, rows, norm_w, eps, rope);
+  gemv_set(ctx, set, ys, rows, {x, nullptr, norm_w, eps, false, rope});
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {

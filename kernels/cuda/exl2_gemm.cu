@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/rope_math.cuh"
 
 namespace exl::cuda {
 namespace {
@@ -271,13 +272,6 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
   }
 }
 
-// Block: 4 warps on the same 128 columns (4 per lane), each warp on a quarter of the block's K-slice;
-// the warps' partial sums meet in shared memory. With one K-slice the block writes y (+ bias);
-// otherwise it writes its partial sums, and the last block of the column tile (a counter per
-// tile, reset by that block) adds them up in slice order: deterministic, no atomics on y.
-// Several matrices of the same K (one job each) share a launch: job j owns the column tiles
-// [tile_begin_j, tile_begin_{j+1}) of grid.x.
-// STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
 // inv[m] = 1 / sqrt(mean(x[m0 + m]²) + eps) for the block's rows, summed in double.
 template <int MB>
 __device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc, float eps, float* inv) {
@@ -354,13 +348,9 @@ __device__ void rope_store_head(const Exl2RopeKv& r, int job, int head, float* y
   if (job < 2) {
     for (int i = threadIdx.x; i < mc * half; i += blockDim.x) {
       const int m = i / half, d = i % half;
-      double s, c;
-      sincos(double(r.positions[m0 + m]) * double(r.inv_freq[d]), &s, &c);
-      const float cs = float(c * double(r.attn_factor)), sn = float(s * double(r.attn_factor));
-      float* v = tile + m * D;
-      const float a = v[d], b = v[d + half];
-      v[d] = a * cs - b * sn;
-      v[d + half] = b * cs + a * sn;
+      float cs, sn;
+      rope_cos_sin(r.positions[m0 + m], r.inv_freq[d], r.attn_factor, cs, sn);
+      rope_rotate(tile + m * D, d, half, cs, sn);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < mc * D; i += blockDim.x) y[size_t(i / D) * ld + i % D] = tile[i];
@@ -374,6 +364,13 @@ __device__ void rope_store_head(const Exl2RopeKv& r, int job, int head, float* y
 
 constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-slices up to 1024 rows)
 
+// Block: 4 warps on the same 128 columns (4 per lane), each warp on a quarter of the block's K-slice;
+// the warps' partial sums meet in shared memory. With one K-slice the block writes y (+ bias);
+// otherwise it writes its partial sums, and the last block of the column tile (a counter per
+// tile, reset by that block) adds them up in slice order: deterministic, no atomics on y.
+// Several matrices of the same K (one job each) share a launch: job j owns the column tiles
+// [tile_begin_j, tile_begin_{j+1}) of grid.x.
+// STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
 template <int MB, bool STREAM>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5 : MB == 4 ? 4 : 2)
     exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/norm_rope_act.h"
+#include "kernels/cuda/rope_math.cuh"
 
 namespace exl::cuda {
 namespace {
@@ -83,22 +84,13 @@ __global__ void __launch_bounds__(k_rope_threads)
   const int half = head_dim / 2;
   float* sn = cs + half;
   const int r = blockIdx.x;
-  const double pos = double(positions[r]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    double s, c;
-    sincos(pos * double(inv_freq[i]), &s, &c);
-    cs[i] = float(c * double(attn_factor));
-    sn[i] = float(s * double(attn_factor));
-  }
+  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cos_sin(positions[r], inv_freq[i], attn_factor, cs[i], sn[i]);
   __syncthreads();
   float* xr = x + size_t(r) * n_heads * head_dim;
 #pragma unroll 4
   for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
     const int h = k / half, i = k - h * half;
-    float* v = xr + size_t(h) * head_dim;
-    const float a = v[i], b = v[i + half];
-    v[i] = a * cs[i] - b * sn[i];
-    v[i + half] = b * cs[i] + a * sn[i];
+    rope_rotate(xr + size_t(h) * head_dim, i, half, cs[i], sn[i]);
   }
   if (!st.v || blockIdx.y == 0) return;
   __shared__ float inv_s[k_rope_threads / 32][k_kv_max_blocks_per_vec];
