@@ -34,7 +34,7 @@ void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int pa
 }  // namespace
 
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
-                        int window, int target_blocks, int min_part) {
+                        int window, int target_blocks, int min_part, bool decode_ok) {
   min_part = std::max(k_attn_tile, min_part / k_attn_tile * k_attn_tile);
   validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
   const int group = n_heads / n_kv_heads;
@@ -47,9 +47,19 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
     n_tokens = std::max(n_tokens, s.token_begin + s.n_tokens);
   }
   plan.n_tokens = int(n_tokens);
+  plan.decode = decode_ok && n_tokens > 0 && group <= k_attn_decode_max_group &&
+                std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) { return s.n_tokens <= 1; });
+  if (plan.decode) {
+    plan.part_size = k_attn_decode_part;
+    plan.max_parts = int(ceil_div(max_ctx, k_attn_decode_part));
+    for (const SeqAttn& s : seqs) {
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, s.pos_start - window + 1) : 0;
+      if (s.n_tokens == 1 && lo / k_attn_decode_part != s.pos_start / k_attn_decode_part) plan.direct = false;
+    }
+  }
   const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);
-  plan.part_size = int(direct_part);
-  if (base_blocks > 0 && base_blocks < target_blocks && max_ctx > min_part) {
+  if (!plan.decode) plan.part_size = int(direct_part);
+  if (!plan.decode && base_blocks > 0 && base_blocks < target_blocks && max_ctx > min_part) {
     const int64_t want = ceil_div(target_blocks, base_blocks);
     const int64_t part = std::max<int64_t>(min_part, ceil_div(ceil_div(max_ctx, want), k_attn_tile) * k_attn_tile);
     if (part < max_ctx) {
@@ -67,7 +77,7 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
     const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
     plan.pages.insert(plan.pages.end(), s.page_table.begin(), s.page_table.begin() + used);
     for (int64_t t = 0; t < s.n_tokens; ++t) plan.token_pos[size_t(s.token_begin + t)] = int32_t(s.pos_start + t);
-    const int64_t rows = s.n_tokens * group;
+    const int64_t rows = plan.decode ? 0 : s.n_tokens * group;
     for (int h = 0; h < n_kv_heads; ++h)
       for (int64_t r0 = 0; r0 < rows; r0 += k_attn_rows) {
         const int64_t pos_first = s.pos_start + r0 / group;

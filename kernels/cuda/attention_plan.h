@@ -22,6 +22,7 @@ struct AttnPlan {
   int part_size = 0;               // positions per partition, a multiple of k_attn_tile
   int max_parts = 1;
   bool direct = true;
+  bool decode = false;             // attention_decode's plan: grid (kv heads, seqs, max_parts), no works
 };
 
 // Smallest partition when splitting: one K/V tile (decode at short context is latency-bound: a
@@ -31,7 +32,9 @@ inline constexpr int k_attn_min_part = 32;
 // `target_blocks`: how many blocks keep the device busy (about 2 per multiprocessor).
 // Throws exl::Error on an inconsistent batch (page table too short, page id out of range, ...).
 // `min_part`: the smallest partition (a multiple of k_attn_tile, at least k_attn_tile).
+// `decode_ok`: the cache format and head_dim suit attention_decode; the plan is then a decode plan
+// when every sequence has at most one query token and the group is at most k_attn_decode_max_group.
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
-                        int window, int target_blocks, int min_part = k_attn_min_part);
+                        int window, int target_blocks, int min_part = k_attn_min_part, bool decode_ok = false);
 
 }  // namespace exl::cuda

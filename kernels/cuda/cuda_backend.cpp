@@ -482,6 +482,11 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");
     return e && std::string(e) == "0";
   }();
+  // EXL_CUDA_ATTN_DECODE=0 keeps decode steps on the tiled paged kernel (for comparisons).
+  bool attn_decode_disabled_ = [] {
+    const char* e = std::getenv("EXL_CUDA_ATTN_DECODE");
+    return e && std::string(e) == "0";
+  }();
   std::string name_;
 };
 
@@ -512,11 +517,13 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
       const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
       return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
     }();
+    const bool decode_ok =
+        !attn_decode_disabled_ && L.format == KvFormat::fp16 && L.head_dim == cuda::k_attn_decode_head_dim;
     st.plan = cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
-                                   2 * ctx_.sm_count(), min_part);
+                                   2 * ctx_.sm_count(), min_part, decode_ok);
   }
   const cuda::AttnPlan& plan = st.plan;
-  if (plan.works.empty()) return;
+  if (plan.works.empty() && !plan.decode) return;
   ctx_.make_current();
   const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
     return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
@@ -571,10 +578,13 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     a.part_acc = base + 2 * n_part_rows;
   }
   steps_.note(9, a.pool, layer, d_meta, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out, n_heads, scale,
-              sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max);
+              sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max, plan.decode);
   if (steps_.recording()) return;
   prof_.begin(ctx_.stream());
-  EXL_CUDA_CHECK(cuda::attention(a, ctx_.stream()));
+  if (plan.decode)
+    EXL_CUDA_CHECK(cuda::attention_decode(a, int(plan.seqs.size()), ctx_.stream()));
+  else
+    EXL_CUDA_CHECK(cuda::attention(a, ctx_.stream()));
   if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + st.o_pos, plan.n_tokens, ctx_.stream()));
   if (prof_.enabled())
     prof_.end(ctx_.stream(), cat("attention ", plan.n_tokens == int(seqs.size()) ? "decode" : "prefill", " (with staging)"));

@@ -197,6 +197,178 @@ __global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
   }
 }
 
+constexpr int k_dec_threads = 512;
+constexpr int k_dec_warps = k_dec_threads / 32;
+constexpr int k_dec_P = k_attn_decode_part;
+constexpr int k_dec_D = k_attn_decode_head_dim;
+constexpr int k_dec_qk_rounds = k_dec_P / (2 * k_dec_warps);  // positions per half warp
+constexpr int k_dec_pv_rounds = k_dec_P / k_dec_warps;        // positions per warp
+constexpr int k_dec_G_max = k_attn_decode_max_group;
+static_assert(k_dec_D == 128 && k_dec_P % (2 * k_dec_warps) == 0, "half a warp holds a 128-wide K row");
+
+// Shared floats: q [G][D], scores [G][P], max and sum [16], the warps' V·P partials [warps][G][D].
+template <int G>
+constexpr size_t decode_smem_bytes() {
+  return size_t(G * k_dec_D + G * k_dec_P + 16 + k_dec_warps * G * k_dec_D) * sizeof(float);
+}
+
+__device__ __forceinline__ float2 half2_to_float2(uint32_t b) {
+  __half2 h;
+  *reinterpret_cast<uint32_t*>(&h) = b;
+  return __half22float2(h);
+}
+
+// G: the group (query heads per kv head) rounded up to a power of two; heads ≥ group are idle.
+// Every K and V load of the partition is issued before the first is used, straight into registers:
+// half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
+// w, w + 16, ... (a lane per 4 dimensions).
+template <int G>
+__global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArgs a) {
+  extern __shared__ float4 dec_smem[];
+  float* Qs = reinterpret_cast<float*>(dec_smem);
+  float* Ss = Qs + G * k_dec_D;
+  float* Ms = Ss + G * k_dec_P;  // [0, G) max, [8, 8 + G) sum
+  float* red = Ms + 16;
+  const KvDeviceLayout& L = a.layout;
+  const int kvh = blockIdx.x, part = blockIdx.z;
+  const AttnSeqDesc sq = a.seqs[blockIdx.y];
+  if (sq.n_tokens < 1) return;
+  const int group = a.n_heads / L.n_kv_heads;
+  const int pos = sq.pos_start;
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int pb = max(part * k_dec_P, lo), pe = min(part * k_dec_P + k_dec_P, pos + 1);
+  if (pb >= pe) return;
+  const int n = pe - pb;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
+  const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
+  static_assert(k_dec_G_max * k_dec_D / 4 <= k_dec_threads, "a float4 of q per thread");
+  const int qi = threadIdx.x;  // q is stored after the K/V loads are issued, not before
+  float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (qi < group * (k_dec_D / 4)) qv = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
+  // The partition's K and V page bases into shared memory; positions map to pages by shifts when
+  // the page size is a power of two (integer division costs dozens of instructions per position).
+  __shared__ const uint8_t* base_s[2][k_dec_P + 1];
+  const int ps = L.page_size, vb = int(L.vec_bytes);
+  const bool pow2 = (ps & (ps - 1)) == 0;
+  const int psh = __ffs(ps) - 1;
+  const int first_page = pb / ps, n_pages = (pe - 1) / ps - first_page + 1;
+  for (int i = threadIdx.x; i < 2 * n_pages; i += k_dec_threads) {
+    const int kv = i / n_pages, pg = i - kv * n_pages;
+    base_s[kv][pg] = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes +
+                     vec_index(L, kv, kvh, 0) * L.vec_bytes;
+  }
+  __syncthreads();
+  const auto row = [&](int kv, int j) {
+    const int p = pb + j;
+    const int pg = pow2 ? (p >> psh) : p / ps, slot = pow2 ? (p & (ps - 1)) : p - pg * ps;
+    return base_s[kv][pg - first_page] + slot * vb;
+  };
+  uint4 kr[k_dec_qk_rounds];
+  uint2 vr[k_dec_pv_rounds];
+#pragma unroll
+  for (int r = 0; r < k_dec_qk_rounds; ++r) {
+    const int j = hw + 2 * k_dec_warps * r;
+    kr[r] = j < n ? __ldg(reinterpret_cast<const uint4*>(row(0, j)) + l16) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int r = 0; r < k_dec_pv_rounds; ++r) {
+    const int j = warp + k_dec_warps * r;
+    vr[r] = j < n ? __ldg(reinterpret_cast<const uint2*>(row(1, j)) + lane) : make_uint2(0, 0);
+  }
+  if (qi < G * (k_dec_D / 4)) reinterpret_cast<float4*>(Qs)[qi] = qv;
+  __syncthreads();
+
+#pragma unroll
+  for (int r = 0; r < k_dec_qk_rounds; ++r) {
+    const int j = hw + 2 * k_dec_warps * r;
+    if (hw + 2 * k_dec_warps * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
+    float k[8];
+    {
+      const float2 k0 = half2_to_float2(kr[r].x), k1 = half2_to_float2(kr[r].y), k2 = half2_to_float2(kr[r].z),
+                   k3 = half2_to_float2(kr[r].w);
+      k[0] = k0.x, k[1] = k0.y, k[2] = k1.x, k[3] = k1.y, k[4] = k2.x, k[5] = k2.y, k[6] = k3.x, k[7] = k3.y;
+    }
+    float d[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const float4 q0 = *reinterpret_cast<const float4*>(Qs + h * k_dec_D + l16 * 8);
+      const float4 q1 = *reinterpret_cast<const float4*>(Qs + h * k_dec_D + l16 * 8 + 4);
+      float x = k[0] * q0.x;
+      x = fmaf(k[1], q0.y, x), x = fmaf(k[2], q0.z, x), x = fmaf(k[3], q0.w, x);
+      x = fmaf(k[4], q1.x, x), x = fmaf(k[5], q1.y, x), x = fmaf(k[6], q1.z, x), x = fmaf(k[7], q1.w, x);
+      d[h] = x;
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+      for (int h = 0; h < G; ++h) d[h] += __shfl_xor_sync(0xffffffffu, d[h], o);
+    float mine = d[0];
+#pragma unroll
+    for (int h = 1; h < G; ++h)
+      if (l16 == h) mine = d[h];
+    if (j < n && l16 < group) Ss[l16 * k_dec_P + j] = mine * a.scale;
+  }
+  __syncthreads();
+  if (warp < group) {
+    float* sw = Ss + warp * k_dec_P;
+    float mx = k_neg_inf;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sw[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float p = __expf(sw[j] - mx);
+      sw[j] = p;
+      sum += p;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) Ms[warp] = mx, Ms[8 + warp] = sum;
+  }
+  __syncthreads();
+  float acc[G][4] = {};
+#pragma unroll
+  for (int r = 0; r < k_dec_pv_rounds; ++r) {
+    const int j = warp + k_dec_warps * r;
+    if (j >= n) break;
+    const float2 v01 = half2_to_float2(vr[r].x), v23 = half2_to_float2(vr[r].y);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const float p = h < group ? Ss[h * k_dec_P + j] : 0.0f;
+      acc[h][0] = fmaf(p, v01.x, acc[h][0]), acc[h][1] = fmaf(p, v01.y, acc[h][1]);
+      acc[h][2] = fmaf(p, v23.x, acc[h][2]), acc[h][3] = fmaf(p, v23.y, acc[h][3]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h)
+    *reinterpret_cast<float4*>(red + (warp * G + h) * k_dec_D + lane * 4) =
+        make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < group * k_dec_D; i += k_dec_threads) {
+    const int h = i / k_dec_D, d = i % k_dec_D;
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
+    const int64_t orow = qrow + h;
+    if (a.direct) {
+      a.out[orow * k_dec_D + d] = o / Ms[8 + h];
+    } else {
+      const int64_t pidx = orow * a.max_parts + part;
+      a.part_acc[pidx * k_dec_D + d] = o;
+      if (d == 0) a.part_max[pidx] = Ms[h], a.part_sum[pidx] = Ms[8 + h];
+    }
+  }
+}
+
+template <int G>
+cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  constexpr size_t smem = decode_smem_bytes<G>();
+  const cudaError_t e =
+      cudaFuncSetAttribute(attention_decode_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
+  attention_decode_kernel<G><<<grid, k_dec_threads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
 // One block per (token, head) row.
 __global__ void attention_combine_kernel(AttnArgs a, const int32_t* __restrict__ token_pos) {
   const int64_t orow = blockIdx.x;
@@ -249,6 +421,19 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   if (c <= 2) return launch_attention<2>(a, stream);
   if (c <= 4) return launch_attention<4>(a, stream);
   return launch_attention<8>(a, stream);
+}
+
+cudaError_t attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  const KvDeviceLayout& L = a.layout;
+  if (n_seqs == 0) return cudaSuccess;
+  if (L.format != 1 || L.head_dim != k_dec_D || a.part_size != k_dec_P || L.vec_bytes % 16 != 0 ||
+      L.page_bytes % 16 != 0 || a.n_heads % L.n_kv_heads != 0 || a.n_heads / L.n_kv_heads > k_attn_decode_max_group)
+    return cudaErrorInvalidValue;
+  const int group = a.n_heads / L.n_kv_heads;
+  if (group == 1) return launch_attention_decode<1>(a, n_seqs, stream);
+  if (group == 2) return launch_attention_decode<2>(a, n_seqs, stream);
+  if (group <= 4) return launch_attention_decode<4>(a, n_seqs, stream);
+  return launch_attention_decode<8>(a, n_seqs, stream);
 }
 
 cudaError_t attention_combine(const AttnArgs& a, const int32_t* token_pos, int n_tokens, cudaStream_t stream) {

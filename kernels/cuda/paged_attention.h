@@ -9,6 +9,13 @@
 // head_dim % 8 == 0 in 16-byte loads, all of a tile's loads in flight at once). When every row
 // fits in one partition (`direct`), blocks write normalized output; otherwise they write
 // partials (max, sum, acc) that attention_combine merges per row (flash-decoding).
+//
+// attention_decode is the one-query-token-per-sequence case (decode steps) for fp16 caches with
+// head_dim k_attn_decode_head_dim: a block per (kv head, sequence, partition of
+// k_attn_decode_part positions) loads the partition's K and V rows into registers with every load
+// in flight, scores all of its group's query heads (half a warp per position), and weights V (a
+// warp per position residue); one pass instead of a tile loop, for the latency-bound short
+// contexts of decode. Partials go to the same attention_combine when a row spans partitions.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -19,6 +26,9 @@ namespace exl::cuda {
 inline constexpr int k_attn_rows = 16;       // query rows per block (4 warps × 4 rows)
 inline constexpr int k_attn_tile = 32;       // positions per K/V tile
 inline constexpr int k_attn_max_head_dim = 256;
+inline constexpr int k_attn_decode_part = 256;      // positions per attention_decode block
+inline constexpr int k_attn_decode_head_dim = 128;  // the only head_dim attention_decode serves
+inline constexpr int k_attn_decode_max_group = 8;   // query heads per kv head it serves
 
 // The pool's geometry for one layer (byte sizes from KvLayout).
 struct KvDeviceLayout {
@@ -67,6 +77,10 @@ cudaError_t kv_write(uint8_t* pool, const KvDeviceLayout& layout, const float* k
                      const int32_t* slots, int n_tokens, cudaStream_t stream);
 
 cudaError_t attention(const AttnArgs& args, cudaStream_t stream);
+
+// The decode kernel: grid (n_kv_heads, n_seqs, max_parts) over args.seqs, whose n_tokens are 0
+// or 1; part_size must be k_attn_decode_part. direct: every row's positions lie in one partition.
+cudaError_t attention_decode(const AttnArgs& args, int n_seqs, cudaStream_t stream);
 
 // Merges partials into out; token_pos[T] is each query row's position.
 cudaError_t attention_combine(const AttnArgs& args, const int32_t* token_pos, int n_tokens, cudaStream_t stream);

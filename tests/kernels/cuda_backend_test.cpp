@@ -723,6 +723,22 @@ TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
     }
 }
 
+TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
+  // One query token per sequence, fp16 cache, head_dim 128: attention_decode (direct within one
+  // partition of k_attn_decode_part positions, partials + combine beyond); groups over 8 and
+  // prompts of several tokens stay on the tiled kernel.
+  const std::vector<std::vector<AttnSeqSpec>> batches = {
+      {{0, 1}}, {{255, 1}}, {{256, 1}, {49, 1}}, {{700, 1}, {0, 1}, {255, 1}, {4100, 1}}, {{50, 1}, {30, 0}, {129, 1}}};
+  uint32_t seed = 450;
+  const int page_sizes[] = {16, 64, 256};
+  for (auto [NH, KVH] : std::vector<std::pair<int, int>>{{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}})
+    for (int window : {0, 9, 200})
+      for (const auto& batch : batches) {
+        const int page_size = page_sizes[seed % 3];
+        attention_case(gpu(), tp_, KvFormat::fp16, 128, NH, KVH, window, batch, page_size, seed++);
+      }
+}
+
 TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
   // Every sequence ≥ k_prefill_attn_min_tokens: the cuBLAS path (fp16 queries and probabilities)
   // for f32/fp16 caches; q8/q4 caches stay on the fp32 paged kernel.
@@ -812,6 +828,32 @@ TEST(CudaAttentionPlan, PartitionsCoverEveryRowsWindow) {
   }
 }
 
+TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
+  std::vector<int32_t> table(64, 0);
+  const int P = cuda::k_attn_decode_part;
+  const std::vector<SeqAttn> decode = {{0, 1, 3 * P + 5, table}, {1, 0, 7, table}, {1, 1, 10, table}};
+  auto plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true);
+  EXPECT_TRUE(plan.decode);
+  EXPECT_TRUE(plan.works.empty());
+  EXPECT_EQ(plan.part_size, P);
+  EXPECT_EQ(plan.max_parts, 4);
+  EXPECT_FALSE(plan.direct);
+  EXPECT_EQ(plan.token_pos, (std::vector<int32_t>{3 * P + 5, 10}));
+  // A window inside one partition keeps the output direct.
+  plan = cuda::plan_attention(decode, 32, 8, 64, 1, 4, 264, cuda::k_attn_min_part, true);
+  EXPECT_TRUE(plan.decode && plan.direct);
+  plan = cuda::plan_attention(decode, 32, 8, 64, 1, 10, 264, cuda::k_attn_min_part, true);
+  EXPECT_TRUE(plan.decode && !plan.direct);
+  const std::vector<SeqAttn> short_ctx = {{0, 1, P - 1, table}};
+  plan = cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true);
+  EXPECT_TRUE(plan.decode && plan.direct);
+  EXPECT_EQ(plan.max_parts, 1);
+  EXPECT_FALSE(cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264).decode);                              // not asked
+  EXPECT_FALSE(cuda::plan_attention(decode, 32, 2, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);  // group 16
+  const std::vector<SeqAttn> verify = {{0, 2, 40, table}};
+  EXPECT_FALSE(cuda::plan_attention(verify, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);
+}
+
 TEST(CudaAttentionPlan, BigBatchesAreDirectAndBadTablesThrow) {
   std::vector<int32_t> table(64, 0);
   const std::vector<SeqAttn> prefill = {{0, 2048, 0, table}};
@@ -876,7 +918,9 @@ TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
         EXPECT_LE(ks, 1024);
         const int ke = cuda::exl2_gemv_k_slice(K, N, rows, 1056);
         EXPECT_EQ(ke % 32, 0);
-        if (K >= 128) EXPECT_EQ(ke % 128, 0) << K;
+        if (K >= 128) {
+          EXPECT_EQ(ke % 128, 0) << K;
+        }
         EXPECT_GE(ke, std::min<int64_t>(128, (K + 31) / 32 * 32));
         EXPECT_LE(ke, 1024);
       }
