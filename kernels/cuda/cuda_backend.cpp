@@ -517,8 +517,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
       const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
       return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
     }();
-    const bool decode_ok =
-        !attn_decode_disabled_ && L.format == KvFormat::fp16 && L.head_dim == cuda::k_attn_decode_head_dim;
+    const bool decode_ok = !attn_decode_disabled_ && cuda::attention_decode_serves(device_layout(L, layer));
     st.plan = cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
                                    2 * ctx_.sm_count(), min_part, decode_ok);
   }

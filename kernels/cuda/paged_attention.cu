@@ -218,12 +218,65 @@ __device__ __forceinline__ float2 half2_to_float2(uint32_t b) {
   return __half22float2(h);
 }
 
+// A lane's share of a K row (8 dimensions) and of a V row (4 dimensions) as stored by cache format
+// F (1 fp16, 2 q8, 3 q4; KvDeviceLayout::format), and their decoding to float — for q8/q4 with the
+// block's fp16 scale, as load_kv and the CPU decode them.
+template <int F>
+struct KvLane;
+template <>
+struct KvLane<1> {
+  using K = uint4;
+  using V = uint2;
+  static __device__ __forceinline__ void k_values(K w, float, float (&k)[8]) {
+    const float2 a = half2_to_float2(w.x), b = half2_to_float2(w.y), c = half2_to_float2(w.z), d = half2_to_float2(w.w);
+    k[0] = a.x, k[1] = a.y, k[2] = b.x, k[3] = b.y, k[4] = c.x, k[5] = c.y, k[6] = d.x, k[7] = d.y;
+  }
+  static __device__ __forceinline__ void v_values(V w, float, float (&v)[4]) {
+    const float2 a = half2_to_float2(w.x), b = half2_to_float2(w.y);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  }
+};
+template <>
+struct KvLane<2> {
+  using K = uint2;
+  using V = uint32_t;
+  static __device__ __forceinline__ float q8(uint32_t w, int i, float s) {
+    return float(int(int8_t(uint8_t(w >> (8 * i))))) * s;
+  }
+  static __device__ __forceinline__ void k_values(K w, float s, float (&k)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) k[i] = q8(w.x, i, s), k[4 + i] = q8(w.y, i, s);
+  }
+  static __device__ __forceinline__ void v_values(V w, float s, float (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = q8(w, i, s);
+  }
+};
+template <>
+struct KvLane<3> {
+  using K = uint32_t;
+  using V = unsigned short;
+  static __device__ __forceinline__ float q4(uint32_t w, int i, float s) {
+    return float(int((w >> (4 * i)) & 15u) - 8) * s;
+  }
+  static __device__ __forceinline__ void k_values(K w, float s, float (&k)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) k[i] = q4(w, i, s);
+  }
+  static __device__ __forceinline__ void v_values(V w, float s, float (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = q4(w, i, s);
+  }
+};
+
 // G: the group (query heads per kv head) rounded up to a power of two; heads ≥ group are idle.
 // Every K and V load of the partition is issued before the first is used, straight into registers:
 // half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
 // w, w + 16, ... (a lane per 4 dimensions).
-template <int G>
+template <int G, int F>
 __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArgs a) {
+  using Lane = KvLane<F>;
+  constexpr bool kScaled = F != 1;
   extern __shared__ float4 dec_smem[];
   float* Qs = reinterpret_cast<float*>(dec_smem);
   float* Ss = Qs + G * k_dec_D;
@@ -248,32 +301,48 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   // The partition's K and V page bases into shared memory; positions map to pages by shifts when
   // the page size is a power of two (integer division costs dozens of instructions per position).
   __shared__ const uint8_t* base_s[2][k_dec_P + 1];
-  const int ps = L.page_size, vb = int(L.vec_bytes);
+  __shared__ const uint8_t* scale_s[kScaled ? 2 : 1][kScaled ? k_dec_P + 1 : 1];
+  const int ps = L.page_size, vb = int(L.vec_bytes), sb = int(L.vec_scale_bytes);
   const bool pow2 = (ps & (ps - 1)) == 0;
   const int psh = __ffs(ps) - 1;
   const int first_page = pb / ps, n_pages = (pe - 1) / ps - first_page + 1;
   for (int i = threadIdx.x; i < 2 * n_pages; i += k_dec_threads) {
     const int kv = i / n_pages, pg = i - kv * n_pages;
-    base_s[kv][pg] = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes +
-                     vec_index(L, kv, kvh, 0) * L.vec_bytes;
+    const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
+    base_s[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
+    if constexpr (kScaled) scale_s[kv][pg] = page + L.scales_offset + vec_index(L, kv, kvh, 0) * L.vec_scale_bytes;
   }
   __syncthreads();
-  const auto row = [&](int kv, int j) {
+  // Row data and (q8/q4) the lane's scale of position pb + j; a lane's dimensions lie in one block.
+  const int k_scale_at = kScaled ? 2 * (l16 * 8 / L.block) : 0, v_scale_at = kScaled ? 2 * (lane * 4 / L.block) : 0;
+  const auto row = [&](int kv, int j, const uint8_t*& scale, int scale_at) {
     const int p = pb + j;
     const int pg = pow2 ? (p >> psh) : p / ps, slot = pow2 ? (p & (ps - 1)) : p - pg * ps;
+    if constexpr (kScaled) scale = scale_s[kv][pg - first_page] + slot * sb + scale_at;
     return base_s[kv][pg - first_page] + slot * vb;
   };
-  uint4 kr[k_dec_qk_rounds];
-  uint2 vr[k_dec_pv_rounds];
+  typename Lane::K kr[k_dec_qk_rounds];
+  typename Lane::V vr[k_dec_pv_rounds];
+  unsigned short ks[kScaled ? k_dec_qk_rounds : 1], vs[kScaled ? k_dec_pv_rounds : 1];
 #pragma unroll
   for (int r = 0; r < k_dec_qk_rounds; ++r) {
     const int j = hw + 2 * k_dec_warps * r;
-    kr[r] = j < n ? __ldg(reinterpret_cast<const uint4*>(row(0, j)) + l16) : make_uint4(0, 0, 0, 0);
+    kr[r] = {};
+    if (j < n) {
+      const uint8_t* sp = nullptr;
+      kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(row(0, j, sp, k_scale_at)) + l16);
+      if constexpr (kScaled) ks[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
+    }
   }
 #pragma unroll
   for (int r = 0; r < k_dec_pv_rounds; ++r) {
     const int j = warp + k_dec_warps * r;
-    vr[r] = j < n ? __ldg(reinterpret_cast<const uint2*>(row(1, j)) + lane) : make_uint2(0, 0);
+    vr[r] = {};
+    if (j < n) {
+      const uint8_t* sp = nullptr;
+      vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(row(1, j, sp, v_scale_at)) + lane);
+      if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
+    }
   }
   if (qi < G * (k_dec_D / 4)) reinterpret_cast<float4*>(Qs)[qi] = qv;
   __syncthreads();
@@ -283,11 +352,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     const int j = hw + 2 * k_dec_warps * r;
     if (hw + 2 * k_dec_warps * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
     float k[8];
-    {
-      const float2 k0 = half2_to_float2(kr[r].x), k1 = half2_to_float2(kr[r].y), k2 = half2_to_float2(kr[r].z),
-                   k3 = half2_to_float2(kr[r].w);
-      k[0] = k0.x, k[1] = k0.y, k[2] = k1.x, k[3] = k1.y, k[4] = k2.x, k[5] = k2.y, k[6] = k3.x, k[7] = k3.y;
-    }
+    Lane::k_values(kr[r], kScaled ? __half2float(__ushort_as_half(ks[kScaled ? r : 0])) : 0.0f, k);
     float d[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) {
@@ -329,12 +394,13 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   for (int r = 0; r < k_dec_pv_rounds; ++r) {
     const int j = warp + k_dec_warps * r;
     if (j >= n) break;
-    const float2 v01 = half2_to_float2(vr[r].x), v23 = half2_to_float2(vr[r].y);
+    float v[4];
+    Lane::v_values(vr[r], kScaled ? __half2float(__ushort_as_half(vs[kScaled ? r : 0])) : 0.0f, v);
 #pragma unroll
     for (int h = 0; h < G; ++h) {
       const float p = h < group ? Ss[h * k_dec_P + j] : 0.0f;
-      acc[h][0] = fmaf(p, v01.x, acc[h][0]), acc[h][1] = fmaf(p, v01.y, acc[h][1]);
-      acc[h][2] = fmaf(p, v23.x, acc[h][2]), acc[h][3] = fmaf(p, v23.y, acc[h][3]);
+      acc[h][0] = fmaf(p, v[0], acc[h][0]), acc[h][1] = fmaf(p, v[1], acc[h][1]);
+      acc[h][2] = fmaf(p, v[2], acc[h][2]), acc[h][3] = fmaf(p, v[3], acc[h][3]);
     }
   }
 #pragma unroll
@@ -358,15 +424,24 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   }
 }
 
-template <int G>
+template <int G, int F>
 cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   constexpr size_t smem = decode_smem_bytes<G>();
   const cudaError_t e =
-      cudaFuncSetAttribute(attention_decode_kernel<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(attention_decode_kernel<G, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
-  attention_decode_kernel<G><<<grid, k_dec_threads, smem, stream>>>(a);
+  attention_decode_kernel<G, F><<<grid, k_dec_threads, smem, stream>>>(a);
   return cudaGetLastError();
+}
+
+template <int F>
+cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  const int group = a.n_heads / a.layout.n_kv_heads;
+  if (group == 1) return launch_attention_decode<1, F>(a, n_seqs, stream);
+  if (group == 2) return launch_attention_decode<2, F>(a, n_seqs, stream);
+  if (group <= 4) return launch_attention_decode<4, F>(a, n_seqs, stream);
+  return launch_attention_decode<8, F>(a, n_seqs, stream);
 }
 
 // One block per (token, head) row.
@@ -426,14 +501,12 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
 cudaError_t attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   const KvDeviceLayout& L = a.layout;
   if (n_seqs == 0) return cudaSuccess;
-  if (L.format != 1 || L.head_dim != k_dec_D || a.part_size != k_dec_P || L.vec_bytes % 16 != 0 ||
-      L.page_bytes % 16 != 0 || a.n_heads % L.n_kv_heads != 0 || a.n_heads / L.n_kv_heads > k_attn_decode_max_group)
+  if (!attention_decode_serves(L) || a.part_size != k_dec_P || a.n_heads % L.n_kv_heads != 0 ||
+      a.n_heads / L.n_kv_heads > k_attn_decode_max_group)
     return cudaErrorInvalidValue;
-  const int group = a.n_heads / L.n_kv_heads;
-  if (group == 1) return launch_attention_decode<1>(a, n_seqs, stream);
-  if (group == 2) return launch_attention_decode<2>(a, n_seqs, stream);
-  if (group <= 4) return launch_attention_decode<4>(a, n_seqs, stream);
-  return launch_attention_decode<8>(a, n_seqs, stream);
+  if (L.format == 1) return launch_attention_decode<1>(a, n_seqs, stream);
+  if (L.format == 2) return launch_attention_decode<2>(a, n_seqs, stream);
+  return launch_attention_decode<3>(a, n_seqs, stream);
 }
 
 cudaError_t attention_combine(const AttnArgs& a, const int32_t* token_pos, int n_tokens, cudaStream_t stream) {

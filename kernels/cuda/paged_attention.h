@@ -10,8 +10,8 @@
 // fits in one partition (`direct`), blocks write normalized output; otherwise they write
 // partials (max, sum, acc) that attention_combine merges per row (flash-decoding).
 //
-// attention_decode is the one-query-token-per-sequence case (decode steps) for fp16 caches with
-// head_dim k_attn_decode_head_dim: a block per (kv head, sequence, partition of
+// attention_decode is the one-query-token-per-sequence case (decode steps) for fp16, q8 and q4
+// caches with head_dim k_attn_decode_head_dim: a block per (kv head, sequence, partition of
 // k_attn_decode_part positions) loads the partition's K and V rows into registers with every load
 // in flight, scores all of its group's query heads (half a warp per position), and weights V (a
 // warp per position residue); one pass instead of a tile loop, for the latency-bound short
@@ -77,6 +77,15 @@ cudaError_t kv_write(uint8_t* pool, const KvDeviceLayout& layout, const float* k
                      const int32_t* slots, int n_tokens, cudaStream_t stream);
 
 cudaError_t attention(const AttnArgs& args, cudaStream_t stream);
+
+// Whether attention_decode reads this layout: fp16, q8 or q4 with head_dim k_attn_decode_head_dim,
+// aligned rows (each lane's load is one vector) and 2-byte aligned scales.
+inline bool attention_decode_serves(const KvDeviceLayout& L) {
+  const bool quant = L.format == 2 || L.format == 3;
+  return (L.format == 1 || quant) && L.head_dim == k_attn_decode_head_dim && L.vec_bytes % 16 == 0 &&
+         L.page_bytes % 16 == 0 &&
+         (!quant || (L.block % 8 == 0 && L.scales_offset % 2 == 0 && L.vec_scale_bytes % 2 == 0));
+}
 
 // The decode kernel: grid (n_kv_heads, n_seqs, max_parts) over args.seqs, whose n_tokens are 0
 // or 1; part_size must be k_attn_decode_part. direct: every row's positions lie in one partition.

@@ -724,19 +724,20 @@ TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
 }
 
 TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
-  // One query token per sequence, fp16 cache, head_dim 128: attention_decode (direct within one
-  // partition of k_attn_decode_part positions, partials + combine beyond); groups over 8 and
-  // prompts of several tokens stay on the tiled kernel.
+  // One query token per sequence, fp16/q8/q4 cache, head_dim 128: attention_decode (direct within
+  // one partition of k_attn_decode_part positions, partials + combine beyond); f32 caches, groups
+  // over 8 and prompts of several tokens stay on the tiled kernel.
   const std::vector<std::vector<AttnSeqSpec>> batches = {
       {{0, 1}}, {{255, 1}}, {{256, 1}, {49, 1}}, {{700, 1}, {0, 1}, {255, 1}, {4100, 1}}, {{50, 1}, {30, 0}, {129, 1}}};
   uint32_t seed = 450;
   const int page_sizes[] = {16, 64, 256};
-  for (auto [NH, KVH] : std::vector<std::pair<int, int>>{{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}})
-    for (int window : {0, 9, 200})
-      for (const auto& batch : batches) {
-        const int page_size = page_sizes[seed % 3];
-        attention_case(gpu(), tp_, KvFormat::fp16, 128, NH, KVH, window, batch, page_size, seed++);
-      }
+  for (KvFormat fmt : {KvFormat::fp16, KvFormat::q8, KvFormat::q4, KvFormat::f32})
+    for (auto [NH, KVH] : std::vector<std::pair<int, int>>{{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}})
+      for (int window : {0, 9, 200})
+        for (const auto& batch : batches) {
+          const int page_size = page_sizes[seed % 3];
+          attention_case(gpu(), tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
+        }
 }
 
 TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
