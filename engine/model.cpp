@@ -115,7 +115,6 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
   Backend& be = backend_;
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, V = cfg_.vocab_size;
   const int NH = int(cfg_.num_heads), NKV = int(cfg_.num_kv_heads);
-  const int64_t QD = NH * D, KVD = NKV * D;
   const int page_size = pool.layout.page_size;
 
   std::vector<int32_t> ids, positions, slots;
@@ -165,20 +164,20 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
     else be.linear(w, in, out, rows);
   };
   // Decode steps (one token per sequence) hand each norm to the linears that read it and each
-  // projection into the residual stream to an op that adds into x (one gemv each on the GPU).
-  // Prefill chunks and the exact path keep them apart: there add_rms_norm's single pass over the
-  // rows is what counts.
-  const bool fused = !exact && T == int64_t(batch.size());
+  // projection into the residual stream to an op that adds into x (one gemv each on the GPU),
+  // exact with a q8/q4 cache. Prefill chunks keep them apart: there add_rms_norm's single pass
+  // over the rows is what counts.
+  const bool fused = T == int64_t(batch.size());
   auto layer_fused = [&](const Layer& L, int l) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
     be.attention_inputs({qkv, x.f32(), L.attn_norm.f32(), xn.f32(), q.f32(), k.f32(), v.f32(), T, H, eps, NH, NKV,
-                         int(D), positions, &rope_, &pool, l, slots});
+                         int(D), positions, &rope_, &pool, l, slots, exact});
     be.attention(pool, l, q.f32(), att.f32(), seqs, NH, scale, window);
-    be.linear_residual(*L.o, att.f32(), x.f32(), tmp.f32(), T);
+    be.linear_residual(*L.o, att.f32(), x.f32(), tmp.f32(), T, exact);
     const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
     float* gate_up_out[2] = {g.f32(), u.f32()};
-    be.rms_norm_linears(gate_up, x.f32(), L.mlp_norm.f32(), xn.f32(), gate_up_out, T, H, eps);
-    be.swiglu_linear_residual(*L.down, g.f32(), u.f32(), x.f32(), tmp.f32(), T, I);
+    be.rms_norm_linears(gate_up, x.f32(), L.mlp_norm.f32(), xn.f32(), gate_up_out, T, H, eps, exact);
+    be.swiglu_linear_residual(*L.down, g.f32(), u.f32(), x.f32(), tmp.f32(), T, I, exact);
   };
   auto layer_apart = [&](const Layer& L, int l, const Buffer* next_norm) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};

@@ -121,6 +121,7 @@ struct AttnInputs {
   KvPool* pool = nullptr;
   int layer = 0;
   std::span<const int32_t> slots;
+  bool exact = false;  // the projections as linears_exact (a q8/q4 cache)
 };
 
 class Backend {
@@ -172,29 +173,40 @@ class Backend {
     swiglu(gate, up, gate, rows * k);
     linear(w, gate, y, rows);
   }
+  // The fused ops below take `exact`: their projections then compute what linears_exact would
+  // (a backend fuses only where its fused kernel computes exactly that).
   // ys[i] = (rms_norm(x) ⊙ norm_w) · W_iᵀ for x [rows, dim] (a layer's norm and the linears that
   // read it); xn [rows, dim] is scratch that may receive the normalized rows.
   virtual void rms_norm_linears(std::span<const PreparedLinear* const> ws, const float* x, const float* norm_w,
-                                float* xn, std::span<float* const> ys, int64_t rows, int64_t dim, float eps) {
+                                float* xn, std::span<float* const> ys, int64_t rows, int64_t dim, float eps,
+                                bool exact) {
     rms_norm(x, norm_w, xn, rows, dim, eps);
-    linears(ws, xn, ys, rows);
+    if (exact) linears_exact(ws, xn, ys, rows);
+    else linears(ws, xn, ys, rows);
   }
   // x[rows, N] += in · Wᵀ (a projection into the residual stream); tmp [rows, N] is scratch.
-  virtual void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows) {
-    linear(w, in, tmp, rows);
+  virtual void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows,
+                               bool exact) {
+    if (exact) linear_exact(w, in, tmp, rows);
+    else linear(w, in, tmp, rows);
     add(x, tmp, rows * w.out_features);
   }
   // x[rows, N] += (silu(gate) ⊙ up) · Wᵀ; gate may be overwritten; tmp [rows, N] is scratch.
   virtual void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
-                                      int64_t rows, int64_t k) {
-    swiglu_linear(w, gate, up, tmp, rows, k);
+                                      int64_t rows, int64_t k, bool exact) {
+    if (exact) {
+      swiglu(gate, up, gate, rows * k);
+      linear_exact(w, gate, tmp, rows);
+    } else {
+      swiglu_linear(w, gate, up, tmp, rows, k);
+    }
     add(x, tmp, rows * w.out_features);
   }
   // One layer's attention inputs: q, k, v = (rms_norm(x) ⊙ norm_w) · W_{q,k,v}ᵀ, then
   // rope_qk_kv_write (q and k rotated, k and v stored at `slots`). See AttnInputs.
   virtual void attention_inputs(const AttnInputs& a) {
     float* outs[3] = {a.q, a.k, a.v};
-    rms_norm_linears(a.qkv, a.x, a.norm_w, a.xn, outs, a.rows, a.dim, a.eps);
+    rms_norm_linears(a.qkv, a.x, a.norm_w, a.xn, outs, a.rows, a.dim, a.eps, a.exact);
     rope_qk_kv_write(a.q, a.k, a.v, a.rows, a.n_heads, a.n_kv_heads, a.head_dim, a.positions, *a.rope, *a.pool,
                      a.layer, a.slots);
   }
@@ -207,6 +219,11 @@ class Backend {
   virtual void linears_exact(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
                              int64_t rows) {
     linears(ws, x, ys, rows);
+  }
+  void linear_exact(const PreparedLinear& w, const float* x, float* y, int64_t rows) {
+    const PreparedLinear* ws[1] = {&w};
+    float* ys[1] = {y};
+    linears_exact(ws, x, ys, rows);
   }
   // rope() of q [rows, n_heads·head_dim] and of k [rows, n_kv_heads·head_dim] at the same positions.
   virtual void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,

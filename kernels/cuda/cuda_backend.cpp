@@ -296,18 +296,21 @@ class CudaBackend final : public Backend {
     fused_linear(13, l, gate, up, y, rows, false, "swiglu + linear ");
   }
 
+  // The fused gemvs compute what linears_exact does at their sizes (CudaLinear::run_exact runs the
+  // same gemv up to k_quant_gemv_max_rows), so `exact` only matters where they do not apply.
   void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
-                              int64_t rows, int64_t k) override {
+                              int64_t rows, int64_t k, bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (!l.fuses(rows)) return Backend::swiglu_linear_residual(w, gate, up, x, tmp, rows, k);
+    if (!l.fuses(rows)) return Backend::swiglu_linear_residual(w, gate, up, x, tmp, rows, k, exact);
     fused_linear(15, l, gate, up, x, rows, true, "swiglu + linear + residual ");
   }
 
-  void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows) override {
+  void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows,
+                       bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (!l.fuses(rows)) return Backend::linear_residual(w, in, x, tmp, rows);
+    if (!l.fuses(rows)) return Backend::linear_residual(w, in, x, tmp, rows, exact);
     fused_linear(16, l, in, nullptr, x, rows, true, "linear + residual ");
   }
 
@@ -324,12 +327,12 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm_linears(std::span<const PreparedLinear* const> ws, const float* x, const float* norm_w, float* xn,
-                        std::span<float* const> ys, int64_t rows, int64_t dim, float eps) override {
+                        std::span<float* const> ys, int64_t rows, int64_t dim, float eps, bool exact) override {
     if (rows == 0 || ws.empty()) return;
     std::vector<const cuda::CudaLinear*> ls;
     for (const auto* w : ws) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
     if (!cuda::fuse_norm(ls, rows) || ls[0]->in_features != dim || ys.size() != ls.size())
-      return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps);
+      return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps, exact);
     steps_.note(17, x, norm_w, rows, dim, eps, ls.size());
     for (size_t i = 0; i < ls.size(); ++i) steps_.note(ls[i], ys[i]);
     if (steps_.recording()) return;
