@@ -95,7 +95,9 @@ TEST(QuantizeLinear, OptionsFollowTheSegmentRuleAndDescend) {
     int64_t rows = 0;
     for (size_t i = 0; i < g.size(); ++i) {
       rows += g[i].second;
-      if (i) EXPECT_LE(g[i].first, g[i - 1].first) << to_string(o);
+      if (i) {
+        EXPECT_LE(g[i].first, g[i - 1].first) << to_string(o);
+      }
     }
     EXPECT_EQ(rows, 384) << to_string(o);
   }
