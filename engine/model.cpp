@@ -158,9 +158,7 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
     else be.linears(ws, in, outs, rows);
   };
   auto linear = [&](const PreparedLinear& w, const float* in, float* out, int64_t rows) {
-    const PreparedLinear* ws[1] = {&w};
-    float* outs[1] = {out};
-    if (exact) be.linears_exact(ws, in, outs, rows);
+    if (exact) be.linear_exact(w, in, out, rows);
     else be.linear(w, in, out, rows);
   };
   // Decode steps (one token per sequence) hand each norm to the linears that read it and each
@@ -190,12 +188,7 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
     const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
     float* gate_up_out[2] = {g.f32(), u.f32()};
     linears(gate_up, xn.f32(), gate_up_out, T);
-    if (exact) {
-      be.swiglu(g.f32(), u.f32(), g.f32(), T * I);
-      linear(*L.down, g.f32(), tmp.f32(), T);
-    } else {
-      be.swiglu_linear(*L.down, g.f32(), u.f32(), tmp.f32(), T, I);
-    }
+    be.swiglu_linear(*L.down, g.f32(), u.f32(), tmp.f32(), T, I, exact);
     if (next_norm) be.add_rms_norm(x.f32(), tmp.f32(), next_norm->f32(), xn.f32(), T, H, eps);
     else be.add(x.f32(), tmp.f32(), T * H);
   };

@@ -166,15 +166,16 @@ class Backend {
                        int64_t rows) {
     for (size_t i = 0; i < ws.size() && i < ys.size(); ++i) linear(*ws[i], x, ys[i], rows);
   }
+  // The fused ops below take `exact`: their projections then compute what linears_exact would
+  // (a backend fuses only where its fused kernel computes exactly that).
   // y[rows, N] = (silu(gate) ⊙ up)[rows, K] · Wᵀ (the MLP's down projection); gate may be
   // overwritten.
   virtual void swiglu_linear(const PreparedLinear& w, float* gate, const float* up, float* y, int64_t rows,
-                             int64_t k) {
+                             int64_t k, bool exact) {
     swiglu(gate, up, gate, rows * k);
-    linear(w, gate, y, rows);
+    if (exact) linear_exact(w, gate, y, rows);
+    else linear(w, gate, y, rows);
   }
-  // The fused ops below take `exact`: their projections then compute what linears_exact would
-  // (a backend fuses only where its fused kernel computes exactly that).
   // ys[i] = (rms_norm(x) ⊙ norm_w) · W_iᵀ for x [rows, dim] (a layer's norm and the linears that
   // read it); xn [rows, dim] is scratch that may receive the normalized rows.
   virtual void rms_norm_linears(std::span<const PreparedLinear* const> ws, const float* x, const float* norm_w,
@@ -194,12 +195,7 @@ class Backend {
   // x[rows, N] += (silu(gate) ⊙ up) · Wᵀ; gate may be overwritten; tmp [rows, N] is scratch.
   virtual void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
                                       int64_t rows, int64_t k, bool exact) {
-    if (exact) {
-      swiglu(gate, up, gate, rows * k);
-      linear_exact(w, gate, tmp, rows);
-    } else {
-      swiglu_linear(w, gate, up, tmp, rows, k);
-    }
+    swiglu_linear(w, gate, up, tmp, rows, k, exact);
     add(x, tmp, rows * w.out_features);
   }
   // One layer's attention inputs: q, k, v = (rms_norm(x) ⊙ norm_w) · W_{q,k,v}ᵀ, then

@@ -77,7 +77,8 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
     const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
     plan.pages.insert(plan.pages.end(), s.page_table.begin(), s.page_table.begin() + used);
     for (int64_t t = 0; t < s.n_tokens; ++t) plan.token_pos[size_t(s.token_begin + t)] = int32_t(s.pos_start + t);
-    const int64_t rows = plan.decode ? 0 : s.n_tokens * group;
+    if (plan.decode) continue;  // attention_decode's grid covers the sequences itself
+    const int64_t rows = s.n_tokens * group;
     for (int h = 0; h < n_kv_heads; ++h)
       for (int64_t r0 = 0; r0 < rows; r0 += k_attn_rows) {
         const int64_t pos_first = s.pos_start + r0 / group;

@@ -288,16 +288,16 @@ class CudaBackend final : public Backend {
     prof_.end(ctx_.stream(), "swiglu");
   }
 
-  void swiglu_linear(const PreparedLinear& w, float* gate, const float* up, float* y, int64_t rows,
-                     int64_t k) override {
+  // The fused gemvs compute what linears_exact does at their sizes (CudaLinear::run_exact runs the
+  // same gemv up to k_quant_gemv_max_rows), so `exact` only matters where they do not apply.
+  void swiglu_linear(const PreparedLinear& w, float* gate, const float* up, float* y, int64_t rows, int64_t k,
+                     bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (!l.fuses(rows)) return Backend::swiglu_linear(w, gate, up, y, rows, k);
+    if (!l.fuses(rows)) return Backend::swiglu_linear(w, gate, up, y, rows, k, exact);
     fused_linear(13, l, gate, up, y, rows, false, "swiglu + linear ");
   }
 
-  // The fused gemvs compute what linears_exact does at their sizes (CudaLinear::run_exact runs the
-  // same gemv up to k_quant_gemv_max_rows), so `exact` only matters where they do not apply.
   void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
                               int64_t rows, int64_t k, bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);

@@ -191,7 +191,7 @@ TEST_F(CudaBackendTest, SwigluLinearFusedMatchesSwigluThenLinear) {
       cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
       cpu::linear_exl2(tp_, w.m, act.data(), ref.data(), rows);
       Buffer dg = to_gpu(g), du = to_gpu(u), dy = gpu().alloc(ref.size() * 4);
-      gpu().swiglu_linear(*p, dg.f32(), du.f32(), dy.f32(), rows, c.K);
+      gpu().swiglu_linear(*p, dg.f32(), du.f32(), dy.f32(), rows, c.K, false);
       EXPECT_LT(rel_err(from_gpu(dy, ref.size()), ref), rows <= 16 ? k_tol_f32 : k_tol_f16)
           << "K=" << c.K << " N=" << c.N << " rows=" << rows;
     }
