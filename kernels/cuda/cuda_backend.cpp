@@ -530,10 +530,10 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
     return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
   });
-  // q8/q4 caches stay on the fp32 paged kernel: the tensor-core path rounds q and P to fp16, and
-  // that difference reaches the next layers' K/V and their quantization (Backend::linears_exact).
+  // q8/q4 caches take the exact (split-fp16) variant: rounding q and P to fp16 would reach the next
+  // layers' K/V and their quantization (Backend::linears_exact).
   const bool quantized = L.format == KvFormat::q8 || L.format == KvFormat::q4;
-  if (long_prompts && !quantized && !prefill_attn_disabled_) {
+  if (long_prompts && !prefill_attn_disabled_) {
     steps_.forbid_capture();
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
@@ -542,9 +542,10 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
       const auto* d_pages = ctx_.stage(s.page_table.data(), size_t(n_pages) * sizeof(int32_t));
       cuda::prefill_attention(ctx_, static_cast<const uint8_t*>(p.mem.data()), device_layout(L, layer), q, out,
                               n_heads, scale, sliding_window,
-                              {s.token_begin, s.n_tokens, s.pos_start, static_cast<const int32_t*>(d_pages)});
+                              {s.token_begin, s.n_tokens, s.pos_start, static_cast<const int32_t*>(d_pages)},
+                              quantized);
     }
-    prof_.end(ctx_.stream(), "attention prefill (cuBLAS)");
+    prof_.end(ctx_.stream(), quantized ? "attention prefill (cuBLAS, exact)" : "attention prefill (cuBLAS)");
     return;
   }
   if (!reuse) {

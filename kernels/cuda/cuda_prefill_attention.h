@@ -8,8 +8,8 @@
 
 namespace exl::cuda {
 
-// Prompts of at least this many tokens per sequence take the cuBLAS path (f32 and fp16 caches;
-// q8/q4 caches keep the fp32 paged kernel, see CudaBackend::attention).
+// Prompts of at least this many tokens per sequence take the cuBLAS path (every cache format; exact
+// for q8/q4 caches, see prefill_attention.h).
 inline constexpr int64_t k_prefill_attn_min_tokens = 64;
 
 struct PrefillAttnSeq {
@@ -18,8 +18,9 @@ struct PrefillAttnSeq {
 };
 
 // out rows of the sequence's tokens ([T, n_heads, D]) = causal attention of q over the pool's keys
-// 0 .. pos_start + t (sliding `window` when > 0). Queued on ctx's stream.
+// 0 .. pos_start + t (sliding `window` when > 0). `exact`: split-fp16 operands, fp32-level
+// precision (three GEMMs per product instead of one). Queued on ctx's stream.
 void prefill_attention(CudaContext& ctx, const uint8_t* pool, const KvDeviceLayout& layout, const float* q,
-                       float* out, int n_heads, float scale, int window, const PrefillAttnSeq& seq);
+                       float* out, int n_heads, float scale, int window, const PrefillAttnSeq& seq, bool exact);
 
 }  // namespace exl::cuda

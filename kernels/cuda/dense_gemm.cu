@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/dense_gemm.h"
+#include "kernels/cuda/split_half.cuh"
 
 namespace exl::cuda {
 namespace {
@@ -111,9 +112,7 @@ __global__ void to_half_kernel(const float* __restrict__ x, __half* __restrict__
 __global__ void split_half_kernel(const float* __restrict__ x, __half* __restrict__ hi, __half* __restrict__ lo,
                                   int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const __half h = __float2half_rn(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
-    hi[i] = h;
-    lo[i] = __float2half_rn(fminf(fmaxf((x[i] - __half2float(h)) * k_split_lo_scale, -65504.0f), 65504.0f));
+    split_to_half(x[i], hi[i], lo[i]);
   }
 }
 
