@@ -302,7 +302,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   int64_t n_total = 0, tiles = 0;
   for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
   const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
-  const int64_t slices = ceil_div(K, ks), mb = gemv_rows_per_block(int(rows));
+  const int64_t slices = ceil_div(K, ks), mb = exl2_gemv_rows_per_block(int(rows));
   float* partials =
       slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
   unsigned* counters = slices > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
@@ -332,12 +332,12 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
   std::vector<const Exl2Linear*> set;
   std::vector<float*> set_y;
   auto flush = [&] {
-    if (set.size() == 1) set[0]->run(ctx, x, set_y[0], rows);
-    if (set.size() > 1) gemv_set(ctx, set, set_y, rows, {x});
+    if (!set.empty()) gemv_set(ctx, set, set_y, rows, {x});
   };
+  const int64_t gemv_rows = exact ? k_exl2_exact_gemv_max_rows : k_quant_gemv_max_rows;
   for (size_t i = 0; i < ls.size(); ++i) {
     const auto* e = dynamic_cast<const Exl2Linear*>(ls[i]);
-    const bool fits = e && rows <= k_quant_gemv_max_rows;
+    const bool fits = e && rows <= gemv_rows;
     if (!fits || set.size() == size_t(k_exl2_gemv_max_jobs) || (!set.empty() && set[0]->view().K != e->view().K)) {
       flush();
       set.clear(), set_y.clear();
@@ -386,7 +386,7 @@ int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
 }
 
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
-  const int64_t mb = gemv_rows_per_block(int(std::min<int64_t>(rows, 8)));
+  const int64_t mb = exl2_gemv_rows_per_block(int(std::min<int64_t>(rows, 8)));
   const int64_t base = ceil_div(N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb);
   const int64_t splits = std::max<int64_t>(1, target_blocks / base);
   int64_t ks = ceil_div(ceil_div(K, splits), 128) * 128;

@@ -8,7 +8,8 @@
 //   cuBLAS: f16/bf16 weights with activations converted to the same type (fp32 accumulation),
 //   f32 weights with plain fp32 SGEMM (no TF32).
 //   Exact path (run_exact: Backend::linears_exact, forwards with a q8/q4 cache): batches that run()
-//   gives to a gemv kernel go there; larger ones dequantize W to fp32 (the CPU backend's values),
+//   gives to a gemv kernel go there, and EXL2 batches up to k_exl2_exact_gemv_max_rows (run_linears);
+//   larger ones dequantize W to fp32 (the CPU backend's values),
 //   split W and x into fp16 hi + lo parts (dense_gemm.h: split_half) and sum three cuBLAS GEMMs
 //   with fp32 accumulation, Wh·xh + (Wh·xl + Wl·xh) / k_split_lo_scale (the dropped Wl·xl is
 //   2⁻²² relative): fp32-level results on tensor cores, at three times the tensor-core work.
@@ -27,6 +28,10 @@
 namespace exl::cuda {
 
 inline constexpr int64_t k_quant_gemv_max_rows = 16;
+// The exact path keeps EXL2 batches on the gemv up to this many rows: per row it computes what
+// it does at 16 rows, and at 32 rows it is still faster than three split GEMMs over an fp32
+// reconstruction of W (decode at batch 32 with a q4 cache, H200: BENCHMARKS.md).
+inline constexpr int64_t k_exl2_exact_gemv_max_rows = 32;
 
 class CudaLinear : public PreparedLinear {
  public:

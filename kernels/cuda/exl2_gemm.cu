@@ -372,7 +372,7 @@ constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-
 // [tile_begin_j, tile_begin_{j+1}) of grid.x.
 // STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
 template <int MB, bool STREAM>
-__global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5 : MB == 4 ? 4 : 2)
+__global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5 : 4)
     exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
                      unsigned* __restrict__ counters) {
   extern __shared__ float xs[];  // [MB][k_slice], then [warps-1][MB][128] partial sums
@@ -621,7 +621,7 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
     if (set.jobs[j].tile_begin != tiles || set.jobs[j].w.K != set.jobs[0].w.K) return cudaErrorInvalidValue;
     tiles += exl2_gemv_tiles(set.jobs[j].w.N);
   }
-  const int mb = gemv_rows_per_block(rows);
+  const int mb = exl2_gemv_rows_per_block(rows);
   const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (set.jobs[0].w.K + k_slice - 1) / k_slice);
   const size_t smem =
       size_t(mb) * (size_t(k_slice) + size_t(k_exl2_gemv_threads / 32 - 1) * k_exl2_gemv_cols_per_block) * sizeof(float);
@@ -634,8 +634,7 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
   switch (mb) {
     case 1: EXL_GEMV_LAUNCH(1); break;
     case 2: EXL_GEMV_LAUNCH(2); break;
-    case 4: EXL_GEMV_LAUNCH(4); break;
-    default: EXL_GEMV_LAUNCH(8); break;
+    default: EXL_GEMV_LAUNCH(4); break;
   }
 #undef EXL_GEMV_LAUNCH
   return cudaGetLastError();

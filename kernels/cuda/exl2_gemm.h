@@ -28,6 +28,10 @@
 namespace exl::cuda {
 
 inline constexpr int k_exl2_gemv_threads = 128;
+// Activation rows one EXL2 gemv block handles (1, 2 or 4; more rows use more blocks, each reading
+// the weights again). Four, not eight: the 8-row variant needed ~250 registers (two blocks per SM)
+// and measured slower at every batch from 5 to 16 on the H200 (BENCHMARKS.md).
+inline int exl2_gemv_rows_per_block(int rows) { return rows > 2 ? 4 : rows; }
 inline constexpr int k_exl2_gemv_cols_per_block = 128;
 
 // A run of consecutive groups of one width in which every group holds `group_rows` rows (the last

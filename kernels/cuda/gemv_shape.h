@@ -5,8 +5,8 @@
 
 namespace exl::cuda {
 
-// Activation rows one gemv block handles (1, 2, 4 or 8); more rows use more blocks, each
-// reading the weights again.
+// Activation rows one GPTQ gemv block handles (1, 2, 4 or 8); more rows use more blocks, each
+// reading the weights again. (The EXL2 gemv stops at 4: exl2_gemv_rows_per_block.)
 inline int gemv_rows_per_block(int rows) { return rows > 4 ? 8 : rows > 2 ? 4 : rows; }
 // Threads per block; each owns 4 consecutive output columns.
 inline constexpr int k_gemv_threads = 128;
