@@ -3,8 +3,8 @@
 // kernels/cuda/ (see the headers there for each family's algorithm and precision). Builds
 // without CUDA provide stubs that throw. Environment knobs for measurements: EXL_CUDA_PROFILE=1
 // prints GPU time per op at destruction (cuda/op_profiler.h); EXL_CUDA_PREFILL_ATTN=0 keeps long
-// prompts on the paged attention kernel instead of cuBLAS (cuda/cuda_prefill_attention.h; q8/q4
-// caches always use the paged kernel, and linears_exact the split-fp16 GEMMs of cuda/cuda_linear.h);
+// prompts on the paged attention kernel instead of cuBLAS (cuda/cuda_prefill_attention.h; with q8/q4
+// caches the cuBLAS path runs split-fp16, like linears_exact's GEMMs in cuda/cuda_linear.h);
 // EXL_CUDA_ATTN_DECODE=0 keeps decode steps on the tiled attention kernel instead of the one-pass
 // decode kernel (cuda/paged_attention.h); EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid
 // (cuda/cuda_linear.h); EXL_CUDA_GRAPHS=0 runs decode steps op by op instead of as CUDA graphs
