@@ -28,6 +28,11 @@ namespace {
 // Tolerances (max abs error / max abs reference): fp32-accumulating kernels vs fp16-input GEMMs.
 constexpr double k_tol_f32 = 1e-3;
 constexpr double k_tol_f16 = 1e-2;
+#ifdef EXL_HAVE_CUDA
+constexpr int64_t cuda_exl2_exact_gemv_rows = cuda::k_exl2_exact_gemv_max_rows;
+#else
+constexpr int64_t cuda_exl2_exact_gemv_rows = 32;  // unused: the GPU tests skip
+#endif
 
 double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   double scale = 0, err = 0;
@@ -336,7 +341,7 @@ TEST_F(CudaBackendTest, LinearsExactAreFp32LevelBeyondGemvSizes) {
     const bool dense = std::holds_alternative<DenseMatrix>(w);
     auto p = gpu().prepare_linear(w);
     const PreparedLinear* ws[2] = {p.get(), p.get()};
-    for (int64_t rows : {3, 12, 40, 129}) {
+    for (int64_t rows : {3, 12, 24, 40, 129}) {
       auto x = test::random_floats(size_t(rows * K), seed++, 30.0f);
       for (size_t i = 0; i < x.size(); i += 7) x[i] *= 1e-3f;
       std::vector<float> ref(size_t(rows * N));
@@ -348,7 +353,9 @@ TEST_F(CudaBackendTest, LinearsExactAreFp32LevelBeyondGemvSizes) {
       gpu().linear(*p, dx.f32(), y_fast.f32(), rows);
       const double err = std::max(rel_err(from_gpu(y0, ref.size()), ref), rel_err(from_gpu(y1, ref.size()), ref));
       const double fast = rel_err(from_gpu(y_fast, ref.size()), ref);
-      const bool gemv = rows <= (dense ? 8 : 16);  // the gemv kernels' own precision
+      // The gemv kernels' own precision (EXL2's exact path keeps up to 32 rows on its gemv).
+      const bool exl2 = std::holds_alternative<Exl2Matrix>(w);
+      const bool gemv = rows <= (dense ? 8 : exl2 ? cuda_exl2_exact_gemv_rows : 16);
       EXPECT_LT(err, gemv ? k_tol_f32 : 2e-5) << "K=" << K << " N=" << N << " rows=" << rows;
       if (!gemv && !(dense && std::get<DenseMatrix>(w).dtype == DType::f32)) {
         EXPECT_GT(fast, 10 * err) << "linear() took the exact path; K=" << K << " rows=" << rows;
