@@ -34,7 +34,7 @@ void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int pa
 }  // namespace
 
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
-                        int window, int target_blocks, int min_part, bool decode_ok) {
+                        int window, int target_blocks, int min_part, bool decode_ok, int decode_part) {
   min_part = std::max(k_attn_tile, min_part / k_attn_tile * k_attn_tile);
   validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
   const int group = n_heads / n_kv_heads;
@@ -50,11 +50,20 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   plan.decode = decode_ok && n_tokens > 0 && group <= k_attn_decode_max_group &&
                 std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) { return s.n_tokens <= 1; });
   if (plan.decode) {
-    plan.part_size = k_attn_decode_part;
-    plan.max_parts = int(ceil_div(max_ctx, k_attn_decode_part));
+    if (decode_part == 0) {
+      int64_t rows = 0;
+      for (const SeqAttn& s : seqs) rows += s.n_tokens;
+      const int64_t blocks = n_kv_heads * rows * ceil_div(max_ctx, k_attn_decode_part);
+      decode_part = max_ctx > k_attn_decode_part && blocks < k_attn_decode_short_below ? k_attn_decode_part_short
+                                                                                        : k_attn_decode_part;
+    }
+    EXL_CHECK(decode_part == k_attn_decode_part || decode_part == k_attn_decode_part_short,
+              "kernels: cuda: attention plan: decode partitions of ", decode_part, " positions");
+    plan.part_size = decode_part;
+    plan.max_parts = int(ceil_div(max_ctx, decode_part));
     for (const SeqAttn& s : seqs) {
       const int64_t lo = window > 0 ? std::max<int64_t>(0, s.pos_start - window + 1) : 0;
-      if (s.n_tokens == 1 && lo / k_attn_decode_part != s.pos_start / k_attn_decode_part) plan.direct = false;
+      if (s.n_tokens == 1 && lo / decode_part != s.pos_start / decode_part) plan.direct = false;
     }
   }
   const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);

@@ -199,17 +199,14 @@ __global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
 
 constexpr int k_dec_threads = 512;
 constexpr int k_dec_warps = k_dec_threads / 32;
-constexpr int k_dec_P = k_attn_decode_part;
 constexpr int k_dec_D = k_attn_decode_head_dim;
-constexpr int k_dec_qk_rounds = k_dec_P / (2 * k_dec_warps);  // positions per half warp
-constexpr int k_dec_pv_rounds = k_dec_P / k_dec_warps;        // positions per warp
 constexpr int k_dec_G_max = k_attn_decode_max_group;
-static_assert(k_dec_D == 128 && k_dec_P % (2 * k_dec_warps) == 0, "half a warp holds a 128-wide K row");
+static_assert(k_dec_D == 128, "half a warp holds a 128-wide K row");
 
 // Shared floats: q [G][D], scores [G][P], max and sum [16], the warps' V·P partials [warps][G][D].
-template <int G>
+template <int G, int P>
 constexpr size_t decode_smem_bytes() {
-  return size_t(G * k_dec_D + G * k_dec_P + 16 + k_dec_warps * G * k_dec_D) * sizeof(float);
+  return size_t(G * k_dec_D + G * P + 16 + k_dec_warps * G * k_dec_D) * sizeof(float);
 }
 
 __device__ __forceinline__ float2 half2_to_float2(uint32_t b) {
@@ -273,14 +270,16 @@ struct KvLane<3> {
 // Every K and V load of the partition is issued before the first is used, straight into registers:
 // half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
 // w, w + 16, ... (a lane per 4 dimensions).
-template <int G, int F>
+template <int G, int F, int P>
 __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArgs a) {
+  constexpr int kQkRounds = P / (2 * k_dec_warps), kPvRounds = P / k_dec_warps;
+  static_assert(P % (2 * k_dec_warps) == 0, "whole rounds of positions");
   using Lane = KvLane<F>;
   constexpr bool kScaled = F != 1;
   extern __shared__ float4 dec_smem[];
   float* Qs = reinterpret_cast<float*>(dec_smem);
   float* Ss = Qs + G * k_dec_D;
-  float* Ms = Ss + G * k_dec_P;  // [0, G) max, [8, 8 + G) sum
+  float* Ms = Ss + G * P;  // [0, G) max, [8, 8 + G) sum
   float* red = Ms + 16;
   const KvDeviceLayout& L = a.layout;
   const int kvh = blockIdx.x, part = blockIdx.z;
@@ -289,7 +288,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   const int group = a.n_heads / L.n_kv_heads;
   const int pos = sq.pos_start;
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  const int pb = max(part * k_dec_P, lo), pe = min(part * k_dec_P + k_dec_P, pos + 1);
+  const int pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
   if (pb >= pe) return;
   const int n = pe - pb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
@@ -300,8 +299,8 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   if (qi < group * (k_dec_D / 4)) qv = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
   // The partition's K and V page bases into shared memory; positions map to pages by shifts when
   // the page size is a power of two (integer division costs dozens of instructions per position).
-  __shared__ const uint8_t* base_s[2][k_dec_P + 1];
-  __shared__ const uint8_t* scale_s[kScaled ? 2 : 1][kScaled ? k_dec_P + 1 : 1];
+  __shared__ const uint8_t* base_s[2][P + 1];
+  __shared__ const uint8_t* scale_s[kScaled ? 2 : 1][kScaled ? P + 1 : 1];
   const int ps = L.page_size, vb = int(L.vec_bytes), sb = int(L.vec_scale_bytes);
   const bool pow2 = (ps & (ps - 1)) == 0;
   const int psh = __ffs(ps) - 1;
@@ -321,11 +320,11 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     if constexpr (kScaled) scale = scale_s[kv][pg - first_page] + slot * sb + scale_at;
     return base_s[kv][pg - first_page] + slot * vb;
   };
-  typename Lane::K kr[k_dec_qk_rounds];
-  typename Lane::V vr[k_dec_pv_rounds];
-  unsigned short ks[kScaled ? k_dec_qk_rounds : 1], vs[kScaled ? k_dec_pv_rounds : 1];
+  typename Lane::K kr[kQkRounds];
+  typename Lane::V vr[kPvRounds];
+  unsigned short ks[kScaled ? kQkRounds : 1], vs[kScaled ? kPvRounds : 1];
 #pragma unroll
-  for (int r = 0; r < k_dec_qk_rounds; ++r) {
+  for (int r = 0; r < kQkRounds; ++r) {
     const int j = hw + 2 * k_dec_warps * r;
     kr[r] = {};
     if (j < n) {
@@ -335,7 +334,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     }
   }
 #pragma unroll
-  for (int r = 0; r < k_dec_pv_rounds; ++r) {
+  for (int r = 0; r < kPvRounds; ++r) {
     const int j = warp + k_dec_warps * r;
     vr[r] = {};
     if (j < n) {
@@ -348,7 +347,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   __syncthreads();
 
 #pragma unroll
-  for (int r = 0; r < k_dec_qk_rounds; ++r) {
+  for (int r = 0; r < kQkRounds; ++r) {
     const int j = hw + 2 * k_dec_warps * r;
     if (hw + 2 * k_dec_warps * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
     float k[8];
@@ -371,11 +370,11 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
 #pragma unroll
     for (int h = 1; h < G; ++h)
       if (l16 == h) mine = d[h];
-    if (j < n && l16 < group) Ss[l16 * k_dec_P + j] = mine * a.scale;
+    if (j < n && l16 < group) Ss[l16 * P + j] = mine * a.scale;
   }
   __syncthreads();
   if (warp < group) {
-    float* sw = Ss + warp * k_dec_P;
+    float* sw = Ss + warp * P;
     float mx = k_neg_inf;
     for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sw[j]);
     mx = warp_max(mx);
@@ -391,14 +390,14 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   __syncthreads();
   float acc[G][4] = {};
 #pragma unroll
-  for (int r = 0; r < k_dec_pv_rounds; ++r) {
+  for (int r = 0; r < kPvRounds; ++r) {
     const int j = warp + k_dec_warps * r;
     if (j >= n) break;
     float v[4];
     Lane::v_values(vr[r], kScaled ? __half2float(__ushort_as_half(vs[kScaled ? r : 0])) : 0.0f, v);
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-      const float p = h < group ? Ss[h * k_dec_P + j] : 0.0f;
+      const float p = h < group ? Ss[h * P + j] : 0.0f;
       acc[h][0] = fmaf(p, v[0], acc[h][0]), acc[h][1] = fmaf(p, v[1], acc[h][1]);
       acc[h][2] = fmaf(p, v[2], acc[h][2]), acc[h][3] = fmaf(p, v[3], acc[h][3]);
     }
@@ -424,15 +423,22 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   }
 }
 
-template <int G, int F>
+template <int G, int F, int P>
 cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
-  constexpr size_t smem = decode_smem_bytes<G>();
+  constexpr size_t smem = decode_smem_bytes<G, P>();
   const cudaError_t e =
-      cudaFuncSetAttribute(attention_decode_kernel<G, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(attention_decode_kernel<G, F, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
-  attention_decode_kernel<G, F><<<grid, k_dec_threads, smem, stream>>>(a);
+  attention_decode_kernel<G, F, P><<<grid, k_dec_threads, smem, stream>>>(a);
   return cudaGetLastError();
+}
+
+template <int G, int F>
+cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  if (a.part_size == k_attn_decode_part_short)
+    return launch_attention_decode<G, F, k_attn_decode_part_short>(a, n_seqs, stream);
+  return launch_attention_decode<G, F, k_attn_decode_part>(a, n_seqs, stream);
 }
 
 template <int F>
@@ -501,7 +507,8 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
 cudaError_t attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   const KvDeviceLayout& L = a.layout;
   if (n_seqs == 0) return cudaSuccess;
-  if (!attention_decode_serves(L) || a.part_size != k_dec_P || a.n_heads % L.n_kv_heads != 0 ||
+  if (!attention_decode_serves(L) || (a.part_size != k_attn_decode_part && a.part_size != k_attn_decode_part_short) ||
+      a.n_heads % L.n_kv_heads != 0 ||
       a.n_heads / L.n_kv_heads > k_attn_decode_max_group)
     return cudaErrorInvalidValue;
   if (L.format == 1) return launch_attention_decode<1>(a, n_seqs, stream);

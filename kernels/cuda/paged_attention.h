@@ -27,6 +27,7 @@ inline constexpr int k_attn_rows = 16;       // query rows per block (4 warps ×
 inline constexpr int k_attn_tile = 32;       // positions per K/V tile
 inline constexpr int k_attn_max_head_dim = 256;
 inline constexpr int k_attn_decode_part = 256;      // positions per attention_decode block
+inline constexpr int k_attn_decode_part_short = 128;  // the other partition size it is built for
 inline constexpr int k_attn_decode_head_dim = 128;  // the only head_dim attention_decode serves
 inline constexpr int k_attn_decode_max_group = 8;   // query heads per kv head it serves
 
@@ -88,7 +89,8 @@ inline bool attention_decode_serves(const KvDeviceLayout& L) {
 }
 
 // The decode kernel: grid (n_kv_heads, n_seqs, max_parts) over args.seqs, whose n_tokens are 0
-// or 1; part_size must be k_attn_decode_part. direct: every row's positions lie in one partition.
+// or 1; part_size must be k_attn_decode_part or k_attn_decode_part_short. direct: every row's
+// positions lie in one partition.
 cudaError_t attention_decode(const AttnArgs& args, int n_seqs, cudaStream_t stream);
 
 // Merges partials into out; token_pos[T] is each query row's position.

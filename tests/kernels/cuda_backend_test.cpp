@@ -864,6 +864,20 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   EXPECT_FALSE(cuda::plan_attention(decode, 32, 2, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);  // group 16
   const std::vector<SeqAttn> verify = {{0, 2, 40, table}};
   EXPECT_FALSE(cuda::plan_attention(verify, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);
+  // The shorter partitions: twice as many, and a context of P - 1 no longer direct.
+  const int S = cuda::k_attn_decode_part_short;
+  plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S);
+  EXPECT_TRUE(plan.decode && !plan.direct);
+  EXPECT_EQ(plan.part_size, S);
+  EXPECT_EQ(plan.max_parts, int((3 * P + 6 + S - 1) / S));
+  EXPECT_FALSE(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S).direct);
+  EXPECT_THROW(cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 64), Error);
+  // Chosen by the plan: short partitions only for small grids over several long partitions.
+  const std::vector<SeqAttn> one = {{0, 1, 600, table}};
+  EXPECT_EQ(cuda::plan_attention(one, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, S);
+  EXPECT_EQ(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
+  const std::vector<SeqAttn> long_one = {{0, 1, 4000, table}};
+  EXPECT_EQ(cuda::plan_attention(long_one, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
 }
 
 TEST(CudaAttentionPlan, BigBatchesAreDirectAndBadTablesThrow) {
