@@ -6,7 +6,8 @@
 // prompts on the paged attention kernel instead of cuBLAS (cuda/cuda_prefill_attention.h; with q8/q4
 // caches the cuBLAS path runs split-fp16, like linears_exact's GEMMs in cuda/cuda_linear.h);
 // EXL_CUDA_ATTN_DECODE=0 keeps decode steps on the tiled attention kernel instead of the one-pass
-// decode kernel (cuda/paged_attention.h); EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid
+// decode kernel (cuda/paged_attention.h) and EXL_CUDA_ATTN_DECODE_PART=128/256 fixes its partition
+// size (cuda/attention_plan.h); EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid
 // (cuda/cuda_linear.h); EXL_CUDA_GRAPHS=0 runs decode steps op by op instead of as CUDA graphs
 // (cuda/step_graph.h).
 #pragma once

@@ -12,7 +12,8 @@
 //
 // attention_decode is the one-query-token-per-sequence case (decode steps) for fp16, q8 and q4
 // caches with head_dim k_attn_decode_head_dim: a block per (kv head, sequence, partition of
-// k_attn_decode_part positions) loads the partition's K and V rows into registers with every load
+// k_attn_decode_part or k_attn_decode_part_short positions, as the plan chooses) loads the
+// partition's K and V rows into registers with every load
 // in flight, scores all of its group's query heads (half a warp per position), and weights V (a
 // warp per position residue); one pass instead of a tile loop, for the latency-bound short
 // contexts of decode. Partials go to the same attention_combine when a row spans partitions.
