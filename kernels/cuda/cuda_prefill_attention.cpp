@@ -11,8 +11,9 @@ namespace exl::cuda {
 
 namespace {
 
-// Scores (fp32) plus probabilities (fp16) of one chunk: at most this many elements (1.5 GiB).
-constexpr int64_t k_score_budget = int64_t(256) << 20;
+// Scores (fp32) plus probabilities (fp16, or an fp16 pair when exact) of one chunk: at most this
+// many bytes.
+constexpr int64_t k_score_bytes = int64_t(3) << 29;  // 1.5 GiB
 
 }  // namespace
 
@@ -35,9 +36,8 @@ void prefill_attention(CudaContext& ctx, const uint8_t* pool, const KvDeviceLayo
   if (exact) EXL_CUDA_CHECK(split_half(qs, q16, q16_lo, q_elems, ctx.stream()));
   else EXL_CUDA_CHECK(to_half(qs, q16, q_elems, ctx.stream()));
 
-  // Bytes per score: fp32 s, then p (and p_lo) in fp16.
-  const int64_t per = exact ? 8 : 6;
-  const int64_t chunk = std::clamp<int64_t>(k_score_budget * 6 / per / (int64_t(n_heads) * n_keys), 16, T);
+  const int64_t per = exact ? 8 : 6;  // bytes per score: fp32 s, then p (and p_lo) in fp16
+  const int64_t chunk = std::clamp<int64_t>(k_score_bytes / (per * n_heads * n_keys), 16, T);
   auto* sbuf = static_cast<char*>(ctx.scratch(Scratch::attn_scores, size_t(n_heads * chunk * n_keys * per)));
   float* s = reinterpret_cast<float*>(sbuf);
   auto* p = reinterpret_cast<uint16_t*>(sbuf + size_t(n_heads * chunk * n_keys) * 4);
