@@ -64,11 +64,15 @@ inline double argmax_agreement(const std::vector<float>& a, const std::vector<fl
   return rows ? double(agree) / double(rows) : 0.0;
 }
 
-// A fresh empty directory under the build tree for one test.
+// A fresh empty directory under the build tree, private to the running test: ctest runs tests in
+// parallel processes, so the path holds the test's full name as well as `name`.
 inline std::filesystem::path temp_dir(const std::string& name) {
-  std::string safe = name;
+  std::string safe;
+  if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info())
+    safe = std::string(info->test_suite_name()) + "." + info->name() + "-";
+  safe += name;
   for (char& c : safe)
-    if (c == '/') c = '_';
+    if (c == '/' || c == '\\' || c == ' ') c = '_';
   auto d = binary_dir() / "test-tmp" / safe;
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);

@@ -31,11 +31,10 @@ class CliGrammar : public ::testing::Test {
  protected:
   void SetUp() override { EXL_REQUIRE_SHARED("models/llama3-tokenizer/tokenizer.json"); }
   std::string tok_ = (test::shared_dir() / "models/llama3-tokenizer").string();
-  std::filesystem::path tmp_ = test::binary_dir() / "cli_grammar_test";
+  std::filesystem::path tmp_ = test::temp_dir("cli_grammar");
 };
 
 TEST_F(CliGrammar, CheckExitCodes) {
-  std::filesystem::create_directories(tmp_);
   std::string schema = (tmp_ / "s.json").string();
   test::write_file(schema, R"({"type":"object","properties":{"n":{"type":"integer","maximum":9}},"required":["n"]})");
   EXPECT_EQ(run({"check", "--tokenizer", tok_, "--json-schema", schema, "--text", R"({"n":7})"}).code, 0);
