@@ -523,16 +523,19 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   const int nb = bx * k_exl2_gemv_cols_per_block;
   if (split) {
     // The last block of this column tile to finish adds up the K-slices' partial sums.
+    // The barrier orders warp 0's partial stores before thread 0's release; its acquire and the
+    // second barrier order the last block's partial loads after every other block's release (no
+    // full fence: fence.sc cost ~2% of a batch-1 step on the H200, BENCHMARKS.md).
     __shared__ bool last;
-    __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-      last = atomicAdd(counters + tile, 1u) == gridDim.z - 1;
+      unsigned prev;
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(counters + tile) : "memory");
+      last = prev == gridDim.z - 1;
       if (last) counters[tile] = 0;
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     add_slices(w, bias, part, y, rows, m0, mc, nb, set.residual);
   }
   if (set.rope.pool) {
