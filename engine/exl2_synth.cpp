@@ -63,6 +63,7 @@ struct LinearPlan {
   int64_t K, N;
   std::vector<Group> groups;
   bool bias;
+  bool same_input = false;  // reads the previous plan's input: shares its act-order permutation
 };
 
 int64_t q_rows(const LinearPlan& p) {
@@ -91,11 +92,11 @@ void write_synth_exl2(const SynthShape& s, double bpw, int head_bits, const fs::
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     plans.push_back({p + "self_attn.q_proj", H, QD, plan_groups(H, bpw), s.qkv_bias});
-    plans.push_back({p + "self_attn.k_proj", H, KVD, plan_groups(H, bpw), s.qkv_bias});
-    plans.push_back({p + "self_attn.v_proj", H, KVD, plan_groups(H, bpw), s.qkv_bias});
+    plans.push_back({p + "self_attn.k_proj", H, KVD, plan_groups(H, bpw), s.qkv_bias, true});
+    plans.push_back({p + "self_attn.v_proj", H, KVD, plan_groups(H, bpw), s.qkv_bias, true});
     plans.push_back({p + "self_attn.o_proj", QD, H, plan_groups(QD, bpw), false});
     plans.push_back({p + "mlp.gate_proj", H, I, plan_groups(H, bpw), false});
-    plans.push_back({p + "mlp.up_proj", H, I, plan_groups(H, bpw), false});
+    plans.push_back({p + "mlp.up_proj", H, I, plan_groups(H, bpw), false, true});
     plans.push_back({p + "mlp.down_proj", I, H, plan_groups(I, bpw), false});
   }
   plans.push_back({"lm_head", H, s.vocab, plan_groups(H, double(head_bits) + 0.3), false});
@@ -127,6 +128,7 @@ void write_synth_exl2(const SynthShape& s, double bpw, int head_bits, const fs::
   auto tick = [&] {
     if (progress) progress(++done, entries.size());
   };
+  std::vector<int32_t> perm;
   for (const auto& p : plans) {  // q_weight, q_scale, q_invperm
     const int64_t Np = (p.N + 31) / 32 * 32;
     std::vector<uint32_t> qw(size_t(q_rows(p) * Np));
@@ -140,9 +142,11 @@ void write_synth_exl2(const SynthShape& s, double bpw, int head_bits, const fs::
     for (auto& x : qs) x = uint32_t(rng.next());
     w.write_next(bytes(qs));
     tick();
-    std::vector<int32_t> perm(size_t(p.K));
-    std::iota(perm.begin(), perm.end(), 0);
-    for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.next() % i]);
+    if (!p.same_input) {
+      perm.resize(size_t(p.K));
+      std::iota(perm.begin(), perm.end(), 0);
+      for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.next() % i]);
+    }
     w.write_next(bytes(perm));
     tick();
   }

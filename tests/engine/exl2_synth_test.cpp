@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "engine/model.h"
 #include "engine/model_summary.h"
+#include "engine/safetensors.h"
 #include "kernels/error.h"
 #include "test_support.h"
 
@@ -29,6 +32,19 @@ TEST(Exl2Synth, TinyModelLoadsWithTheRequestedBitsAndRuns) {
     ForwardSeq s{ids, 0, table, true};
     auto logits = m.forward(std::span<const ForwardSeq>(&s, 1), *pool);
     for (float x : logits) ASSERT_TRUE(std::isfinite(x));
+    // Linears that read the same input share its act-order permutation, as in converter output.
+    SafetensorsFile f(dir / "output.safetensors");
+    auto perm = [&](const std::string& name) {
+      const TensorInfo* t = f.find("model.layers.1." + name + ".q_invperm");
+      EXPECT_NE(t, nullptr) << name;
+      const auto d = t ? f.view(*t).data : std::span<const std::byte>{};
+      return std::vector<std::byte>(d.begin(), d.end());
+    };
+    EXPECT_EQ(perm("self_attn.k_proj"), perm("self_attn.q_proj"));
+    EXPECT_EQ(perm("self_attn.v_proj"), perm("self_attn.q_proj"));
+    EXPECT_EQ(perm("mlp.up_proj"), perm("mlp.gate_proj"));
+    EXPECT_NE(perm("mlp.gate_proj"), perm("self_attn.q_proj"));
+    EXPECT_NE(perm("self_attn.o_proj"), perm("self_attn.q_proj"));
   }
   EXPECT_FALSE(synth_shape("gpt5").has_value());
   EXPECT_THROW(write_synth_exl2(*synth_shape("tiny"), 9.0, 6, {}, test::temp_dir("synth-bad"), 1), Error);
