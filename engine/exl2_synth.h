@@ -3,7 +3,8 @@
 // mix two bit widths like the converter (the higher width on the first, most salient rows, in
 // 32-row groups; the lower in 128-row groups), rows are act-order permuted (q/k/v share one
 // permutation and gate/up another, as in the converter's output, whose order comes from the
-// shared input's statistics), the head is 6-bit with 8-bit salient rows. Weights are scaled so activations stay in fp16 range.
+// shared input's statistics), the head is 6-bit with 8-bit salient rows. Weights are scaled so
+// activations stay in fp16 range.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -490,6 +490,17 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_ATTN_DECODE");
     return e && std::string(e) == "0";
   }();
+  // EXL_CUDA_ATTN_MIN_PART sets the tiled kernel's smallest partition (for comparisons).
+  int attn_min_part_ = [] {
+    const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
+    return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
+  }();
+  // EXL_CUDA_ATTN_DECODE_PART=128/256 fixes the decode partition size (for comparisons); 0: the plan's.
+  int attn_decode_part_ = [] {
+    const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_PART");
+    const int v = e ? std::atoi(e) : 0;
+    return v == cuda::k_attn_decode_part_short || v == cuda::k_attn_decode_part ? v : 0;
+  }();
   std::string name_;
 };
 
@@ -516,19 +527,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                      st.n_heads == n_heads && st.window == sliding_window;
   if (!reuse) {
     st.valid = false;
-    static const int min_part = [] {
-      const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
-      return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
-    }();
     const bool decode_ok = !attn_decode_disabled_ && cuda::attention_decode_serves(device_layout(L, layer));
-    // EXL_CUDA_ATTN_DECODE_PART=128/256 fixes the decode partition size (for comparisons).
-    static const int decode_part = [] {
-      const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_PART");
-      const int v = e ? std::atoi(e) : 0;
-      return v == cuda::k_attn_decode_part_short || v == cuda::k_attn_decode_part ? v : 0;
-    }();
     st.plan = cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
-                                   2 * ctx_.sm_count(), min_part, decode_ok, decode_part);
+                                   2 * ctx_.sm_count(), attn_min_part_, decode_ok, attn_decode_part_);
   }
   const cuda::AttnPlan& plan = st.plan;
   if (plan.works.empty() && !plan.decode) return;

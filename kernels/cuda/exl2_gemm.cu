@@ -154,8 +154,6 @@ __device__ __forceinline__ void block_dot(const uint32_t (&w)[4][BITS], const fl
   else block_dot_f32<BITS, MB>(w, xs, xs_stride, acc);
 }
 
-// Rows [rb, re) of run `sg` (32-row aligned) for 4 columns, D blocks' words in flight: block i+D−1
-// is requested before block i is multiplied. xs holds the activations of row rb.
 // Rows [rb, re) of run `sg` (32-row aligned) for 4 columns; xs holds the activations of row rb.
 // (Prefetching blocks ahead into L2, or holding two blocks' words in registers, measured slower
 // on the H200: BENCHMARKS.md.)
