@@ -27,7 +27,9 @@ const CommandSpec& spec() {
       "(time to first token of a prompt whose prefix is cached vs cold). Prompts are seeded random\n"
       "token ids. On cuda, \"% of roofline\" is the bytes a decode step must read (weights except the\n"
       "embedding table, plus the used KV cache) per step time, over the measured device-to-device copy\n"
-      "bandwidth. Prints a table, or one JSON object with --json.",
+      "bandwidth. A decode step is what generation runs: the forward pass, then greedy sampling on\n"
+      "the device where the backend can (only the token ids come back), else all logits to the host.\n"
+      "Prints a table, or one JSON object with --json.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--backend", "NAME", "cpu (default) or cuda"},
@@ -149,6 +151,10 @@ int cli_bench(std::span<const std::string> args) {
           ForwardSeq f{std::span<const int32_t>(seqs[size_t(s)]).first(size_t(ctx)), 0, tables[size_t(s)], false};
           model.forward(std::span<const ForwardSeq>(&f, 1), *pool);
         }
+        const bool on_device = model.can_sample_on_device();
+        std::vector<RowSampling> greedy(static_cast<size_t>(b));
+        for (int64_t s = 0; s < b; ++s) greedy[size_t(s)].row = s, greedy[size_t(s)].temperature = 0.0f;
+        std::vector<int32_t> sampled(static_cast<size_t>(b));
         double best = 1e30;
         for (int64_t r = 0; r < repeat; ++r) {
           auto t0 = Clock::now();
@@ -157,7 +163,12 @@ int cli_bench(std::span<const std::string> args) {
             for (int64_t s = 0; s < b; ++s)
               batch.push_back({std::span<const int32_t>(seqs[size_t(s)]).subspan(size_t(ctx + st), 1), ctx + st,
                                tables[size_t(s)], false});
-            model.forward(batch, *pool);
+            if (on_device) {
+              model.forward_device(batch, *pool);
+              EXL_CHECK(model.sample_device(greedy, sampled), "bench: the backend cannot sample on the device");
+            } else {
+              model.forward(batch, *pool);
+            }
           }
           backend->synchronize();
           best = std::min(best, secs(t0, Clock::now()));
@@ -166,6 +177,7 @@ int cli_bench(std::span<const std::string> args) {
         const double bytes = double(step_weight_bytes) + double(b) * double(ctx + steps / 2) * kv_bytes_per_token;
         out["decode"].push_back({{"batch", b},
                                  {"context", ctx},
+                                 {"sampled_on_device", on_device},
                                  {"step_ms", step_s * 1e3},
                                  {"tokens_per_s", double(b * steps) / best},
                                  {"bytes_per_step", bytes},
