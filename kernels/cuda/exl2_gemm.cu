@@ -522,8 +522,10 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   if (split) {
     // The last block of this column tile to finish adds up the K-slices' partial sums.
     // The barrier orders warp 0's partial stores before thread 0's release; its acquire and the
-    // second barrier order the last block's partial loads after every other block's release (no
-    // full fence: fence.sc cost ~2% of a batch-1 step on the H200, BENCHMARKS.md).
+    // second barrier order the last block's partial loads after every other block's release. One
+    // acq_rel atomic by one thread (it still compiles to a gpu-scope membar and an L1
+    // invalidation) instead of every thread's fence.sc before it and the last block's after: ~2%
+    // of a batch-1 step on the H200, BENCHMARKS.md.
     __shared__ bool last;
     __syncthreads();
     if (threadIdx.x == 0) {
