@@ -31,11 +31,12 @@ void* cuda_kv_pool_data(KvPool& pool);
 // (the memory-bound roofline that `exlagent bench` reports against). Throws without CUDA.
 double cuda_copy_bandwidth(int device, size_t bytes = size_t(1) << 30);
 
-// Decode steps (Backend::begin_step/end_step) that a CUDA backend ran as CUDA graphs, and the
-// graphs it captured for them (cuda/step_graph.h), for tests and benchmarks. Throws exl::Error
-// for a backend that is not a CUDA backend.
+// Decode steps (Backend::begin_step/end_step) that a CUDA backend ran as CUDA graphs, the
+// graphs it captured for them (cuda/step_graph.h), and the ops that read their input as the
+// previous op handed it off (cuda/handoff.h), for tests and benchmarks. Throws exl::Error for a
+// backend that is not a CUDA backend.
 struct CudaStepStats {
-  int64_t graph_launches = 0, graph_captures = 0;
+  int64_t graph_launches = 0, graph_captures = 0, handoffs = 0;
 };
 CudaStepStats cuda_step_stats(const Backend& backend);
 

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_prefill_attention.h"
 #include "kernels/cuda/cuda_sampler.h"
 #include "kernels/cuda/dense_gemm.h"
+#include "kernels/cuda/handoff.h"
 #include "kernels/cuda/norm_rope_act.h"
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/paged_attention.h"
@@ -70,6 +71,7 @@ class CudaBackend final : public Backend {
 
   Buffer alloc(size_t bytes) override { return ctx_.alloc(std::max<size_t>(bytes, 1)); }
   void upload(void* dst, const void* src, size_t bytes) override {
+    handoff_.other();
     ctx_.make_current();
     EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream()));
     ctx_.sync();
@@ -127,6 +129,7 @@ class CudaBackend final : public Backend {
   }
 
   void embedding(const PreparedEmbedding& pe, std::span<const int32_t> ids, float* out) override {
+    handoff_.other();
     const auto& e = static_cast<const CudaEmbedding&>(pe);
     for (size_t i = 0; i < ids.size(); ++i)
       EXL_CHECK(ids[i] >= 0 && ids[i] < e.vocab, "kernels: cuda: embedding: token id ", ids[i], " at ", i,
@@ -142,6 +145,7 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
+    handoff_.other();
     steps_.note(2, x, w, y, rows, dim, eps);
     if (steps_.recording()) return;
     ctx_.make_current();
@@ -151,6 +155,7 @@ class CudaBackend final : public Backend {
   }
 
   void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override {
+    handoff_.other();
     if (rows == 0) return;
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     steps_.note(3, &l, x, y, rows);
@@ -174,6 +179,7 @@ class CudaBackend final : public Backend {
   // linears() and linears_exact(): ys[i] = x · W_iᵀ, through CudaLinear::run_exact when `exact`.
   void queue_linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
                      int64_t rows, bool exact) {
+    handoff_.other();
     EXL_CHECK(ws.size() == ys.size(), "kernels: cuda: linears: ", ws.size(), " matrices for ", ys.size(), " outputs");
     if (rows == 0 || ws.empty()) return;
     std::vector<const cuda::CudaLinear*> ls;
@@ -197,6 +203,7 @@ class CudaBackend final : public Backend {
 
   void rope(float* x, int64_t rows, int n_heads, int head_dim, std::span<const int32_t> positions,
             const RopeTable& table) override {
+    handoff_.other();
     const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
     if (rows == 0) return;
     steps_.note(4, x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor);
@@ -208,6 +215,7 @@ class CudaBackend final : public Backend {
 
   void rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
                std::span<const int32_t> positions, const RopeTable& table) override {
+    handoff_.other();
     const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
     if (rows == 0) return;
     steps_.note(10, q, k, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor);
@@ -221,6 +229,7 @@ class CudaBackend final : public Backend {
   void rope_qk_kv_write(float* q, float* k, const float* v, int64_t rows, int n_heads, int n_kv_heads, int head_dim,
                         std::span<const int32_t> positions, const RopeTable& table, KvPool& pool, int layer,
                         std::span<const int32_t> slots) override {
+    handoff_.other();
     auto& p = checked_pool(pool);
     if (int64_t(slots.size()) != rows || p.layout.n_kv_heads != n_kv_heads || p.layout.head_dim != head_dim)
       return Backend::rope_qk_kv_write(q, k, v, rows, n_heads, n_kv_heads, head_dim, positions, table, pool, layer,
@@ -250,17 +259,20 @@ class CudaBackend final : public Backend {
                       int64_t(a.slots.size()) == a.rows && p.layout.n_kv_heads == a.n_kv_heads &&
                       p.layout.head_dim == a.head_dim;
     if (!fits) return Backend::attention_inputs(a);
+    const cuda::Handoff::In in = handoff_.read(ls, a.x, nullptr, a.norm_w, a.rows);
     check_slots(p, a.layer, a.slots);
     const auto [d_pos, d_freq] = rope_inputs(a.rows, a.head_dim, a.positions, *a.rope);
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(a.slots.data(), a.slots.size_bytes()));
     steps_.note(18, a.x, a.norm_w, a.q, a.k, a.v, a.rows, a.dim, a.eps, a.n_heads, a.n_kv_heads, d_pos, d_freq,
                 a.rope->attn_factor, p.mem.data(), a.layer, d_slots, ls[0], ls[1], ls[2]);
+    note_handoff(in, {});
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     const cuda::Exl2RopeKv r{d_pos, d_freq, a.rope->attn_factor, static_cast<uint8_t*>(p.mem.data()),
                              device_layout(p.layout, a.layer), d_slots};
     float* outs[3] = {a.q, a.k, a.v};
-    cuda::run_linears_normed(ctx_, ls, a.x, a.norm_w, a.eps, outs, a.rows, &r);
+    cuda::run_linears_normed(ctx_, ls, in.ok ? in.x : a.x, in.ok ? in.norm_w : a.norm_w, a.eps, outs, a.rows, &r,
+                             &in.io);
     if (prof_.enabled()) {
       double bytes = 0;
       for (const auto* l : ls) bytes += double(l->weight_bytes);
@@ -270,6 +282,7 @@ class CudaBackend final : public Backend {
 
   void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
                     float eps) override {
+    handoff_.other();
     if (x == out) return Backend::add_rms_norm(x, y, w, out, rows, dim, eps);
     steps_.note(11, x, y, w, out, rows, dim, eps);
     if (steps_.recording()) return;
@@ -280,6 +293,7 @@ class CudaBackend final : public Backend {
   }
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    handoff_.other();
     steps_.note(5, gate, up, out, n);
     if (steps_.recording()) return;
     ctx_.make_current();
@@ -315,13 +329,25 @@ class CudaBackend final : public Backend {
   }
 
   // One CudaLinear::run_fused launch, noted for step graphs under `op`.
+  // It reads what the previous op handed off (cuda::Handoff) and, adding into the residual stream,
+  // hands y on.
   void fused_linear(int op, const cuda::CudaLinear& l, const float* in, const float* up, float* y, int64_t rows,
                     bool residual, const char* what) {
+    const cuda::CudaLinear* self[1] = {&l};
+    const cuda::Handoff::In hin = handoff_.read(self, in, up, nullptr, rows);
+    cuda::Handoff::Out hout;
+    if (residual)
+      hout = handoff_.produce(key_of(&l), y, nullptr, l.out_features, rows, cuda::handoff_perm(self, rows).inv_perm);
     steps_.note(op, &l, in, up, y, rows);
+    note_handoff(hin, hout);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
-    l.run_fused(ctx_, in, up, y, rows, residual);
+    cuda::Exl2GemvHandoff io = hin.io;
+    io.inv_perm = hout.inv_perm;
+    io.out_perm[0] = hout.x;
+    io.ssq_out = hout.ssq;
+    l.run_fused(ctx_, hin.ok ? hin.x : in, hin.ok ? hin.up : up, y, rows, residual, &io);
     if (prof_.enabled())
       prof_.end(ctx_.stream(), cat(what, l.out_features, "x", l.in_features, " rows ", rows), double(l.weight_bytes));
   }
@@ -333,12 +359,22 @@ class CudaBackend final : public Backend {
     for (const auto* w : ws) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
     if (!cuda::fuse_norm(ls, rows) || ls[0]->in_features != dim || ys.size() != ls.size())
       return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps, exact);
+    const cuda::Handoff::In hin = handoff_.read(ls, x, nullptr, norm_w, rows);
+    const bool two = ls.size() <= 2 && (ls.size() == 1 || ls[1]->out_features == ls[0]->out_features);
+    const cuda::Handoff::Out hout =
+        handoff_.produce(key_of(ls[0]), ys[0], ls.size() == 2 ? ys[1] : nullptr, ls[0]->out_features, rows,
+                         two && cuda::handoff_perm(ls, rows).inv_perm);
     steps_.note(17, x, norm_w, rows, dim, eps, ls.size());
     for (size_t i = 0; i < ls.size(); ++i) steps_.note(ls[i], ys[i]);
+    note_handoff(hin, hout);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
-    cuda::run_linears_normed(ctx_, ls, x, norm_w, eps, ys, rows);
+    cuda::Exl2GemvHandoff io = hin.io;
+    io.inv_perm = hout.inv_perm;
+    io.out_perm[0] = hout.x;
+    io.out_perm[1] = hout.up;
+    cuda::run_linears_normed(ctx_, ls, hin.ok ? hin.x : x, hin.ok ? hin.norm_w : norm_w, eps, ys, rows, nullptr, &io);
     if (prof_.enabled()) {
       double bytes = 0;
       std::string key = "rms_norm + linears";
@@ -348,6 +384,7 @@ class CudaBackend final : public Backend {
   }
 
   void add(float* x, const float* y, int64_t n) override {
+    handoff_.other();
     steps_.note(6, x, y, n);
     if (steps_.recording()) return;
     ctx_.make_current();
@@ -357,6 +394,7 @@ class CudaBackend final : public Backend {
   }
 
   void kv_write(KvPool& pool, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
+    handoff_.other();
     auto& p = checked_pool(pool);
     check_slots(p, layer, slots);
     if (slots.empty()) return;
@@ -371,6 +409,7 @@ class CudaBackend final : public Backend {
   }
 
   void kv_copy(KvPool& pool, int from, int to, int n_rows) override {
+    handoff_.other();
     auto& p = static_cast<CudaKvPool&>(pool);
     const KvLayout& L = p.layout;
     EXL_CHECK(from >= 0 && to >= 0 && from < p.num_pages && to < p.num_pages && n_rows >= 0 && n_rows <= L.page_size,
@@ -399,16 +438,18 @@ class CudaBackend final : public Backend {
 
   bool sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
                    std::span<int32_t> out) override {
+    handoff_.other();
     prof_.begin(ctx_.stream());
     sampler_.run(logits, vocab, rows, out);
     if (prof_.enabled()) prof_.end(ctx_.stream(), cat("sample_rows ", rows.size()));
     return true;
   }
 
-  CudaStepStats step_stats() const { return {steps_.launches(), steps_.captures()}; }
+  CudaStepStats step_stats() const { return {steps_.launches(), steps_.captures(), handoff_.reads()}; }
 
   void begin_step() override {
     attn_step_.valid = false;
+    handoff_.begin_step();
     steps_.begin(ctx_);
   }
   bool end_step() override {
@@ -477,6 +518,12 @@ class CudaBackend final : public Backend {
     return !(e && std::string(e) == "0");
   }()};
   AttnStepPlan attn_step_;
+  cuda::Handoff handoff_{ctx_};
+  static uint64_t key_of(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
+  // What a step graph's launches depend on in a hand-off.
+  void note_handoff(const cuda::Handoff::In& in, const cuda::Handoff::Out& out) {
+    steps_.note(in.ok, in.x, in.up, in.norm_w, in.io.ssq, out.inv_perm, out.x, out.up, out.ssq);
+  }
   cuda::CudaSampler sampler_{ctx_};
   std::vector<float> rope_freq_host_;
   Buffer rope_freq_;
@@ -532,7 +579,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                                    2 * ctx_.sm_count(), attn_min_part_, decode_ok, attn_decode_part_);
   }
   const cuda::AttnPlan& plan = st.plan;
-  if (plan.works.empty() && !plan.decode) return;
+  if (plan.works.empty() && !plan.decode) return handoff_.other();
   ctx_.make_current();
   const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
     return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
@@ -541,6 +588,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   // layers' K/V and their quantization (Backend::linears_exact).
   const bool quantized = L.format == KvFormat::q8 || L.format == KvFormat::q4;
   if (long_prompts && !prefill_attn_disabled_) {
+    handoff_.other();
     steps_.forbid_capture();
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
@@ -587,6 +635,11 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     a.part_sum = base + n_part_rows;
     a.part_acc = base + 2 * n_part_rows;
   }
+  const cuda::Handoff::Out hout = handoff_.produce(cuda::Handoff::attention_key(layer), out, nullptr,
+                                                   int64_t(n_heads) * L.head_dim, plan.n_tokens, plan.decode);
+  a.out_perm = hout.x;
+  a.out_inv_perm = hout.inv_perm;
+  note_handoff({}, hout);
   steps_.note(9, a.pool, layer, d_meta, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out, n_heads, scale,
               sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max, plan.decode);
   if (steps_.recording()) return;

@@ -24,6 +24,10 @@ enum class Scratch : int {
   act16_lo,      // the exact linear path's split operands (cuda_linear.h)
   weights16_lo,
   weights32,
+  handoff_a,  // act-order copies of activations handed from one op to the next (handoff.h)
+  handoff_b,
+  handoff_c,
+  handoff_ssq,
   count
 };
 

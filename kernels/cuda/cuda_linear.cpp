@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 #include "kernels/cuda/cuda_check.h"
@@ -51,6 +53,28 @@ void dequant_gemm(CudaContext& ctx, const float* x, float* y, int64_t rows, int6
 int exl2_target_blocks(const CudaContext& ctx, int64_t rows) { return gemv_blocks_per_sm(rows) * ctx.sm_count(); }
 
 class Exl2Linear;
+
+// One shared copy per distinct permutation among the live matrices.
+std::shared_ptr<const std::vector<int32_t>> intern_perm(std::vector<int32_t> perm) {
+  static std::mutex mu;
+  static std::multimap<uint64_t, std::weak_ptr<const std::vector<int32_t>>> known;
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t v : perm) h = (h ^ uint32_t(v)) * 1099511628211ull;
+  const std::lock_guard<std::mutex> lock(mu);
+  auto [lo, hi] = known.equal_range(h);
+  for (auto it = lo; it != hi;) {
+    auto p = it->second.lock();
+    if (!p) {
+      it = known.erase(it);
+      continue;
+    }
+    if (*p == perm) return p;
+    ++it;
+  }
+  auto p = std::make_shared<const std::vector<int32_t>>(std::move(perm));
+  known.emplace(h, p);
+  return p;
+}
 // What one exl2_gemv_set launch reads besides the weights (Exl2GemvSet's fields of the same names).
 struct GemvInput {
   const float* x = nullptr;
@@ -59,6 +83,7 @@ struct GemvInput {
   float norm_eps = 0.0f;
   bool residual = false;
   const Exl2RopeKv* rope = nullptr;
+  const Exl2GemvHandoff* io = nullptr;
 };
 // ys[j] = input · W_jᵀ for EXL2 matrices of one K (1..k_exl2_gemv_max_jobs) in one gemv launch.
 void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
@@ -95,6 +120,15 @@ class Exl2Linear final : public CudaLinear {
     groups_ = ctx.upload_new(groups);
     group_of_row_ = ctx.upload_new(group_of_row);
     perm_ = ctx.upload_new(m.perm);
+    perm_host_ = intern_perm(std::vector<int32_t>(m.perm.begin(), m.perm.end()));
+    std::vector<int32_t> inv(perm_host_->size(), -1);
+    for (size_t j = 0; j < perm_host_->size(); ++j) {
+      const int32_t p = (*perm_host_)[j];
+      EXL_CHECK(p >= 0 && p < K && inv[size_t(p)] < 0, "kernels: cuda: exl2 linear: perm is not a permutation of 0..",
+                K - 1, " (entry ", j, " = ", p, ")");
+      inv[size_t(p)] = int32_t(j);
+    }
+    inv_perm_ = ctx.upload_new(inv);
     bias_ = upload_bias(ctx, m.bias);
     weight_bytes = q_weight_.bytes() + q_scale_.bytes();
     view_.q_weight = static_cast<const uint32_t*>(q_weight_.data());
@@ -112,11 +146,16 @@ class Exl2Linear final : public CudaLinear {
   }
 
   const Exl2DeviceView& view() const { return view_; }
+  // Equal permutations are one object (intern_perm), so sharing one is a pointer comparison.
+  const std::vector<int32_t>* perm_host() const { return perm_host_.get(); }
+  const int32_t* inv_perm() const { return static_cast<const int32_t*>(inv_perm_.data()); }
 
   bool fuses(int64_t rows) const override { return rows <= k_quant_gemv_max_rows; }
-  void run_fused(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows,
-                 bool residual) const override {
-    gemv(ctx, x, x_up, y, rows, residual);
+  void run_fused(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual,
+                 const Exl2GemvHandoff* io) const override {
+    const Exl2Linear* self[1] = {this};
+    float* ys[1] = {y};
+    gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr, io});
   }
   const float* bias() const { return bias_.f32(); }
 
@@ -143,7 +182,8 @@ class Exl2Linear final : public CudaLinear {
     gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr});
   }
 
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_;
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, inv_perm_;
+  std::shared_ptr<const std::vector<int32_t>> perm_host_;
   Exl2DeviceView view_;
 };
 
@@ -321,6 +361,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   s.norm_eps = in.norm_eps;
   s.residual = in.residual;
   if (in.rope) s.rope = *in.rope;
+  if (in.io) s.io = *in.io;
   EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
 
@@ -363,8 +404,20 @@ bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows) {
   return true;
 }
 
+HandoffPerm handoff_perm(std::span<const CudaLinear* const> set, int64_t rows) {
+  if (set.empty() || rows < 1 || rows > k_handoff_max_rows) return {};
+  const auto* first = dynamic_cast<const Exl2Linear*>(set[0]);
+  if (!first) return {};
+  for (const auto* l : set) {
+    const auto* e = dynamic_cast<const Exl2Linear*>(l);
+    if (!e || e->perm_host() != first->perm_host()) return {};
+  }
+  return {first->perm_host(), first->inv_perm()};
+}
+
 void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
-                        float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope) {
+                        float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope,
+                        const Exl2GemvHandoff* io) {
   EXL_CHECK(fuse_norm(ls, rows) && ls.size() == ys.size(), "kernels: cuda: normed linears: ", ls.size(),
             " matrices at ", rows, " rows cannot share one gemv");
   std::vector<const Exl2Linear*> set;
@@ -373,7 +426,7 @@ void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls,
                       ls[1]->out_features == ls[2]->out_features && rope->layout.head_dim == k_exl2_gemv_cols_per_block),
             "kernels: cuda: normed linears: rope and cache store need q, k, v of ", k_exl2_gemv_cols_per_block,
             "-wide heads");
-  gemv_set(ctx, set, ys, rows, {x, nullptr, norm_w, eps, false, rope});
+  gemv_set(ctx, set, ys, rows, {x, nullptr, norm_w, eps, false, rope, io});
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {

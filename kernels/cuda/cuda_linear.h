@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_context.h"
@@ -39,8 +40,9 @@ class CudaLinear : public PreparedLinear {
   // Whether run_fused is available (EXL2 matrices at rows ≤ k_quant_gemv_max_rows): one gemv pass
   // whose input is x, or silu(x) ⊙ x_up when x_up is given, and which adds into y when `residual`.
   virtual bool fuses(int64_t /*rows*/) const { return false; }
+  // `io`: the launch's Exl2GemvHandoff (exl2_gemm.h), for handoff_perm() sets only.
   virtual void run_fused(CudaContext&, const float* /*x*/, const float* /*x_up*/, float* /*y*/, int64_t /*rows*/,
-                         bool /*residual*/) const {}
+                         bool /*residual*/, const Exl2GemvHandoff* /*io*/ = nullptr) const {}
   // run() without fp16 rounding of x and W on the large-batch path (see above).
   void run_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const;
   size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
@@ -68,7 +70,18 @@ bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows);
 // With `rope` (ls = q, k, v of head_dim k_exl2_gemv_cols_per_block): the launch also rotates q and
 // k and stores k and v into the cache (Exl2RopeKv).
 void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
-                        float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope = nullptr);
+                        float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope = nullptr,
+                        const Exl2GemvHandoff* io = nullptr);
+// A gemv set that can read its input in act-order (Exl2GemvHandoff): EXL2 matrices that share one
+// permutation, at up to k_handoff_max_rows rows (the 1- and 2-row gemv blocks: the 4-row block
+// has no registers to spare for it). Returns that permutation (host copy: permuted row j holds
+// input perm[j]) and its inverse on the device, or nulls.
+inline constexpr int64_t k_handoff_max_rows = 2;
+struct HandoffPerm {
+  const std::vector<int32_t>* perm = nullptr;
+  const int32_t* inv_perm = nullptr;
+};
+HandoffPerm handoff_perm(std::span<const CudaLinear* const> set, int64_t rows);
 
 std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWeights& w);
 

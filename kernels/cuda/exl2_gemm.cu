@@ -312,12 +312,71 @@ __device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc,
   __syncthreads();
 }
 
+constexpr int k_handoff_mb = 2;  // gemv blocks of up to this many rows read and write hand-offs
+
+__device__ __forceinline__ int exl2_gemv_tiles_dev(int N) {
+  return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block;
+}
+
+// inv[m] as rows_inv_rms computes it, from the rows' sums of squares in `parts` partial sums
+// (Exl2GemvHandoff::ssq): a warp per row, added in a fixed order.
+template <int MB>
+__device__ void rows_inv_rms_parts(const double* __restrict__ ssq, int parts, int K, int m0, int mc, float eps,
+                                   float* inv) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  static_assert(MB <= k_exl2_gemv_threads / 32, "a warp per row");
+  if (warp < mc) {
+    const double* p = ssq + size_t(m0 + warp) * parts;
+    double t = 0;
+    for (int i = lane; i < parts; i += 32) t += __ldcg(p + i);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (lane == 0) inv[warp] = float(1.0 / sqrt(t / double(K) + double(eps)));
+  }
+  __syncthreads();
+}
+
+// Stores a tile's final value v = y[r][n] where the hand-off wants it too (the reader's act-order
+// copy) and adds v² to the row's tile sum of squares.
+// `at`: io.inv_perm[n], read by the caller ahead of time.
+__device__ __forceinline__ void handoff_store(const Exl2GemvHandoff& io, int job, int N, int r, int at, float v,
+                                              double& sq) {
+  if (io.inv_perm) io.out_perm[job][size_t(r) * N + at] = v;
+  sq += double(v) * double(v);
+}
+
+// The block's per-row sums sq[m] (each thread's share) added up in a fixed order and stored at
+// io.ssq_out[(m0 + m) · tiles + tile]. Every thread of the block calls it.
+template <int MB>
+__device__ void handoff_ssq(const Exl2GemvHandoff& io, const double (&sq)[MB], int m0, int mc, int tiles, int tile) {
+  __shared__ double part[MB][k_exl2_gemv_threads / 32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    double v = sq[m];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) part[m][warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < mc) {
+    double t = 0;
+    for (int i = 0; i < k_exl2_gemv_threads / 32; ++i) t += part[threadIdx.x][i];
+    io.ssq_out[size_t(m0 + threadIdx.x) * tiles + tile] = t;
+  }
+}
+
 // y[m0 + m][nb + i] (+)= bias + the K-slices' partial sums, in slice order (the tile's last block).
+template <int MB>
 __device__ void add_slices(const Exl2DeviceView& w, const float* bias, const float* part, float* y, int rows, int m0,
-                           int mc, int nb, bool residual) {
+                           int mc, int nb, bool residual, const Exl2GemvHandoff& io, int job, int tiles, int tile) {
+  double sq[MB];
+#pragma unroll
+  for (int m = 0; m < MB; ++m) sq[m] = 0;
   for (int i = threadIdx.x; i < mc * k_exl2_gemv_cols_per_block; i += blockDim.x) {
     const int m = i / k_exl2_gemv_cols_per_block, n = nb + i % k_exl2_gemv_cols_per_block;
     if (n >= w.N) continue;
+    const int at = MB <= k_handoff_mb && io.inv_perm ? __ldg(io.inv_perm + n) : 0;
     const float* pz = part + size_t(m0 + m) * w.N + n;
     const size_t zs = size_t(rows) * w.N;
     float sum = bias ? bias[n] : 0.0f;
@@ -331,8 +390,15 @@ __device__ void add_slices(const Exl2DeviceView& w, const float* bias, const flo
     }
     for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
     float& out = y[size_t(m0 + m) * w.N + n];
-    out = residual ? out + sum : sum;
+    const float v = residual ? out + sum : sum;
+    out = v;
+    if constexpr (MB <= k_handoff_mb)
+#pragma unroll
+      for (int mm = 0; mm < MB; ++mm)
+        if (mm == m) handoff_store(io, job, w.N, m0 + m, at, v, sq[mm]);
   }
+  if constexpr (MB <= k_handoff_mb)
+    if (io.ssq_out && job == 0) handoff_ssq<MB>(io, sq, m0, mc, tiles, tile);
 }
 
 // The head that column tile `head` of job 0 (q), 1 (k) or 2 (v) holds, rows [0, mc) of y (row
@@ -369,7 +435,8 @@ constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-
 // Several matrices of the same K (one job each) share a launch: job j owns the column tiles
 // [tile_begin_j, tile_begin_{j+1}) of grid.x.
 // STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
-template <int MB, bool STREAM>
+// IN_ORDER: Exl2GemvHandoff::x_in_order (a norm then comes with ssq).
+template <int MB, bool STREAM, bool IN_ORDER>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5 : 4)
     exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
                      unsigned* __restrict__ counters) {
@@ -401,54 +468,97 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   const int n0 = bx * k_exl2_gemv_cols_per_block + lane * 4;
   const int sub = (kc + kWarps * 32 - 1) / (kWarps * 32) * 32;
   const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
-  // The warp's first word rows are fetched while the activations are gathered.
   const int g_first = !STREAM && kw0 < kw1 ? w.group_of_row[kw0] : 0;
-  if (STREAM && kw0 < kw1 && n0 < w.N) {
-    for (int s = 0; s < w.n_segs; ++s) {
-      const Exl2Segment sg = w.segs[s];
-      if (kw0 >= sg.row_start + sg.rows) continue;
-      const int qr = sg.qrow_start + ((kw0 - sg.row_start) >> 5) * sg.bits;
-      const int qend = sg.qrow_start + (sg.rows >> 5) * sg.bits;
-      for (int b = 0; b < sg.bits && qr + b < qend; ++b)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
-      break;
-    }
-  } else if (kw0 < kw1 && n0 < w.N) {
-    const Exl2GroupDesc gd = w.groups[g_first];
-    const int qr = gd.qrow_start + ((kw0 - gd.row_start) * gd.bits >> 5);
-    const int qend = gd.qrow_start + (gd.rows * gd.bits + 31) / 32;
-    for (int b = 0; b < gd.bits && qr + b < qend; ++b)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
-  }
-  // The permutation entries are read first, then every activation load is in flight at once.
-  int pj[k_perm_regs];
-#pragma unroll
-  for (int c = 0; c < k_perm_regs; ++c) {
-    const int j = threadIdx.x + c * k_exl2_gemv_threads;
-    pj[c] = j < kc ? w.perm[k0 + j] : 0;
-  }
   __shared__ float inv_rms[MB];
-  if (set.norm_w) rows_inv_rms<MB>(x, w.K, m0, mc, set.norm_eps, inv_rms);
-  const auto gather = [&](int j, int p) {
+  if constexpr (IN_ORDER) {
+    // x (and x_up, the norm weights) already in act-order (Exl2GemvHandoff): every load of the
+    // block's slice is issued at once, beside the norm's partial sums; no weight requests go
+    // first (they only delay this one round trip: BENCHMARKS.md).
+    float xv[k_perm_regs][MB], aux[k_perm_regs][MB];
 #pragma unroll
-    for (int m = 0; m < MB; ++m) {
-      float v = 0.0f;
-      if (m < mc) {
-        const size_t at = size_t(m0 + m) * w.K + p;
-        v = x[at];
-        if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
-        else if (set.norm_w) v = set.norm_w[p] * (v * inv_rms[m]);
+    for (int c = 0; c < k_perm_regs; ++c) {
+      const int j = threadIdx.x + c * k_exl2_gemv_threads;
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        xv[c][m] = aux[c][m] = 0.0f;
+        if (j < kc && m < mc) {
+          const size_t at = size_t(m0 + m) * w.K + k0 + j;
+          xv[c][m] = x[at];
+          if (set.x_up) aux[c][m] = set.x_up[at];
+          else if (set.norm_w && m == 0) aux[c][0] = set.norm_w[k0 + j];
+        }
       }
-      xs[m * k_slice + j] = v;
     }
-  };
+    if (set.norm_w) rows_inv_rms_parts<MB>(set.io.ssq, set.io.ssq_parts, w.K, m0, mc, set.norm_eps, inv_rms);
+    const auto form = [&](float v, float a, int m) {
+      return set.x_up ? v / (1.0f + expf(-v)) * a : set.norm_w ? a * (v * inv_rms[m]) : v;
+    };
 #pragma unroll
-  for (int c = 0; c < k_perm_regs; ++c) {
-    const int j = threadIdx.x + c * k_exl2_gemv_threads;
-    if (j < kc) gather(j, pj[c]);
+    for (int c = 0; c < k_perm_regs; ++c) {
+      const int j = threadIdx.x + c * k_exl2_gemv_threads;
+      if (j < kc)
+#pragma unroll
+        for (int m = 0; m < MB; ++m)
+          xs[m * k_slice + j] = m < mc ? form(xv[c][m], set.x_up ? aux[c][m] : aux[c][0], m) : 0.0f;
+    }
+    for (int j = threadIdx.x + k_perm_regs * k_exl2_gemv_threads; j < kc; j += k_exl2_gemv_threads)
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        float v = 0.0f;
+        if (m < mc) {
+          const size_t at = size_t(m0 + m) * w.K + k0 + j;
+          v = form(x[at], set.x_up ? set.x_up[at] : set.norm_w ? set.norm_w[k0 + j] : 0.0f, m);
+        }
+        xs[m * k_slice + j] = v;
+      }
+  } else {
+    // The warp's first word rows are fetched while the activations are gathered.
+    if (STREAM && kw0 < kw1 && n0 < w.N) {
+      for (int s = 0; s < w.n_segs; ++s) {
+        const Exl2Segment sg = w.segs[s];
+        if (kw0 >= sg.row_start + sg.rows) continue;
+        const int qr = sg.qrow_start + ((kw0 - sg.row_start) >> 5) * sg.bits;
+        const int qend = sg.qrow_start + (sg.rows >> 5) * sg.bits;
+        for (int b = 0; b < sg.bits && qr + b < qend; ++b)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+        break;
+      }
+    } else if (kw0 < kw1 && n0 < w.N) {
+      const Exl2GroupDesc gd = w.groups[g_first];
+      const int qr = gd.qrow_start + ((kw0 - gd.row_start) * gd.bits >> 5);
+      const int qend = gd.qrow_start + (gd.rows * gd.bits + 31) / 32;
+      for (int b = 0; b < gd.bits && qr + b < qend; ++b)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+    }
+    // The permutation entries are read first, then every activation load is in flight at once.
+    int pj[k_perm_regs];
+#pragma unroll
+    for (int c = 0; c < k_perm_regs; ++c) {
+      const int j = threadIdx.x + c * k_exl2_gemv_threads;
+      pj[c] = j < kc ? w.perm[k0 + j] : 0;
+    }
+    if (set.norm_w) rows_inv_rms<MB>(x, w.K, m0, mc, set.norm_eps, inv_rms);
+    const auto gather = [&](int j, int p) {
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        float v = 0.0f;
+        if (m < mc) {
+          const size_t at = size_t(m0 + m) * w.K + p;
+          v = x[at];
+          if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
+          else if (set.norm_w) v = set.norm_w[p] * (v * inv_rms[m]);
+        }
+        xs[m * k_slice + j] = v;
+      }
+    };
+#pragma unroll
+    for (int c = 0; c < k_perm_regs; ++c) {
+      const int j = threadIdx.x + c * k_exl2_gemv_threads;
+      if (j < kc) gather(j, pj[c]);
+    }
+    for (int j = threadIdx.x + k_perm_regs * k_exl2_gemv_threads; j < kc; j += k_exl2_gemv_threads)
+      gather(j, w.perm[k0 + j]);
   }
-  for (int j = threadIdx.x + k_perm_regs * k_exl2_gemv_threads; j < kc; j += k_exl2_gemv_threads)
-    gather(j, w.perm[k0 + j]);
   __syncthreads();
 
   float acc[MB][4];
@@ -499,6 +609,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   __syncthreads();
   const int tile = blockIdx.y * gridDim.x + blockIdx.x;
   const bool split = gridDim.z > 1;
+  double sq[MB];
+#pragma unroll
+  for (int m = 0; m < MB; ++m) sq[m] = 0;
   if (warp == 0 && n0 < w.N) {
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
@@ -514,9 +627,16 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
       for (int c = 0; c < 4; ++c)
         if (n0 + c < w.N) {
           const float v = acc[m][c] + (!split && bias ? bias[n0 + c] : 0.0f);
-          dst[n0 + c] = !split && set.residual ? dst[n0 + c] + v : v;
+          const float out = !split && set.residual ? dst[n0 + c] + v : v;
+          dst[n0 + c] = out;
+          if (MB <= k_handoff_mb && !split)
+            handoff_store(set.io, job, w.N, m0 + m, set.io.inv_perm ? set.io.inv_perm[n0 + c] : 0, out, sq[m]);
         }
     }
+  }
+  if (MB <= k_handoff_mb && !split && set.io.ssq_out && job == 0) {
+    __syncthreads();
+    handoff_ssq<MB>(set.io, sq, m0, mc, exl2_gemv_tiles_dev(set.jobs[0].w.N), bx);
   }
   const int nb = bx * k_exl2_gemv_cols_per_block;
   if (split) {
@@ -536,7 +656,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     }
     __syncthreads();
     if (!last) return;
-    add_slices(w, bias, part, y, rows, m0, mc, nb, set.residual);
+    add_slices<MB>(w, bias, part, y, rows, m0, mc, nb, set.residual, set.io, job, exl2_gemv_tiles_dev(set.jobs[0].w.N), bx);
   }
   if (set.rope.pool) {
     __syncthreads();
@@ -631,15 +751,20 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
   constexpr int T = k_exl2_gemv_threads;
   bool streamed = !g_walk_only && k_slice % 32 == 0;
   for (int j = 0; j < set.n_jobs; ++j) streamed = streamed && set.jobs[j].w.n_segs > 0;
-#define EXL_GEMV_LAUNCH(M)                                                                            \
-  (streamed ? exl2_gemv_kernel<M, true><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters) \
-            : exl2_gemv_kernel<M, false><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters))
+  const bool in_order = set.io.x_in_order;
+  if ((in_order && set.norm_w && !set.io.ssq) || ((in_order || set.io.inv_perm) && mb > k_handoff_mb))
+    return cudaErrorInvalidValue;
+#define EXL_GEMV_LAUNCH_IO(M, IO)                                                                           \
+  (streamed ? exl2_gemv_kernel<M, true, IO><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters) \
+            : exl2_gemv_kernel<M, false, IO><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters))
+#define EXL_GEMV_LAUNCH(M) (in_order ? EXL_GEMV_LAUNCH_IO(M, true) : EXL_GEMV_LAUNCH_IO(M, false))
   switch (mb) {
     case 1: EXL_GEMV_LAUNCH(1); break;
     case 2: EXL_GEMV_LAUNCH(2); break;
-    default: EXL_GEMV_LAUNCH(4); break;
+    default: EXL_GEMV_LAUNCH_IO(4, false); break;
   }
 #undef EXL_GEMV_LAUNCH
+#undef EXL_GEMV_LAUNCH_IO
   return cudaGetLastError();
 }
 

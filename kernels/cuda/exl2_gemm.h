@@ -94,6 +94,25 @@ struct Exl2RopeKv {
   const int32_t* slots = nullptr;
 };
 
+// Hand-off between a gemv (or attention) and the gemv that reads its output next, so that the
+// reader's blocks need neither the act-order permutation lookup nor a pass over all of x for the
+// norm. Producer side: the block that finishes a column tile also stores each final value y[r][n]
+// at out_perm[r][inv_perm[n]] (inv_perm: the reader's act-order position of input n; one out_perm
+// per job) and, with ssq_out, job 0's tile sum of squares of y (in double) at
+// ssq_out[r · tiles + tile]. Reader side (x_in_order, at most 2 rows): x and x_up hold the inputs
+// in act-order (rows of K), a norm's weights come permuted likewise and need ssq: the norm factor
+// of row r is formed from ssq[r · ssq_parts ...] (fixed order) instead of every block reading x.
+// The results are those of the permutation gather, bit for bit, except where the two double sums
+// of squares round to different floats.
+struct Exl2GemvHandoff {
+  bool x_in_order = false;
+  const double* ssq = nullptr;
+  int ssq_parts = 0;
+  const int32_t* inv_perm = nullptr;
+  float* out_perm[k_exl2_gemv_max_jobs] = {};
+  double* ssq_out = nullptr;
+};
+
 // x_up non-null: the jobs' input is silu(x) ⊙ x_up (same shape as x), formed while gathering.
 // norm_w non-null (x_up null): the input is rms_norm(x) ⊙ norm_w (norm_w [K]), every block
 // reducing its rows of x itself, as the rms_norm kernel does (double sums, the same rounding).
@@ -106,6 +125,7 @@ struct Exl2GemvSet {
   float norm_eps = 0.0f;
   bool residual = false;
   Exl2RopeKv rope;  // not with residual
+  Exl2GemvHandoff io;
 };
 int exl2_gemv_tiles(int N);
 

@@ -8,6 +8,15 @@
 namespace exl::cuda {
 namespace {
 
+// Stores output element d of query row orow, and its copy in AttnArgs::out_perm.
+__device__ __forceinline__ void store_out(const AttnArgs& a, int64_t orow, int d, int D, float v) {
+  a.out[orow * D + d] = v;
+  if (a.out_perm) {
+    const int64_t t = orow / a.n_heads;
+    a.out_perm[t * a.n_heads * D + a.out_inv_perm[(orow - t * a.n_heads) * D + d]] = v;
+  }
+}
+
 constexpr int k_warps = 4;
 constexpr int k_rows_per_warp = k_attn_rows / k_warps;
 constexpr float k_neg_inf = -__builtin_huge_valf();
@@ -297,6 +306,14 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   const int qi = threadIdx.x;  // q is stored after the K/V loads are issued, not before
   float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (qi < group * (k_dec_D / 4)) qv = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
+  // The output copy's positions (the first two of this thread's outputs), read now, not at the end.
+  int out_at[2] = {0, 0};
+  if (a.out_perm && a.direct)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int i = threadIdx.x + u * k_dec_threads;
+      if (i < group * k_dec_D) out_at[u] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + i);
+    }
   // The partition's K and V page bases into shared memory; positions map to pages by shifts when
   // the page size is a power of two (integer division costs dozens of instructions per position).
   __shared__ const uint8_t* base_s[2][P + 1];
@@ -407,14 +424,22 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     *reinterpret_cast<float4*>(red + (warp * G + h) * k_dec_D + lane * 4) =
         make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
   __syncthreads();
-  for (int i = threadIdx.x; i < group * k_dec_D; i += k_dec_threads) {
+  for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += k_dec_threads, ++u) {
     const int h = i / k_dec_D, d = i % k_dec_D;
     float o = 0.0f;
 #pragma unroll
     for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
     const int64_t orow = qrow + h;
     if (a.direct) {
-      a.out[orow * k_dec_D + d] = o / Ms[8 + h];
+      const float v = o / Ms[8 + h];
+      a.out[orow * k_dec_D + d] = v;
+      if (a.out_perm) {
+        const int64_t t = orow / a.n_heads;
+        a.out_perm[t * a.n_heads * k_dec_D +
+                   (u == 0   ? out_at[0]
+                    : u == 1 ? out_at[1]
+                             : a.out_inv_perm[(orow - t * a.n_heads) * k_dec_D + d])] = v;
+      }
     } else {
       const int64_t pidx = orow * a.max_parts + part;
       a.part_acc[pidx * k_dec_D + d] = o;
@@ -470,7 +495,7 @@ __global__ void attention_combine_kernel(AttnArgs a, const int32_t* __restrict__
     float o = 0.0f;
     for (int p = p0; p <= p1; ++p)
       if (a.part_sum[base + p] > 0.0f) o += a.part_acc[(base + p) * D + d] * expf(a.part_max[base + p] - mx);
-    a.out[orow * D + d] = o * inv;
+    store_out(a, orow, d, D, o * inv);
   }
 }
 

@@ -67,6 +67,11 @@ struct AttnArgs {
   float* part_sum = nullptr;
   float* part_acc = nullptr;
   int max_parts = 1;
+  // attention_decode and attention_combine: each token's output vector (n_heads·D) is also stored
+  // permuted into out_perm, element e at out_inv_perm[e] (the act-order of the gemv that reads it:
+  // Exl2GemvHandoff). Null: no copy.
+  float* out_perm = nullptr;
+  const int32_t* out_inv_perm = nullptr;
 };
 
 // Shared memory bytes one attention block needs for head_dim D.

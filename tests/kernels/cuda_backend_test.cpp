@@ -252,6 +252,64 @@ TEST_F(CudaBackendTest, NormAndResidualFusionsMatchTheSeparateOps) {
   }
 }
 
+TEST_F(CudaBackendTest, DecodeStepHandoffsMatchCpu) {
+  // Inside decode steps each op hands its output to the gemv that reads it next in that gemv's
+  // act-order (cuda/handoff.h): o projection → gate/up (with the sums of squares the norm needs),
+  // gate/up → down, down → q. Pairs learned in the first step are used from the second: every
+  // step matches the CPU's separate ops, and the later steps read three hand-offs each. Mixed
+  // widths in both the streamed and the group-walk layout; biases on the producers.
+  const int64_t H = 512, I = 384;
+  auto o = test::random_exl2(H, H, {{4, 256}, {6, 256}}, 2000, true);
+  auto gate = test::random_exl2(H, I, {{4, 256}, {5, 256}}, 2001);
+  auto up = test::random_exl2(H, I, {{4, 256}, {5, 256}}, 2002);
+  up.m.perm = gate.m.perm;  // gate and up share their act-order, as a converted model's do
+  auto down = test::random_exl2(I, H, {{3, 96}, {4, 288}}, 2003, true);
+  auto q = test::random_exl2(H, 256, {{8, 128}, {2, 384}}, 2004);
+  auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
+       pd = gpu().prepare_linear(down.m), pq = gpu().prepare_linear(q.m);
+  uint32_t seed = 2100;
+  for (int64_t rows : {1, 2}) {
+    SCOPED_TRACE("rows=" + std::to_string(rows));
+    const auto x0 = test::random_floats(size_t(rows * H), seed++, 2.0f), a = test::random_floats(x0.size(), seed++);
+    const auto nw1 = test::random_floats(size_t(H), seed++), nw2 = test::random_floats(size_t(H), seed++);
+    std::vector<float> x = x0, t(x0.size()), xn(x0.size()), g(size_t(rows * I)), u(g.size()), act(g.size()),
+                       yq(size_t(rows * 256));
+    cpu::linear_exl2(tp_, o.m, a.data(), t.data(), rows);
+    cpu::add(x.data(), t.data(), int64_t(x.size()));
+    cpu::rms_norm(tp_, x.data(), nw1.data(), xn.data(), rows, H, 1e-5f);
+    cpu::linear_exl2(tp_, gate.m, xn.data(), g.data(), rows);
+    cpu::linear_exl2(tp_, up.m, xn.data(), u.data(), rows);
+    cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
+    cpu::linear_exl2(tp_, down.m, act.data(), t.data(), rows);
+    cpu::add(x.data(), t.data(), int64_t(x.size()));
+    cpu::rms_norm(tp_, x.data(), nw2.data(), xn.data(), rows, H, 1e-5f);
+    cpu::linear_exl2(tp_, q.m, xn.data(), yq.data(), rows);
+
+    Buffer dx = gpu().alloc(x0.size() * 4), da = to_gpu(a), dn1 = to_gpu(nw1), dn2 = to_gpu(nw2),
+           dxn = gpu().alloc(x0.size() * 4), dt = gpu().alloc(x0.size() * 4), dg = gpu().alloc(g.size() * 4),
+           du = gpu().alloc(g.size() * 4), dq = gpu().alloc(yq.size() * 4);
+    const PreparedLinear* gu[2] = {pg.get(), pu.get()};
+    const PreparedLinear* qs[1] = {pq.get()};
+    float* gu_out[2] = {dg.f32(), du.f32()};
+    float* q_out[1] = {dq.f32()};
+    const int64_t before = cuda_step_stats(gpu()).handoffs;
+    for (int step = 0; step < 4; ++step) {
+      gpu().upload(dx.data(), x0.data(), x0.size() * 4);
+      do {
+        gpu().begin_step();
+        gpu().linear_residual(*po, da.f32(), dx.f32(), dt.f32(), rows, false);
+        gpu().rms_norm_linears(gu, dx.f32(), dn1.f32(), dxn.f32(), gu_out, rows, H, 1e-5f, false);
+        gpu().swiglu_linear_residual(*pd, dg.f32(), du.f32(), dx.f32(), dt.f32(), rows, I, false);
+        gpu().rms_norm_linears(qs, dx.f32(), dn2.f32(), dxn.f32(), q_out, rows, H, 1e-5f, false);
+      } while (!gpu().end_step());
+      EXPECT_LT(rel_err(from_gpu(dx, x.size()), x), k_tol_f32) << "step " << step;
+      EXPECT_LT(rel_err(from_gpu(dq, yq.size()), yq), k_tol_f32) << "step " << step;
+    }
+    // Steps 2..4 read three hand-offs each (a step recorded and then captured reads them twice).
+    EXPECT_GE(cuda_step_stats(gpu()).handoffs - before, 9);
+  }
+}
+
 TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
   // Independent of the CPU kernel: the element-wise double reference of random_weights.h.
   auto w = test::random_exl2(384, 100, {{8, 32}, {5, 96}, {3, 128}, {2, 128}}, 77, true);

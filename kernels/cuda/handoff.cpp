@@ -1,0 +1,110 @@
+#include "kernels/cuda/handoff.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace exl::cuda {
+
+namespace {
+
+constexpr Scratch k_areas[3] = {Scratch::handoff_a, Scratch::handoff_b, Scratch::handoff_c};
+
+uint32_t bit(Scratch s) { return 1u << (int(s) - int(Scratch::handoff_a)); }
+
+}  // namespace
+
+Handoff::Handoff(CudaContext& ctx) : ctx_(ctx) {
+  const char* e = std::getenv("EXL_CUDA_HANDOFF");
+  enabled_ = !(e && std::string(e) == "0");
+}
+
+void Handoff::begin_step() {
+  last_ = {};
+  reading_ = 0;
+  for (const auto& [key, r] : learned_) readers_[key] = r;
+  learned_.clear();
+  for (const auto& [w, r] : norms_wanted_) {
+    const auto key = std::make_pair(w, r.inv_perm);
+    if (norm_perm_.count(key)) continue;
+    const std::vector<int32_t>& perm = *r.perm;
+    std::vector<float> h(perm.size()), p(perm.size());
+    ctx_.sync();
+    EXL_CUDA_CHECK(cudaMemcpy(h.data(), w, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t j = 0; j < perm.size(); ++j) p[j] = h[size_t(perm[j])];
+    norm_perm_[key] = ctx_.upload_new(p);
+  }
+  norms_wanted_.clear();
+}
+
+Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x, const float* up,
+                          const float* norm_w, int64_t rows) {
+  const Last prev = std::exchange(last_, {});
+  reading_ = 0;
+  In in;
+  if (prev.key == 0 || prev.x != x || prev.up != up || prev.rows != rows || set.empty()) return in;
+  const HandoffPerm hp = handoff_perm(set, rows);
+  if (!hp.inv_perm || set[0]->in_features != prev.n) return in;
+  const Reader want{hp.inv_perm, hp.perm, prev.n, norm_w != nullptr};
+  const auto known = readers_.find(prev.key);
+  if (known == readers_.end() || known->second.inv_perm != want.inv_perm || known->second.ssq != want.ssq)
+    learned_[prev.key] = want;
+  const float* nw = nullptr;
+  if (norm_w) {
+    const auto it = norm_perm_.find({norm_w, hp.inv_perm});
+    if (it == norm_perm_.end()) {
+      norms_wanted_.emplace_back(norm_w, want);
+      return in;
+    }
+    nw = it->second.f32();
+  }
+  if (prev.out.inv_perm != hp.inv_perm || (norm_w && !prev.out.ssq)) return in;
+  in.ok = true;
+  ++reads_;
+  in.x = prev.out.x;
+  in.up = prev.out.up;
+  in.norm_w = nw;
+  in.io.x_in_order = true;
+  if (norm_w) {
+    in.io.ssq = prev.out.ssq;
+    in.io.ssq_parts = int((prev.n + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block);
+  }
+  reading_ = bit(prev.area_x) | (up ? bit(prev.area_up) : 0u);
+  return in;
+}
+
+Handoff::Out Handoff::produce(uint64_t key, const float* x, const float* up, int64_t n, int64_t rows, bool able) {
+  Last l;
+  l.key = key;
+  l.x = x;
+  l.up = up;
+  l.n = n;
+  l.rows = rows;
+  const auto it = readers_.find(key);
+  Scratch free[3];
+  size_t n_free = 0;
+  for (Scratch a : k_areas)
+    if (!(reading_ & bit(a))) free[n_free++] = a;
+  if (enabled_ && able && rows <= k_handoff_max_rows && it != readers_.end() && it->second.n == n && n_free >= (up ? 2u : 1u)) {
+    const size_t bytes = size_t(rows * n) * sizeof(float);
+    l.area_x = free[0];
+    l.out.inv_perm = it->second.inv_perm;
+    l.out.x = static_cast<float*>(ctx_.scratch(l.area_x, bytes));
+    if (up) {
+      l.area_up = free[1];
+      l.out.up = static_cast<float*>(ctx_.scratch(l.area_up, bytes));
+    }
+    if (it->second.ssq) {
+      const int64_t tiles = (n + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block;
+      l.out.ssq = static_cast<double*>(ctx_.scratch(Scratch::handoff_ssq, size_t(rows * tiles) * sizeof(double)));
+    }
+  }
+  last_ = l;
+  reading_ = 0;
+  return l.out;
+}
+
+}  // namespace exl::cuda

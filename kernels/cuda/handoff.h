@@ -1,0 +1,87 @@
+// Producer → reader hand-off between consecutive ops of a decode step (Exl2GemvHandoff,
+// AttnArgs::out_perm): the op that writes a gemv's input (attention → o projection, o projection
+// → gate/up, gate/up → down, down → the next layer's q/k/v) also writes it in that gemv's
+// act-order, and a residual producer the tile sums of squares the reader's norm needs, so the
+// reader's blocks neither look up the permutation nor read all of x. Pairs are learned from the
+// ops of one step (a reader whose input the previous op wrote) and take effect from the next
+// step (decode steps repeat their ops); until then, and whenever the previous op is not the
+// learned producer with the same buffers, the reader gathers through its permutation as before.
+// EXL_CUDA_HANDOFF=0 turns it off (for comparisons). Host code; owned and used by the CUDA
+// backend's thread.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_linear.h"
+
+namespace exl::cuda {
+
+class Handoff {
+ public:
+  explicit Handoff(CudaContext& ctx);
+
+  // What a reader op gets from the previous op: pointers to read instead of its own (x and x_up
+  // in act-order, permuted norm weights) and the launch's reader-side hand-off fields.
+  struct In {
+    bool ok = false;
+    const float* x = nullptr;
+    const float* up = nullptr;
+    const float* norm_w = nullptr;
+    Exl2GemvHandoff io;
+  };
+  // What a producer op writes besides its outputs (null inv_perm: nothing).
+  struct Out {
+    const int32_t* inv_perm = nullptr;
+    float* x = nullptr;
+    float* up = nullptr;
+    double* ssq = nullptr;
+  };
+
+  // Start of a step: pairs learned during the last step take effect (norm weights permuted for
+  // them, which allocates and waits for the device); no op's output is pending.
+  void begin_step();
+  // Reader: `set` reads x (and x_up) at `rows`, normalized with norm_w when non-null. Consumes
+  // the previous op's output.
+  In read(std::span<const CudaLinear* const> set, const float* x, const float* up, const float* norm_w,
+          int64_t rows);
+  // Producer: op `key` (a linear set's first matrix, or an attention layer's key) writes x (and
+  // up) of n values per row; `able`: it can write the copies (an EXL2 gemv or decode attention).
+  Out produce(uint64_t key, const float* x, const float* up, int64_t n, int64_t rows, bool able);
+  // Any other op: nothing is handed on.
+  void other() { last_ = {}; }
+  // Reader ops so far that read a hand-off (ops recorded for a step graph included).
+  int64_t reads() const { return reads_; }
+  // The key of attention layer `layer` (no linear's address is this small).
+  static uint64_t attention_key(int layer) { return uint64_t(layer) + 1; }
+
+ private:
+  struct Reader {
+    const int32_t* inv_perm = nullptr;
+    const std::vector<int32_t>* perm = nullptr;
+    int64_t n = 0;
+    bool ssq = false;
+  };
+  struct Last {
+    uint64_t key = 0;
+    const float* x = nullptr;
+    const float* up = nullptr;
+    int64_t n = 0, rows = 0;
+    Out out;
+    Scratch area_x{}, area_up{};
+  };
+
+  CudaContext& ctx_;
+  bool enabled_ = true;
+  std::map<uint64_t, Reader> readers_, learned_;
+  std::map<std::pair<const float*, const int32_t*>, Buffer> norm_perm_;
+  std::vector<std::pair<const float*, Reader>> norms_wanted_;
+  Last last_;
+  uint32_t reading_ = 0;  // scratch areas the current op reads (bit per area)
+  int64_t reads_ = 0;
+};
+
+}  // namespace exl::cuda
