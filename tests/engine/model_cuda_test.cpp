@@ -75,6 +75,12 @@ TEST_P(CudaModels, GpuMatchesCpuInEveryModeAndCacheFormat) {
       EXPECT_LT(e, 1e-2) << to_string(fmt) << " chunk " << chunk << " prefix " << prefix;
       EXPECT_GE(agr, 0.98) << to_string(fmt) << " chunk " << chunk << " prefix " << prefix;
     }
+  // The decode steps (chunk 1) of the EXL2 models ran with act-order hand-offs between ops
+  // (cuda/handoff.h); dense models have no permutation to hand off.
+  const int64_t handoffs = cuda_step_stats(*gpu).handoffs;
+  std::cout << GetParam() << ": " << handoffs << " hand-offs\n";
+  if (GetParam().find("exl2") != std::string::npos) EXPECT_GT(handoffs, 0);
+  else EXPECT_EQ(handoffs, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(ExlRef, CudaModels,
