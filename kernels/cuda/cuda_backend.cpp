@@ -519,7 +519,7 @@ class CudaBackend final : public Backend {
   }()};
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
-  static uint64_t key_of(const void* p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
+  static cuda::Handoff::Key key_of(const void* linear) { return {linear, -1}; }
   // What a step graph's launches depend on in a hand-off.
   void note_handoff(const cuda::Handoff::In& in, const cuda::Handoff::Out& out) {
     steps_.note(in.ok, in.x, in.up, in.norm_w, in.io.ssq, out.inv_perm, out.x, out.up, out.ssq);
@@ -635,8 +635,8 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     a.part_sum = base + n_part_rows;
     a.part_acc = base + 2 * n_part_rows;
   }
-  const cuda::Handoff::Out hout = handoff_.produce(cuda::Handoff::attention_key(layer), out, nullptr,
-                                                   int64_t(n_heads) * L.head_dim, plan.n_tokens, plan.decode);
+  const cuda::Handoff::Out hout = handoff_.produce({&pool, layer}, out, nullptr, int64_t(n_heads) * L.head_dim,
+                                                   plan.n_tokens, plan.decode);
   a.out_perm = hout.x;
   a.out_inv_perm = hout.inv_perm;
   note_handoff({}, hout);

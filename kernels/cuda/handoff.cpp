@@ -45,7 +45,7 @@ Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x
   const Last prev = std::exchange(last_, {});
   reading_ = 0;
   In in;
-  if (prev.key == 0 || prev.x != x || prev.up != up || prev.rows != rows || set.empty()) return in;
+  if (!prev.key.first || prev.x != x || prev.up != up || prev.rows != rows || set.empty()) return in;
   const HandoffPerm hp = handoff_perm(set, rows);
   if (!hp.inv_perm || set[0]->in_features != prev.n) return in;
   const Reader want{hp.inv_perm, hp.perm, prev.n, norm_w != nullptr};
@@ -76,7 +76,7 @@ Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x
   return in;
 }
 
-Handoff::Out Handoff::produce(uint64_t key, const float* x, const float* up, int64_t n, int64_t rows, bool able) {
+Handoff::Out Handoff::produce(Key key, const float* x, const float* up, int64_t n, int64_t rows, bool able) {
   Last l;
   l.key = key;
   l.x = x;

@@ -48,15 +48,15 @@ class Handoff {
   // the previous op's output.
   In read(std::span<const CudaLinear* const> set, const float* x, const float* up, const float* norm_w,
           int64_t rows);
-  // Producer: op `key` (a linear set's first matrix, or an attention layer's key) writes x (and
-  // up) of n values per row; `able`: it can write the copies (an EXL2 gemv or decode attention).
-  Out produce(uint64_t key, const float* x, const float* up, int64_t n, int64_t rows, bool able);
+  // Which op produces: a linear set (its first matrix, layer −1) or a KV pool's attention layer.
+  using Key = std::pair<const void*, int>;
+  // Producer: op `key` writes x (and up) of n values per row; `able`: it can write the copies (an
+  // EXL2 gemv or decode attention).
+  Out produce(Key key, const float* x, const float* up, int64_t n, int64_t rows, bool able);
   // Any other op: nothing is handed on.
   void other() { last_ = {}; }
   // Reader ops so far that read a hand-off (ops recorded for a step graph included).
   int64_t reads() const { return reads_; }
-  // The key of attention layer `layer` (no linear's address is this small).
-  static uint64_t attention_key(int layer) { return uint64_t(layer) + 1; }
 
  private:
   struct Reader {
@@ -66,7 +66,7 @@ class Handoff {
     bool ssq = false;
   };
   struct Last {
-    uint64_t key = 0;
+    Key key{nullptr, 0};
     const float* x = nullptr;
     const float* up = nullptr;
     int64_t n = 0, rows = 0;
@@ -76,7 +76,7 @@ class Handoff {
 
   CudaContext& ctx_;
   bool enabled_ = true;
-  std::map<uint64_t, Reader> readers_, learned_;
+  std::map<Key, Reader> readers_, learned_;
   std::map<std::pair<const float*, const int32_t*>, Buffer> norm_perm_;
   std::vector<std::pair<const float*, Reader>> norms_wanted_;
   Last last_;
