@@ -405,7 +405,7 @@ bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows) {
 }
 
 HandoffPerm handoff_perm(std::span<const CudaLinear* const> set, int64_t rows) {
-  if (set.empty() || rows < 1 || rows > k_handoff_max_rows) return {};
+  if (set.empty() || rows < 1 || rows > k_handoff_max_rows || set[0]->in_features % 4 != 0) return {};
   const auto* first = dynamic_cast<const Exl2Linear*>(set[0]);
   if (!first) return {};
   for (const auto* l : set) {

@@ -73,7 +73,7 @@ void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls,
                         float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope = nullptr,
                         const Exl2GemvHandoff* io = nullptr);
 // A gemv set that can read its input in act-order (Exl2GemvHandoff): EXL2 matrices that share one
-// permutation, at up to k_handoff_max_rows rows (the 1- and 2-row gemv blocks: the 4-row block
+// permutation, of a K divisible by 4 (16-byte rows), at up to k_handoff_max_rows rows (the 1- and 2-row gemv blocks: the 4-row block
 // has no registers to spare for it). Returns that permutation (host copy: permuted row j holds
 // input perm[j]) and its inverse on the device, or nulls.
 inline constexpr int64_t k_handoff_max_rows = 2;

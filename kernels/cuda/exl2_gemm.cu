@@ -474,34 +474,43 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     // x (and x_up, the norm weights) already in act-order (Exl2GemvHandoff): every load of the
     // block's slice is issued at once, beside the norm's partial sums; no weight requests go
     // first (they only delay this one round trip: BENCHMARKS.md).
-    float xv[k_perm_regs][MB], aux[k_perm_regs][MB];
-#pragma unroll
-    for (int c = 0; c < k_perm_regs; ++c) {
-      const int j = threadIdx.x + c * k_exl2_gemv_threads;
-#pragma unroll
-      for (int m = 0; m < MB; ++m) {
-        xv[c][m] = aux[c][m] = 0.0f;
-        if (j < kc && m < mc) {
-          const size_t at = size_t(m0 + m) * w.K + k0 + j;
-          xv[c][m] = x[at];
-          if (set.x_up) aux[c][m] = set.x_up[at];
-          else if (set.norm_w && m == 0) aux[c][0] = set.norm_w[k0 + j];
-        }
-      }
-    }
-    if (set.norm_w) rows_inv_rms_parts<MB>(set.io.ssq, set.io.ssq_parts, w.K, m0, mc, set.norm_eps, inv_rms);
     const auto form = [&](float v, float a, int m) {
       return set.x_up ? v / (1.0f + expf(-v)) * a : set.norm_w ? a * (v * inv_rms[m]) : v;
     };
+    // Four consecutive inputs per thread and load (rows and arrays 16-byte aligned: exl2_gemv_set).
+    {
+      constexpr int kV = k_perm_regs / 4;
+      float4 xv[kV][MB], av[kV][MB];
 #pragma unroll
-    for (int c = 0; c < k_perm_regs; ++c) {
-      const int j = threadIdx.x + c * k_exl2_gemv_threads;
-      if (j < kc)
+      for (int c = 0; c < kV; ++c) {
+        const int j = 4 * (threadIdx.x + c * k_exl2_gemv_threads);
 #pragma unroll
-        for (int m = 0; m < MB; ++m)
-          xs[m * k_slice + j] = m < mc ? form(xv[c][m], set.x_up ? aux[c][m] : aux[c][0], m) : 0.0f;
+        for (int m = 0; m < MB; ++m) {
+          xv[c][m] = av[c][m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (j < kc && m < mc) {
+            const size_t at = size_t(m0 + m) * w.K + k0 + j;
+            xv[c][m] = *reinterpret_cast<const float4*>(x + at);
+            if (set.x_up) av[c][m] = *reinterpret_cast<const float4*>(set.x_up + at);
+            else if (set.norm_w && m == 0) av[c][0] = *reinterpret_cast<const float4*>(set.norm_w + k0 + j);
+          }
+        }
+      }
+      if (set.norm_w) rows_inv_rms_parts<MB>(set.io.ssq, set.io.ssq_parts, w.K, m0, mc, set.norm_eps, inv_rms);
+#pragma unroll
+      for (int c = 0; c < kV; ++c) {
+        const int j = 4 * (threadIdx.x + c * k_exl2_gemv_threads);
+        if (j < kc)
+#pragma unroll
+          for (int m = 0; m < MB; ++m) {
+            const float4 v = xv[c][m], a = set.x_up ? av[c][m] : av[c][0];
+            *reinterpret_cast<float4*>(xs + m * k_slice + j) =
+                m < mc ? make_float4(form(v.x, a.x, m), form(v.y, a.y, m), form(v.z, a.z, m), form(v.w, a.w, m))
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
+      }
     }
-    for (int j = threadIdx.x + k_perm_regs * k_exl2_gemv_threads; j < kc; j += k_exl2_gemv_threads)
+    constexpr int done = k_perm_regs * k_exl2_gemv_threads;
+    for (int j = done + threadIdx.x; j < kc; j += k_exl2_gemv_threads)
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
         float v = 0.0f;
@@ -752,7 +761,10 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
   bool streamed = !g_walk_only && k_slice % 32 == 0;
   for (int j = 0; j < set.n_jobs; ++j) streamed = streamed && set.jobs[j].w.n_segs > 0;
   const bool in_order = set.io.x_in_order;
-  if ((in_order && set.norm_w && !set.io.ssq) || ((in_order || set.io.inv_perm) && mb > k_handoff_mb))
+  const uintptr_t in_bits = reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(set.x_up) |
+                           reinterpret_cast<uintptr_t>(set.norm_w);
+  if ((in_order && ((set.norm_w && !set.io.ssq) || (in_bits & 15) != 0 || (set.jobs[0].w.K & 3) != 0)) ||
+      ((in_order || set.io.inv_perm) && mb > k_handoff_mb))
     return cudaErrorInvalidValue;
 #define EXL_GEMV_LAUNCH_IO(M, IO)                                                                           \
   (streamed ? exl2_gemv_kernel<M, true, IO><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters) \

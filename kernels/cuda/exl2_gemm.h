@@ -99,8 +99,9 @@ struct Exl2RopeKv {
 // norm. Producer side: the block that finishes a column tile also stores each final value y[r][n]
 // at out_perm[r][inv_perm[n]] (inv_perm: the reader's act-order position of input n; one out_perm
 // per job) and, with ssq_out, job 0's tile sum of squares of y (in double) at
-// ssq_out[r · tiles + tile]. Reader side (x_in_order, at most 2 rows): x and x_up hold the inputs
-// in act-order (rows of K), a norm's weights come permuted likewise and need ssq: the norm factor
+// ssq_out[r · tiles + tile]. Reader side (x_in_order, at most 2 rows, K divisible by 4, x, x_up and
+// norm_w 16-byte aligned): x and x_up hold the inputs in act-order (rows of K), a norm's weights
+// come permuted likewise and need ssq: the norm factor
 // of row r is formed from ssq[r · ssq_parts ...] (fixed order) instead of every block reading x.
 // The results are those of the permutation gather, bit for bit, except where the two double sums
 // of squares round to different floats.
