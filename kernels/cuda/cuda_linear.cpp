@@ -128,7 +128,7 @@ class Exl2Linear final : public CudaLinear {
                 K - 1, " (entry ", j, " = ", p, ")");
       inv[size_t(p)] = int32_t(j);
     }
-    inv_perm_ = ctx.upload_new(inv);
+    inv_perm_ = std::make_shared<const Buffer>(ctx.upload_new(inv));
     bias_ = upload_bias(ctx, m.bias);
     weight_bytes = q_weight_.bytes() + q_scale_.bytes();
     view_.q_weight = static_cast<const uint32_t*>(q_weight_.data());
@@ -147,8 +147,8 @@ class Exl2Linear final : public CudaLinear {
 
   const Exl2DeviceView& view() const { return view_; }
   // Equal permutations are one object (intern_perm), so sharing one is a pointer comparison.
-  const std::vector<int32_t>* perm_host() const { return perm_host_.get(); }
-  const int32_t* inv_perm() const { return static_cast<const int32_t*>(inv_perm_.data()); }
+  const std::shared_ptr<const std::vector<int32_t>>& perm_host() const { return perm_host_; }
+  const std::shared_ptr<const Buffer>& inv_perm() const { return inv_perm_; }
 
   bool fuses(int64_t rows) const override { return rows <= k_quant_gemv_max_rows; }
   void run_fused(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual,
@@ -182,8 +182,9 @@ class Exl2Linear final : public CudaLinear {
     gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr});
   }
 
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, inv_perm_;
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_;
   std::shared_ptr<const std::vector<int32_t>> perm_host_;
+  std::shared_ptr<const Buffer> inv_perm_;  // shared with the hand-offs that name it (handoff.h)
   Exl2DeviceView view_;
 };
 
@@ -412,7 +413,7 @@ HandoffPerm handoff_perm(std::span<const CudaLinear* const> set, int64_t rows) {
     const auto* e = dynamic_cast<const Exl2Linear*>(l);
     if (!e || e->perm_host() != first->perm_host()) return {};
   }
-  return {first->perm_host(), first->inv_perm()};
+  return {first->perm_host(), first->inv_perm(), static_cast<const int32_t*>(first->inv_perm()->data())};
 }
 
 void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,

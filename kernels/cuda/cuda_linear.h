@@ -78,7 +78,8 @@ void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls,
 // input perm[j]) and its inverse on the device, or nulls.
 inline constexpr int64_t k_handoff_max_rows = 2;
 struct HandoffPerm {
-  const std::vector<int32_t>* perm = nullptr;
+  std::shared_ptr<const std::vector<int32_t>> perm;
+  std::shared_ptr<const Buffer> inv;  // owns inv_perm
   const int32_t* inv_perm = nullptr;
 };
 HandoffPerm handoff_perm(std::span<const CudaLinear* const> set, int64_t rows);

@@ -28,14 +28,14 @@ void Handoff::begin_step() {
   for (const auto& [key, r] : learned_) readers_[key] = r;
   learned_.clear();
   for (const auto& [w, r] : norms_wanted_) {
-    const auto key = std::make_pair(w, r.inv_perm);
+    const auto key = std::make_pair(w, r.perm.inv_perm);
     if (norm_perm_.count(key)) continue;
-    const std::vector<int32_t>& perm = *r.perm;
+    const std::vector<int32_t>& perm = *r.perm.perm;
     std::vector<float> h(perm.size()), p(perm.size());
     ctx_.sync();
     EXL_CUDA_CHECK(cudaMemcpy(h.data(), w, h.size() * sizeof(float), cudaMemcpyDeviceToHost));
     for (size_t j = 0; j < perm.size(); ++j) p[j] = h[size_t(perm[j])];
-    norm_perm_[key] = ctx_.upload_new(p);
+    norm_perm_[key] = {ctx_.upload_new(p), r.perm.inv};
   }
   norms_wanted_.clear();
 }
@@ -48,9 +48,9 @@ Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x
   if (!prev.key.first || prev.x != x || prev.up != up || prev.rows != rows || set.empty()) return in;
   const HandoffPerm hp = handoff_perm(set, rows);
   if (!hp.inv_perm || set[0]->in_features != prev.n) return in;
-  const Reader want{hp.inv_perm, hp.perm, prev.n, norm_w != nullptr};
+  const Reader want{hp, prev.n, norm_w != nullptr};
   const auto known = readers_.find(prev.key);
-  if (known == readers_.end() || known->second.inv_perm != want.inv_perm || known->second.ssq != want.ssq)
+  if (known == readers_.end() || known->second.perm.inv_perm != hp.inv_perm || known->second.ssq != want.ssq)
     learned_[prev.key] = want;
   const float* nw = nullptr;
   if (norm_w) {
@@ -59,7 +59,7 @@ Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x
       norms_wanted_.emplace_back(norm_w, want);
       return in;
     }
-    nw = it->second.f32();
+    nw = it->second.w.f32();
   }
   if (prev.out.inv_perm != hp.inv_perm || (norm_w && !prev.out.ssq)) return in;
   in.ok = true;
@@ -91,7 +91,7 @@ Handoff::Out Handoff::produce(Key key, const float* x, const float* up, int64_t 
   if (enabled_ && able && rows <= k_handoff_max_rows && it != readers_.end() && it->second.n == n && n_free >= (up ? 2u : 1u)) {
     const size_t bytes = size_t(rows * n) * sizeof(float);
     l.area_x = free[0];
-    l.out.inv_perm = it->second.inv_perm;
+    l.out.inv_perm = it->second.perm.inv_perm;
     l.out.x = static_cast<float*>(ctx_.scratch(l.area_x, bytes));
     if (up) {
       l.area_up = free[1];

@@ -59,11 +59,17 @@ class Handoff {
   int64_t reads() const { return reads_; }
 
  private:
+  // A learned reader. It holds its permutation's host and device copies, so that a key reused
+  // by a later object never leads a producer to a freed inverse permutation (a stale pair only
+  // makes the reader fall back and learn again).
   struct Reader {
-    const int32_t* inv_perm = nullptr;
-    const std::vector<int32_t>* perm = nullptr;
+    HandoffPerm perm;
     int64_t n = 0;
     bool ssq = false;
+  };
+  struct NormPerm {
+    Buffer w;
+    std::shared_ptr<const Buffer> inv;  // keeps the key's inverse permutation from being reused
   };
   struct Last {
     Key key{nullptr, 0};
@@ -77,7 +83,7 @@ class Handoff {
   CudaContext& ctx_;
   bool enabled_ = true;
   std::map<Key, Reader> readers_, learned_;
-  std::map<std::pair<const float*, const int32_t*>, Buffer> norm_perm_;
+  std::map<std::pair<const float*, const int32_t*>, NormPerm> norm_perm_;
   std::vector<std::pair<const float*, Reader>> norms_wanted_;
   Last last_;
   uint32_t reading_ = 0;  // scratch areas the current op reads (bit per area)
