@@ -314,10 +314,6 @@ __device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc,
 
 constexpr int k_handoff_mb = 2;  // gemv blocks of up to this many rows read and write hand-offs
 
-__device__ __forceinline__ int exl2_gemv_tiles_dev(int N) {
-  return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block;
-}
-
 // inv[m] as rows_inv_rms computes it, from the rows' sums of squares in `parts` partial sums
 // (Exl2GemvHandoff::ssq): a warp per row, added in a fixed order.
 template <int MB>
@@ -645,7 +641,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   }
   if (MB <= k_handoff_mb && !split && set.io.ssq_out && job == 0) {
     __syncthreads();
-    handoff_ssq<MB>(set.io, sq, m0, mc, exl2_gemv_tiles_dev(set.jobs[0].w.N), bx);
+    handoff_ssq<MB>(set.io, sq, m0, mc, exl2_gemv_tiles(set.jobs[0].w.N), bx);
   }
   const int nb = bx * k_exl2_gemv_cols_per_block;
   if (split) {
@@ -665,7 +661,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     }
     __syncthreads();
     if (!last) return;
-    add_slices<MB>(w, bias, part, y, rows, m0, mc, nb, set.residual, set.io, job, exl2_gemv_tiles_dev(set.jobs[0].w.N), bx);
+    add_slices<MB>(w, bias, part, y, rows, m0, mc, nb, set.residual, set.io, job, exl2_gemv_tiles(set.jobs[0].w.N), bx);
   }
   if (set.rope.pool) {
     __syncthreads();
@@ -742,8 +738,6 @@ int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment*
   }
   return n > 0 && out[n - 1].row_start + out[n - 1].rows == K ? n : 0;
 }
-
-int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
 
 cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
                           cudaStream_t stream) {

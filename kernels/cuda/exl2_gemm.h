@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/exl2_decode.h"
 #include "kernels/cuda/gemv_shape.h"
+#include "kernels/cuda/host_device.h"
 #include "kernels/cuda/paged_attention.h"
 
 namespace exl::cuda {
@@ -128,7 +129,8 @@ struct Exl2GemvSet {
   Exl2RopeKv rope;  // not with residual
   Exl2GemvHandoff io;
 };
-int exl2_gemv_tiles(int N);
+// Column tiles of an N-column matrix in one gemv launch (kernel and host alike).
+EXL_HD int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
 
 cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
                           cudaStream_t stream);

@@ -70,7 +70,7 @@ Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x
   in.io.x_in_order = true;
   if (norm_w) {
     in.io.ssq = prev.out.ssq;
-    in.io.ssq_parts = int((prev.n + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block);
+    in.io.ssq_parts = exl2_gemv_tiles(int(prev.n));
   }
   reading_ = bit(prev.area_x) | (up ? bit(prev.area_up) : 0u);
   return in;
@@ -98,7 +98,7 @@ Handoff::Out Handoff::produce(Key key, const float* x, const float* up, int64_t 
       l.out.up = static_cast<float*>(ctx_.scratch(l.area_up, bytes));
     }
     if (it->second.ssq) {
-      const int64_t tiles = (n + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block;
+      const int64_t tiles = exl2_gemv_tiles(int(n));
       l.out.ssq = static_cast<double*>(ctx_.scratch(Scratch::handoff_ssq, size_t(rows * tiles) * sizeof(double)));
     }
   }
