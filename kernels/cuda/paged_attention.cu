@@ -1,3 +1,4 @@
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -279,7 +280,11 @@ struct KvLane<3> {
 // Every K and V load of the partition is issued before the first is used, straight into registers:
 // half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
 // w, w + 16, ... (a lane per 4 dimensions).
-template <int G, int F, int P>
+// CL > 1: the blocks are clusters of CL along z, each block P positions of one direct partition of
+// CL · P (blockIdx.z is its rank); their softmax partials meet in distributed shared memory and
+// rank r writes the r-th share of the group's outputs (no partials in global memory, no combine
+// launch).
+template <int G, int F, int P, int CL = 1>
 __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArgs a) {
   constexpr int kQkRounds = P / (2 * k_dec_warps), kPvRounds = P / k_dec_warps;
   static_assert(P % (2 * k_dec_warps) == 0, "whole rounds of positions");
@@ -298,8 +303,8 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   const int pos = sq.pos_start;
   const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
-  if (pb >= pe) return;
-  const int n = pe - pb;
+  if (CL == 1 && pb >= pe) return;
+  const int n = max(0, pe - pb);  // a cluster's empty blocks still meet the others
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
   const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
   static_assert(k_dec_G_max * k_dec_D / 4 <= k_dec_threads, "a float4 of q per thread");
@@ -308,12 +313,20 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   if (qi < group * (k_dec_D / 4)) qv = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
   // The output copy's positions (the first two of this thread's outputs), read now, not at the end.
   int out_at[2] = {0, 0};
-  if (a.out_perm && a.direct)
+  constexpr int kShare = G * k_dec_D / CL;  // outputs of the group a cluster rank writes (at most)
+  static_assert(CL == 1 || kShare <= k_dec_threads, "one output per thread");
+  const int share = group * k_dec_D / CL;
+  if (a.out_perm && a.direct) {
+    if constexpr (CL == 1) {
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int i = threadIdx.x + u * k_dec_threads;
-      if (i < group * k_dec_D) out_at[u] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + i);
+      for (int u = 0; u < 2; ++u) {
+        const int i = threadIdx.x + u * k_dec_threads;
+        if (i < group * k_dec_D) out_at[u] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + i);
+      }
+    } else if (threadIdx.x < share) {
+      out_at[0] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + part * share + threadIdx.x);
     }
+  }
   // The partition's K and V page bases into shared memory; positions map to pages by shifts when
   // the page size is a power of two (integer division costs dozens of instructions per position).
   __shared__ const uint8_t* base_s[2][P + 1];
@@ -321,7 +334,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   const int ps = L.page_size, vb = int(L.vec_bytes), sb = int(L.vec_scale_bytes);
   const bool pow2 = (ps & (ps - 1)) == 0;
   const int psh = __ffs(ps) - 1;
-  const int first_page = pb / ps, n_pages = (pe - 1) / ps - first_page + 1;
+  const int first_page = pb / ps, n_pages = n > 0 ? (pe - 1) / ps - first_page + 1 : 0;
   for (int i = threadIdx.x; i < 2 * n_pages; i += k_dec_threads) {
     const int kv = i / n_pages, pg = i - kv * n_pages;
     const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
@@ -424,6 +437,50 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     *reinterpret_cast<float4*>(red + (warp * G + h) * k_dec_D + lane * 4) =
         make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
   __syncthreads();
+  if constexpr (CL > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // clusters need sm_90; the launcher never picks this kernel below it
+#else
+    // Unnormalized sums into q's place, then each rank merges its share across the cluster.
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    for (int i = threadIdx.x; i < group * k_dec_D; i += k_dec_threads) {
+      const int h = i / k_dec_D, d = i % k_dec_D;
+      float o = 0.0f;
+#pragma unroll
+      for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
+      Qs[i] = o;
+    }
+    cluster.sync();
+    if (threadIdx.x < share) {
+      const int i = part * share + threadIdx.x, h = i / k_dec_D;
+      float mx[CL], o[CL], sum[CL];
+#pragma unroll
+      for (int r = 0; r < CL; ++r) {
+        const float* qs = cluster.map_shared_rank(Qs, r);
+        const float* ms = qs + G * k_dec_D + G * P;
+        mx[r] = ms[h], sum[r] = ms[8 + h], o[r] = qs[i];
+      }
+      float m = k_neg_inf;
+#pragma unroll
+      for (int r = 0; r < CL; ++r)
+        if (sum[r] > 0.0f) m = fmaxf(m, mx[r]);
+      float num = 0.0f, den = 0.0f;
+#pragma unroll
+      for (int r = 0; r < CL; ++r)
+        if (sum[r] > 0.0f) {
+          const float e = expf(mx[r] - m);
+          num += o[r] * e, den += sum[r] * e;
+        }
+      const float v = num / den;
+      const int64_t orow = qrow + h;
+      a.out[orow * k_dec_D + i % k_dec_D] = v;
+      if (a.out_perm) a.out_perm[(orow / a.n_heads) * a.n_heads * k_dec_D + out_at[0]] = v;
+    }
+    cluster.sync();  // no block leaves while another reads its shared memory
+    return;
+#endif
+  }
   for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += k_dec_threads, ++u) {
     const int h = i / k_dec_D, d = i % k_dec_D;
     float o = 0.0f;
@@ -459,8 +516,35 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t 
   return cudaGetLastError();
 }
 
+// A direct plan's partition as a cluster of part_size / k_attn_decode_cluster_part blocks.
+template <int G, int F, int CL>
+cudaError_t launch_attention_decode_cluster(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  constexpr int P = k_attn_decode_cluster_part;
+  constexpr size_t smem = decode_smem_bytes<G, P>();
+  const cudaError_t e = cudaFuncSetAttribute(attention_decode_kernel<G, F, P, CL>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(CL));
+  cfg.blockDim = dim3(k_dec_threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = CL;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  AttnArgs c = a;
+  c.part_size = P;  // the kernel's partition is the block's share; blockIdx.z its rank
+  return cudaLaunchKernelEx(&cfg, attention_decode_kernel<G, F, P, CL>, c);
+}
+
 template <int G, int F>
 cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  if (a.direct && a.cluster && a.max_parts == 1) {
+    if (a.part_size == 4 * k_attn_decode_cluster_part) return launch_attention_decode_cluster<G, F, 4>(a, n_seqs, stream);
+    if (a.part_size == 8 * k_attn_decode_cluster_part) return launch_attention_decode_cluster<G, F, 8>(a, n_seqs, stream);
+  }
   if (a.part_size == k_attn_decode_part_short)
     return launch_attention_decode<G, F, k_attn_decode_part_short>(a, n_seqs, stream);
   return launch_attention_decode<G, F, k_attn_decode_part>(a, n_seqs, stream);

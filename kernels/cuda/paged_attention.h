@@ -31,6 +31,10 @@ inline constexpr int k_attn_decode_part = 256;      // positions per attention_d
 inline constexpr int k_attn_decode_part_short = 128;  // the other partition size it is built for
 inline constexpr int k_attn_decode_head_dim = 128;  // the only head_dim attention_decode serves
 inline constexpr int k_attn_decode_max_group = 8;   // query heads per kv head it serves
+// With AttnArgs::cluster, a direct decode plan's partition is split over a thread block cluster
+// of part_size / this many blocks (4 or 8), which merge their softmax partials in distributed
+// shared memory: 4–8 times the multiprocessors for a short context's K/V, no combine launch.
+inline constexpr int k_attn_decode_cluster_part = 32;
 
 // The pool's geometry for one layer (byte sizes from KvLayout).
 struct KvDeviceLayout {
@@ -72,6 +76,7 @@ struct AttnArgs {
   // Exl2GemvHandoff). Null: no copy.
   float* out_perm = nullptr;
   const int32_t* out_inv_perm = nullptr;
+  bool cluster = false;  // attention_decode may split a direct partition over a cluster (sm_90)
 };
 
 // Shared memory bytes one attention block needs for head_dim D.

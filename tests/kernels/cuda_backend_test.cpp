@@ -781,6 +781,19 @@ TEST_F(CudaBackendTest, AttentionPrefillAndDecodeEveryFormat) {
     }
 }
 
+TEST_F(CudaBackendTest, AttentionDecodeShortContextsEveryGroup) {
+  // Decode rows whose whole context fits one partition (a direct plan: on sm_90 a cluster of
+  // blocks per kv head and row whose partials meet in distributed shared memory, with blocks
+  // past the context), for every group size the decode kernel serves, each cache format it reads,
+  // and windows.
+  uint32_t seed = 1700;
+  for (KvFormat fmt : {KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (auto [NH, KVH] : std::vector<std::pair<int, int>>{{4, 4}, {8, 4}, {12, 3}, {16, 4}, {16, 2}})
+      for (int window : {0, 9})
+        attention_case(gpu(), tp_, fmt, 128, NH, KVH, window, {{0, 1}, {37, 1}, {200, 1}, {255, 1}, {31, 1}}, 16,
+                       seed++);
+}
+
 TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
   uint32_t seed = 400;
   for (auto [D, NH, KVH] : std::vector<std::tuple<int, int, int>>{
