@@ -61,6 +61,8 @@ void CudaSampler::ensure(int64_t vocab, int64_t entries) {
     x_ = ctx_.alloc(n * 4), keys_ = ctx_.alloc(n * 4), keys_sorted_ = ctx_.alloc(n * 4);
     order_ = ctx_.alloc(n * 4), w_ = ctx_.alloc(n * 4);
     small_ = ctx_.alloc(size_t(entries) * 8);
+    slices_ = ctx_.alloc(size_t(entries) * (size_t(k_sample_slices) * 8 + 8));
+    EXL_CUDA_CHECK(cudaMemsetAsync(slices_.data(), 0, slices_.bytes(), ctx_.stream()));
     entries_ = entries;
   }
 }
@@ -111,8 +113,20 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
     ctx_.sync();
     params_ = ctx_.alloc(std::max(blob_.size(), params_.bytes() * 2));
   }
+  // Pinned staging: a copy from pageable memory would first wait for the stream (the forward pass
+  // still running), leaving the GPU idle while the host then queues the sampling kernels.
+  const size_t out_bytes = out.size_bytes();
+  if (pinned_.bytes() < blob_.size() + out_bytes) {
+    ctx_.sync();
+    void* h = nullptr;
+    const size_t size = std::max(blob_.size() + out_bytes, 2 * pinned_.bytes());
+    EXL_CUDA_CHECK(cudaHostAlloc(&h, size, cudaHostAllocDefault));
+    pinned_ = Buffer(h, size, [](void* q) { cudaFreeHost(q); });
+  }
+  auto* staged = static_cast<uint8_t*>(pinned_.data());
+  std::memcpy(staged, blob_.data(), blob_.size());
   auto* base = static_cast<uint8_t*>(params_.data());
-  EXL_CUDA_CHECK(cudaMemcpyAsync(base, blob_.data(), blob_.size(), cudaMemcpyHostToDevice, ctx_.stream()));
+  EXL_CUDA_CHECK(cudaMemcpyAsync(base, staged, blob_.size(), cudaMemcpyHostToDevice, ctx_.stream()));
 
   SampleArgs a;
   a.logits = logits;
@@ -130,6 +144,10 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
   a.w = w_.f32();
   a.out = static_cast<int32_t*>(small_.data());
   a.n_cand = a.out + rows.size();
+  a.counters = static_cast<unsigned*>(slices_.data());  // then max_logit, slice_max, slice_arg
+  a.max_logit = reinterpret_cast<float*>(a.counters + entries_);
+  a.slice_max = a.max_logit + entries_;
+  a.slice_arg = reinterpret_cast<int32_t*>(a.slice_max + entries_ * k_sample_slices);
   EXL_CUDA_CHECK(sample_prepare(a, ctx_.stream()));
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!descs[i].sorted) continue;
@@ -141,8 +159,9 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
                                   static_cast<int32_t*>(order_.data()) + off, int(vocab), ctx_.stream()));
   }
   EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
-  EXL_CUDA_CHECK(cudaMemcpyAsync(out.data(), a.out, out.size_bytes(), cudaMemcpyDeviceToHost, ctx_.stream()));
+  EXL_CUDA_CHECK(cudaMemcpyAsync(staged + blob_.size(), a.out, out_bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
   ctx_.sync();
+  std::memcpy(out.data(), staged + blob_.size(), out_bytes);
 }
 
 }  // namespace exl::cuda

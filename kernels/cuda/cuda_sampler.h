@@ -1,7 +1,7 @@
 // Backend::sample_rows for the CUDA backend: checks and packs the RowSampling inputs, runs the
 // kernels of sampling.h on the context's stream and downloads one id per entry. Work arrays
-// (five per entry, vocab elements each) grow on demand and are kept. Host code (.cpp); owned by
-// the backend, used by its thread.
+// (five per entry, vocab elements each, and launch 1's per-slice results) grow on demand and are
+// kept. Host code (.cpp); owned by the backend, used by its thread.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -24,6 +24,8 @@ class CudaSampler {
   CudaContext& ctx_;
   int64_t vocab_ = 0, entries_ = 0;
   Buffer x_, keys_, keys_sorted_, order_, w_, iota_, sort_temp_, small_, params_;
+  Buffer slices_;  // launch 1's counters (zeroed once, left zero by the kernels) and slice results
+  Buffer pinned_;  // host: the packed inputs, then the ids
   size_t sort_temp_bytes_ = 0;
   std::vector<uint8_t> blob_;
 };

@@ -144,33 +144,41 @@ __device__ Crossing find_crossing(const float* w, int n, double target, bool inc
   return c;
 }
 
-__global__ void __launch_bounds__(k_threads) sample_prepare_kernel(SampleArgs a) {
+// Launch 1a, block b of entry e (grid k_sample_slices × entries): its slice of the vocabulary —
+// masked logits into x, the bias and penalties of its tokens, its argmax — then the entry's last
+// block merges the slices' argmaxes (lowest id among equal maxima: any order gives the same).
+__device__ __forceinline__ void slice_of(int64_t V, int b, int64_t& begin, int64_t& end) {
+  const int64_t per = (V + k_sample_slices - 1) / k_sample_slices;
+  begin = min(V, int64_t(b) * per), end = min(V, begin + per);
+}
+
+__global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
   __shared__ Shared sh;
-  const int e = blockIdx.x;
+  __shared__ bool last;
+  const int e = blockIdx.y, b = blockIdx.x;
   const SampleDesc d = a.descs[e];
   const int64_t V = a.vocab;
   const float* logits = a.logits + d.row * V;
   const uint32_t* mask = d.mask_begin >= 0 ? a.mask + d.mask_begin : nullptr;
   float* x = a.x + int64_t(e) * V;
-  uint32_t* keys = a.keys + int64_t(e) * V;
+  int64_t begin, end;
+  slice_of(V, b, begin, end);
 
   int bad = 0;
-  for (int64_t i = threadIdx.x; i < V; i += k_threads) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
     const float l = logits[i];
     if (isnan(l) || l == INFINITY) bad = 1;
     x[i] = allowed(mask, i) ? l : -INFINITY;
   }
-  if (__syncthreads_or(bad)) {
-    if (threadIdx.x == 0) a.out[e] = k_sample_bad;
-    return;
-  }
+  bad = __syncthreads_or(bad);
   for (int j = threadIdx.x; j < d.bias_count; j += k_threads) {
     const int t = a.bias_ids[d.bias_begin + j];
-    if (allowed(mask, t)) x[t] = __fadd_rn(x[t], a.bias_vals[d.bias_begin + j]);
+    if (t >= begin && t < end && allowed(mask, t)) x[t] = __fadd_rn(x[t], a.bias_vals[d.bias_begin + j]);
   }
   __syncthreads();
   for (int j = threadIdx.x; j < d.pen_count; j += k_threads) {
     const int t = a.pen_ids[d.pen_begin + j];
+    if (t < begin || t >= end) continue;
     float l = x[t];
     if (l == -INFINITY) continue;
     if (d.repetition_penalty != 1.0f)
@@ -179,32 +187,62 @@ __global__ void __launch_bounds__(k_threads) sample_prepare_kernel(SampleArgs a)
     x[t] = __fsub_rn(l, sub);
   }
   __syncthreads();
-
   ArgMax m{-INFINITY, INT_MAX};
-  for (int64_t i = threadIdx.x; i < V; i += k_threads) m = better(m, ArgMax{x[i], x[i] > -INFINITY ? int(i) : INT_MAX});
+  for (int64_t i = begin + threadIdx.x; i < end; i += k_threads)
+    m = better(m, ArgMax{x[i], x[i] > -INFINITY ? int(i) : INT_MAX});
   m = block_argmax(m, sh.f, sh.i);
-  if (m.i == INT_MAX || d.temperature == 0.0f) {
-    if (threadIdx.x == 0) a.out[e] = m.i == INT_MAX ? k_sample_none : m.i;
-    return;
+  const int slot = e * k_sample_slices + b;
+  if (threadIdx.x == 0) {
+    a.slice_max[slot] = m.v, a.slice_arg[slot] = bad ? k_sample_bad : m.i;
+    unsigned prev;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(a.counters + e) : "memory");
+    last = prev == k_sample_slices - 1;
+    if (last) a.counters[e] = 0;
   }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x == 0) {
+    ArgMax t{-INFINITY, INT_MAX};
+    bool any_bad = false;
+    for (int k = 0; k < k_sample_slices; ++k) {
+      const int arg = __ldcg(a.slice_arg + e * k_sample_slices + k);
+      if (arg == k_sample_bad) any_bad = true;
+      else t = better(t, ArgMax{__ldcg(a.slice_max + e * k_sample_slices + k), arg});
+    }
+    if (any_bad) a.out[e] = k_sample_bad;
+    else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
+    else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0;
+  }
+}
+
+// Launch 1b (same grid): for entries still pending, every candidate of the slice (post-penalty
+// logit > -inf) gets x = (l - max) / T and a rank key; the others x = NaN and the largest key.
+__global__ void __launch_bounds__(k_threads) sample_candidates_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  const int e = blockIdx.y;
+  if (a.out[e] != k_sample_pending) return;
+  const SampleDesc d = a.descs[e];
+  const int64_t V = a.vocab;
+  float* x = a.x + int64_t(e) * V;
+  uint32_t* keys = a.keys + int64_t(e) * V;
+  const float mx = a.max_logit[e];
+  int64_t begin, end;
+  slice_of(V, blockIdx.x, begin, end);
   int n = 0;
-  for (int64_t i = threadIdx.x; i < V; i += k_threads) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
     const float l = x[i];
     if (l == -INFINITY) {
       x[i] = NAN;
       keys[i] = k_not_candidate;
     } else {
-      const float xc = __fdiv_rn(__fsub_rn(l, m.v), d.temperature);
+      const float xc = __fdiv_rn(__fsub_rn(l, mx), d.temperature);
       x[i] = xc;
       keys[i] = rank_key(xc);
       ++n;
     }
   }
   n = int(block_sum(double(n), sh.d));
-  if (threadIdx.x == 0) {
-    a.n_cand[e] = n;
-    a.out[e] = k_sample_pending;
-  }
+  if (threadIdx.x == 0 && n > 0) atomicAdd(a.n_cand + e, n);
 }
 
 __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) {
@@ -266,7 +304,9 @@ __global__ void iota_kernel(int32_t* iota, int n) {
 
 cudaError_t sample_prepare(const SampleArgs& a, cudaStream_t stream) {
   if (a.n_entries <= 0) return cudaSuccess;
-  sample_prepare_kernel<<<unsigned(a.n_entries), k_threads, 0, stream>>>(a);
+  const dim3 grid(k_sample_slices, unsigned(a.n_entries));
+  sample_scan_kernel<<<grid, k_threads, 0, stream>>>(a);
+  sample_candidates_kernel<<<grid, k_threads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

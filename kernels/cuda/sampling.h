@@ -1,8 +1,8 @@
 // Token sampling on the GPU (kernels in sampling.cu): the arithmetic of engine/sampler.h's default
-// mode, one thread block per sampled entry, so that only the token id leaves the device.
+// mode, so that only the token id leaves the device.
 //
 // Three launches (cuda_sampler.cpp drives them):
-//   1. sample_prepare: raw logits (NaN/+inf → k_sample_bad_logit), mask (clear bit → -inf),
+//   1. sample_prepare (k_sample_slices blocks per entry, then the entry's last block): raw logits (NaN/+inf → k_sample_bad_logit), mask (clear bit → -inf),
 //      bias (l + b on allowed tokens), penalties (l > 0 ? l / rp : l · rp, then
 //      l - (count · fp + pp)), argmax (lowest id among equal maxima; none →
 //      k_sample_nothing_allowed). Greedy entries end here. Otherwise every candidate
@@ -59,7 +59,15 @@ struct SampleArgs {
   float* w = nullptr;          // probabilities in walk order
   int32_t* n_cand = nullptr;   // candidates per entry
   int32_t* out = nullptr;      // result per entry (k_sample_pending until decided)
+  // Launch 1's slices: per entry k_sample_slices argmax values and ids (k_sample_bad: a bad logit
+  // in the slice), the maximum logit, and a counter (zero between launches).
+  float* slice_max = nullptr;
+  int32_t* slice_arg = nullptr;
+  float* max_logit = nullptr;
+  unsigned* counters = nullptr;
 };
+// Blocks per entry in launch 1 (each a contiguous slice of the vocabulary).
+constexpr int k_sample_slices = 64;
 
 // Result codes as in kernels/row_sampling.h (C++20, which nvcc's C++17 does not read; the host
 // side static_asserts that they agree), plus the internal "not decided yet".
