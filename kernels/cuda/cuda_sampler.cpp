@@ -148,7 +148,9 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
   a.max_logit = reinterpret_cast<float*>(a.counters + entries_);
   a.slice_max = a.max_logit + entries_;
   a.slice_arg = reinterpret_cast<int32_t*>(a.slice_max + entries_ * k_sample_slices);
-  EXL_CUDA_CHECK(sample_prepare(a, ctx_.stream()));
+  const bool greedy_only =
+      std::all_of(descs.begin(), descs.end(), [](const SampleDesc& d) { return d.temperature == 0.0f; });
+  EXL_CUDA_CHECK(sample_prepare(a, greedy_only, ctx_.stream()));
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!descs[i].sorted) continue;
     const size_t off = i * size_t(vocab);
@@ -158,7 +160,7 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
                                   static_cast<const int32_t*>(iota_.data()),
                                   static_cast<int32_t*>(order_.data()) + off, int(vocab), ctx_.stream()));
   }
-  EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
+  if (!greedy_only) EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
   EXL_CUDA_CHECK(cudaMemcpyAsync(staged + blob_.size(), a.out, out_bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
   ctx_.sync();
   std::memcpy(out.data(), staged + blob_.size(), out_bytes);

@@ -302,11 +302,11 @@ __global__ void iota_kernel(int32_t* iota, int n) {
 
 }  // namespace
 
-cudaError_t sample_prepare(const SampleArgs& a, cudaStream_t stream) {
+cudaError_t sample_prepare(const SampleArgs& a, bool greedy_only, cudaStream_t stream) {
   if (a.n_entries <= 0) return cudaSuccess;
   const dim3 grid(k_sample_slices, unsigned(a.n_entries));
   sample_scan_kernel<<<grid, k_threads, 0, stream>>>(a);
-  sample_candidates_kernel<<<grid, k_threads, 0, stream>>>(a);
+  if (!greedy_only) sample_candidates_kernel<<<grid, k_threads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

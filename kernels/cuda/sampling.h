@@ -73,7 +73,8 @@ constexpr int k_sample_slices = 64;
 // side static_asserts that they agree), plus the internal "not decided yet".
 constexpr int32_t k_sample_none = -1, k_sample_bad = -2, k_sample_pending = -3;
 
-cudaError_t sample_prepare(const SampleArgs& a, cudaStream_t stream);
+// greedy_only: every entry has temperature 0 (launch 1 decides them all; nothing else to run).
+cudaError_t sample_prepare(const SampleArgs& a, bool greedy_only, cudaStream_t stream);
 cudaError_t sample_finish(const SampleArgs& a, cudaStream_t stream);
 // Stable ascending radix sort of keys[n] with values iota[n] into keys_out / order. With
 // temp == nullptr sets temp_bytes to the scratch it needs and does nothing else.
