@@ -41,6 +41,13 @@ void CudaContext::sync() {
   retired_.clear();
 }
 
+Buffer CudaContext::alloc_pinned(size_t bytes) const {
+  make_current();
+  void* h = nullptr;
+  EXL_CUDA_CHECK(cudaHostAlloc(&h, bytes, cudaHostAllocDefault));
+  return Buffer(h, bytes, [](void* q) { cudaFreeHost(q); });
+}
+
 Buffer CudaContext::alloc(size_t bytes) const {
   if (bytes == 0) return {};
   make_current();
@@ -126,9 +133,7 @@ const void* CudaContext::stage(const void* src, size_t bytes) {
     else sync();
     const size_t size = std::max<size_t>(need * 4, size_t(8) << 20);
     grow(ring_, size);
-    void* h = nullptr;
-    EXL_CUDA_CHECK(cudaHostAlloc(&h, size, cudaHostAllocDefault));
-    host_ring_ = Buffer(h, size, [](void* q) { cudaFreeHost(q); });
+    host_ring_ = alloc_pinned(size);
     ring_used_ = 0;
     staged_.clear();
   }

@@ -53,6 +53,8 @@ class CudaContext {
   void sync();
   // A device allocation freed with cudaFree; zero bytes gives an empty Buffer.
   Buffer alloc(size_t bytes) const;
+  // Page-locked host memory (freed with cudaFreeHost), for copies that must not wait for the stream.
+  Buffer alloc_pinned(size_t bytes) const;
   // Copies host bytes to a new device allocation and waits for the copy.
   Buffer upload_new(const void* src, size_t bytes) const;
   template <typename T>

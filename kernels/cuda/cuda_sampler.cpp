@@ -118,10 +118,7 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
   const size_t out_bytes = out.size_bytes();
   if (pinned_.bytes() < blob_.size() + out_bytes) {
     ctx_.sync();
-    void* h = nullptr;
-    const size_t size = std::max(blob_.size() + out_bytes, 2 * pinned_.bytes());
-    EXL_CUDA_CHECK(cudaHostAlloc(&h, size, cudaHostAllocDefault));
-    pinned_ = Buffer(h, size, [](void* q) { cudaFreeHost(q); });
+    pinned_ = ctx_.alloc_pinned(std::max(blob_.size() + out_bytes, 2 * pinned_.bytes()));
   }
   auto* staged = static_cast<uint8_t*>(pinned_.data());
   std::memcpy(staged, blob_.data(), blob_.size());

@@ -457,9 +457,8 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
       float mx[CL], o[CL], sum[CL];
 #pragma unroll
       for (int r = 0; r < CL; ++r) {
-        const float* qs = cluster.map_shared_rank(Qs, r);
-        const float* ms = qs + G * k_dec_D + G * P;
-        mx[r] = ms[h], sum[r] = ms[8 + h], o[r] = qs[i];
+        const float* ms = cluster.map_shared_rank(Ms, r);
+        mx[r] = ms[h], sum[r] = ms[8 + h], o[r] = cluster.map_shared_rank(Qs, r)[i];
       }
       float m = k_neg_inf;
 #pragma unroll

@@ -201,17 +201,24 @@ __global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
   }
   __syncthreads();
   if (!last) return;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {  // one warp, every slice's result loaded at once
+    static_assert(k_sample_slices % 32 == 0, "whole slices per lane");
     ArgMax t{-INFINITY, INT_MAX};
     bool any_bad = false;
-    for (int k = 0; k < k_sample_slices; ++k) {
+#pragma unroll
+    for (int k = threadIdx.x; k < k_sample_slices; k += 32) {
       const int arg = __ldcg(a.slice_arg + e * k_sample_slices + k);
+      const float v = __ldcg(a.slice_max + e * k_sample_slices + k);
       if (arg == k_sample_bad) any_bad = true;
-      else t = better(t, ArgMax{__ldcg(a.slice_max + e * k_sample_slices + k), arg});
+      else t = better(t, ArgMax{v, arg});
     }
-    if (any_bad) a.out[e] = k_sample_bad;
-    else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
-    else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0;
+    any_bad = __any_sync(k_all, any_bad);
+    for (int o = 16; o > 0; o >>= 1) t = better(t, ArgMax{__shfl_xor_sync(k_all, t.v, o), __shfl_xor_sync(k_all, t.i, o)});
+    if (threadIdx.x == 0) {
+      if (any_bad) a.out[e] = k_sample_bad;
+      else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
+      else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0;
+    }
   }
 }
 
