@@ -121,30 +121,60 @@ __device__ __forceinline__ void block_dot_h2(const uint32_t (&w)[4][BITS], const
   }
 }
 
-// One 32-row block for BITS ∈ {3, 5, 6} in fp32 (values extracted across word boundaries).
+// Value i (0..31) of a 32-row block (BITS words) placed in the top BITS bits of an fp32 mantissa
+// under the exponent of 1.0: the float 1 + q/2^BITS, exact, in a shift (a funnel shift where the
+// value straddles two words) and one `lop3`. With i a compile-time constant the tests fold away.
+template <int BITS>
+__device__ __forceinline__ float one_plus_q(const uint32_t (&w)[BITS], int i) {
+  constexpr int P = 23 - BITS;
+  constexpr uint32_t M = ((1u << BITS) - 1u) << P;
+  const int o = i * BITS, wi = o >> 5, sh = o & 31;
+  uint32_t t;
+  if (sh + BITS > 32) t = __funnelshift_r(w[wi], w[wi + 1], sh - P);
+  else if (sh >= P) t = w[wi] >> (sh - P);
+  else t = w[wi] << (P - sh);
+  uint32_t h;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(t), "n"(M), "n"(0x3F800000u));
+  return __uint_as_float(h);
+}
+
+// One 32-row block for BITS ∈ {3, 5, 6} in fp32 (values extracted across word boundaries):
+// Σ (q − z)·x = 2^BITS · Σ ((1 + q/2^BITS) − 1.5)·x with z = 2^(BITS−1), so each weight costs a
+// shift, a `lop3` and an fma (the −1.5·Σx once per block and column).
 template <int BITS, int MB>
 __device__ __forceinline__ void block_dot_f32(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
                                               float (&acc)[MB][4]) {
-  constexpr float Z23 = 8388608.0f + float(1 << (BITS - 1));
+  float sx[MB], dot[MB][4];
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+    sx[m] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dot[m][c] = 0.0f;
+  }
 #pragma unroll
   for (int r4 = 0; r4 < 32; r4 += 4) {
     float wv[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
+      for (int c = 0; c < 4; ++c) wv[k][c] = one_plus_q<BITS>(w[c], r4 + k);
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
       const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + r4);
+      sx[m] += (xv.x + xv.y) + (xv.z + xv.w);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
-        acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
-        acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
-        acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
+        dot[m][c] = fmaf(wv[0][c], xv.x, dot[m][c]);
+        dot[m][c] = fmaf(wv[1][c], xv.y, dot[m][c]);
+        dot[m][c] = fmaf(wv[2][c], xv.z, dot[m][c]);
+        dot[m][c] = fmaf(wv[3][c], xv.w, dot[m][c]);
       }
     }
   }
+#pragma unroll
+  for (int m = 0; m < MB; ++m)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[m][c] += float(1 << BITS) * fmaf(-1.5f, sx[m], dot[m][c]);
 }
 
 template <int BITS, int MB>
@@ -194,12 +224,13 @@ __device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int 
   }
 }
 
+// segs: the view's segments (shared memory).
 template <int MB>
-__device__ void segments_dot(const Exl2DeviceView& w, int kw0, int kw1, int k0, int n0, const float* xs, int xs_stride,
-                             float (&acc)[MB][4]) {
+__device__ void segments_dot(const Exl2DeviceView& w, const Exl2Segment* segs, int kw0, int kw1, int k0, int n0,
+                             const float* xs, int xs_stride, float (&acc)[MB][4]) {
 #pragma unroll 1
   for (int s = 0; s < w.n_segs; ++s) {
-    const Exl2Segment sg = w.segs[s];
+    const Exl2Segment sg = segs[s];
     const int rb = max(kw0, sg.row_start), re = min(kw1, sg.row_start + sg.rows);
     if (rb >= re) continue;
     const float* xg = xs + (rb - k0);
@@ -466,6 +497,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
   const int kw0 = k0 + warp * sub, kw1 = min(k1, kw0 + sub);
   const int g_first = !STREAM && kw0 < kw1 ? w.group_of_row[kw0] : 0;
   __shared__ float inv_rms[MB];
+  // The segment table is requested with the activations and parked in shared memory after the
+  // gather: read inside the dot loop it was one more round trip before the first weight load.
+  __shared__ Exl2Segment segs[k_exl2_max_segments];
+  const bool seg_reader = STREAM && int(threadIdx.x) < w.n_segs;
+  Exl2Segment seg{};
+  if (seg_reader) seg = w.segs[threadIdx.x];
   if constexpr (IN_ORDER) {
     // x (and x_up, the norm weights) already in act-order (Exl2GemvHandoff): every load of the
     // block's slice is issued at once, beside the norm's partial sums; no weight requests go
@@ -564,6 +601,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     for (int j = threadIdx.x + k_perm_regs * k_exl2_gemv_threads; j < kc; j += k_exl2_gemv_threads)
       gather(j, w.perm[k0 + j]);
   }
+  if (seg_reader) segs[threadIdx.x] = seg;
   __syncthreads();
 
   float acc[MB][4];
@@ -573,7 +611,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     for (int c = 0; c < 4; ++c) acc[m][c] = 0.0f;
 
   if constexpr (STREAM) {
-    if (n0 < w.N && kw0 < kw1) segments_dot<MB>(w, kw0, kw1, k0, n0, xs, k_slice, acc);
+    if (n0 < w.N && kw0 < kw1) segments_dot<MB>(w, segs, kw0, kw1, k0, n0, xs, k_slice, acc);
   } else if (n0 < w.N && kw0 < kw1) {
     for (int g = g_first; g < w.n_groups; ++g) {
       const Exl2GroupDesc gd = w.groups[g];
