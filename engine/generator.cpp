@@ -65,10 +65,20 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions 
   pc.model_hash = std::hash<std::string>{}(model.identity());
   cache_ = std::make_unique<PageCache>(pc);
   device_sampler_ = opts_.device_sampling && model.can_sample_on_device();
+  pipelined_ = device_sampler_ && opts_.pipelined && model.can_sample_deferred();
   cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.backend().kv_copy(*pool_, from, to, n); });
 }
 
-Generator::~Generator() { stop(); }
+Generator::~Generator() {
+  stop();
+  if (!deferred_.empty()) {  // leave the backend without a pending sampling
+    std::vector<int32_t> ids(deferred_.size());
+    try {
+      model_.collect_samples(ids);
+    } catch (const Error&) {
+    }
+  }
+}
 
 uint64_t Generator::submit(GenerationJob job) {
   std::lock_guard lk(mu_);
@@ -254,6 +264,84 @@ void Generator::sample_on_device(std::span<Active* const> sampling, std::span<co
   }
 }
 
+bool Generator::sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows) {
+  // Only when these jobs are all there is to run next: the fed step decodes exactly them.
+  const auto running = std::count_if(active_.begin(), active_.end(), [](const auto& a) { return !a->finished; });
+  if (!pipelined_ || int64_t(sampling.size()) != int64_t(running)) return false;
+  for (const Active* a : sampling)
+    if (a->finished || a->job.mask || a->stats.n_generated + 1 >= a->job.max_new_tokens ||
+        int64_t(a->tokens.size()) != a->n_done)
+      return false;
+  const int64_t V = model_.vocab_size();
+  std::vector<DeviceRow> inputs;
+  std::vector<RowSampling> params;
+  try {
+    for (size_t i = 0; i < sampling.size(); ++i) inputs.push_back(make_device_row(sampling[i]->sampler, V, rows[i], {}));
+    for (const DeviceRow& d : inputs) params.push_back(d.view());
+    EXL_CHECK(model_.sample_device_deferred(params), "engine: generator: the backend cannot sample deferred");
+  } catch (const Error& e) {
+    for (Active* a : sampling) finish(*a, FinishReason::error, e.what());
+    return true;
+  }
+  deferred_.assign(sampling.begin(), sampling.end());
+  // The next step, fed by these samples: each job's next position, pages reserved for it.
+  std::vector<ForwardSeq> batch;
+  const int32_t placeholder = 0;
+  for (Active* a : deferred_) {
+    if (!cache_->reserve(a->seq, a->n_done + 1)) return true;  // collected and run as usual next step
+    batch.push_back({std::span<const int32_t>(&placeholder, 1), a->n_done, {}, false});
+  }
+  for (size_t i = 0; i < batch.size(); ++i) batch[i].page_table = cache_->page_table(deferred_[i]->seq);
+  try {
+    model_.forward_device_fed(batch, *pool_);
+    fed_ = deferred_;
+  } catch (const Error&) {
+    collect_deferred();  // the samples stand; the next step runs (and reports) the forward as usual
+  }
+  return true;
+}
+
+void Generator::collect_deferred() {
+  if (deferred_.empty()) return;
+  std::vector<Active*> jobs;
+  jobs.swap(deferred_);
+  std::vector<int32_t> ids(jobs.size());
+  try {
+    model_.collect_samples(ids);
+  } catch (const Error& e) {
+    for (Active* a : jobs) finish(*a, FinishReason::error, e.what());
+    fed_.clear();
+    return;
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      emit_sampled(*jobs[i], checked_sampled_token(ids[i], model_.vocab_size()));
+    } catch (const Error& e) {
+      finish(*jobs[i], FinishReason::error, e.what());
+    }
+  }
+}
+
+// The queued fed step, for the jobs that took the token it was fed (the others ended: their
+// rows are discarded). Returns false when there is none.
+bool Generator::step_fed() {
+  if (fed_.empty()) return false;
+  std::vector<Active*> jobs;
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < fed_.size(); ++i) {
+    Active& a = *fed_[i];
+    if (a.finished || int64_t(a.tokens.size()) != a.n_done + 1) continue;
+    cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), 1));
+    ++a.n_done;
+    jobs.push_back(&a);
+    rows.push_back(int64_t(i));
+  }
+  fed_.clear();
+  if (jobs.empty()) return false;
+  if (!sample_deferred_and_feed(jobs, rows)) sample_on_device(jobs, rows);
+  return true;
+}
+
 void Generator::admit() {
   std::vector<std::pair<uint64_t, GenerationJob>> fresh;
   std::vector<uint64_t> cancels, unpins;
@@ -307,8 +395,11 @@ void Generator::admit() {
 }
 
 bool Generator::step() {
+  collect_deferred();
   admit();
+  const bool fed = step_fed();
   std::erase_if(active_, [](const auto& a) { return a->finished; });
+  if (fed) return true;
   if (active_.empty()) return false;
 
   // Decodes first (one token each), then prefill chunks within the token budget.
@@ -384,7 +475,7 @@ bool Generator::step() {
       finish(a, FinishReason::error, e.what());
     }
   }
-  if (on_device) sample_on_device(sampling, sample_rows);
+  if (on_device && !sample_deferred_and_feed(sampling, sample_rows)) sample_on_device(sampling, sample_rows);
   std::erase_if(active_, [](const auto& a) { return a->finished; });
   return true;
 }

@@ -88,6 +88,12 @@ struct GeneratorOptions {
   // Sample on the backend (Backend::sample_rows) when it can and every job sampled in the step
   // allows it (engine/device_sampling.h); same tokens as the host sampler. false: always host.
   bool device_sampling = true;
+  // Pipelined decoding (Model::forward_device_fed): while every active job decodes, samples on
+  // the device and has no mask hook, the next step is queued, fed by the sampled ids on the
+  // device, before the host collects and emits them; the device then never waits for the host
+  // between steps. The same tokens as without. A job that ends on the collected token leaves
+  // one step of work discarded.
+  bool pipelined = true;
 };
 
 class Generator {
@@ -121,6 +127,9 @@ class Generator {
   void emit_sampled(Active& a, int32_t token);
   bool use_device_sampling(std::span<Active* const> sampling) const;
   void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
+  bool sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows);
+  void collect_deferred();
+  bool step_fed();
   void pin_pages(Active& a);
   bool release_oldest_pin();
 
@@ -130,6 +139,7 @@ class Generator {
   std::unique_ptr<KvPool> pool_;
   std::unique_ptr<PageCache> cache_;
   bool device_sampler_ = false;  // options allow it and the backend can
+  bool pipelined_ = false;       // likewise for pipelined decoding
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -142,6 +152,9 @@ class Generator {
 
   std::vector<std::unique_ptr<Active>> active_;  // stepping thread only
   std::vector<std::pair<uint64_t, SeqId>> pins_;  // stepping thread only; oldest first
+  // Pipelining (stepping thread only): the jobs of the deferred sampling not collected yet, in
+  // entry order, and of the fed step queued after it (batch order = entry order; empty: none).
+  std::vector<Active*> deferred_, fed_;
 };
 
 }  // namespace exl

@@ -101,6 +101,8 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
 
 bool Model::can_sample_on_device() const { return backend_.sample_rows(nullptr, cfg_.vocab_size, {}, {}); }
 
+bool Model::can_sample_deferred() const { return backend_.sample_rows_deferred(nullptr, cfg_.vocab_size, {}); }
+
 bool Model::sample_device(std::span<const RowSampling> rows, std::span<int32_t> out) {
   EXL_CHECK(out.size() == rows.size(), "engine: model: sample_device: ", rows.size(), " rows but ", out.size(),
             " outputs");
@@ -110,7 +112,27 @@ bool Model::sample_device(std::span<const RowSampling> rows, std::span<int32_t> 
   return backend_.sample_rows(scratch_.logits.f32(), cfg_.vocab_size, rows, out);
 }
 
+bool Model::sample_device_deferred(std::span<const RowSampling> rows) {
+  for (const RowSampling& r : rows)
+    EXL_CHECK(r.row >= 0 && r.row < device_rows_, "engine: model: sample_device_deferred: logits row ", r.row,
+              " not in the last forward_device() (", device_rows_, " rows)");
+  return backend_.sample_rows_deferred(scratch_.logits.f32(), cfg_.vocab_size, rows);
+}
+
+void Model::collect_samples(std::span<int32_t> out) { backend_.collect_samples(out); }
+
 int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
+  return run_forward(batch, pool, false);
+}
+
+int64_t Model::forward_device_fed(std::span<const ForwardSeq> batch, KvPool& pool) {
+  for (const ForwardSeq& s : batch)
+    EXL_CHECK(s.tokens.size() == 1, "engine: model: forward_device_fed: a sequence of ", s.tokens.size(),
+              " tokens (a fed step decodes one per sequence)");
+  return run_forward(batch, pool, true);
+}
+
+int64_t Model::run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool fed) {
   device_rows_ = 0;
   Backend& be = backend_;
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim, V = cfg_.vocab_size;
@@ -132,7 +154,8 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
     a.page_table = s.page_table;
     seqs.push_back(a);
     for (size_t i = 0; i < s.tokens.size(); ++i) {
-      EXL_CHECK(s.tokens[i] >= 0 && s.tokens[i] < V, "engine: model: token id ", s.tokens[i], " out of range [0, ", V, ")");
+      EXL_CHECK(fed || (s.tokens[i] >= 0 && s.tokens[i] < V), "engine: model: token id ", s.tokens[i],
+                " out of range [0, ", V, ")");
       const int64_t pos = s.pos_start + int64_t(i);
       ids.push_back(s.tokens[i]);
       positions.push_back(int32_t(pos));
@@ -193,7 +216,8 @@ int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
     else be.add(x.f32(), tmp.f32(), T * H);
   };
   auto ops = [&] {
-    be.embedding(*embed_, ids, x.f32());
+    if (fed) be.embedding_of_samples(*embed_, T, x.f32());
+    else be.embedding(*embed_, ids, x.f32());
     if (!fused) be.rms_norm(x.f32(), layers_[0].attn_norm.f32(), xn.f32(), T, H, eps);
     for (size_t l = 0; l < layers_.size(); ++l) {
       if (fused) layer_fused(layers_[l], int(l));

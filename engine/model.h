@@ -44,6 +44,22 @@ class Model {
   bool sample_device(std::span<const RowSampling> rows, std::span<int32_t> out);
   // Whether the backend can sample on the device at all.
   bool can_sample_on_device() const;
+  // Whether the backend can sample deferred (sample_device_deferred below).
+  bool can_sample_deferred() const;
+
+  // Pipelined decoding (Backend::sample_rows_deferred): the host queues step n+1 before it has
+  // read step n's tokens, so the device never waits for the host between steps.
+  //   forward_device(first); sample_device_deferred(rows);
+  //   loop: forward_device_fed(next); collect_samples(ids); <use ids>; sample_device_deferred(rows);
+  // sample_device_deferred() is sample_device() without the wait (false, doing nothing, when the
+  // backend cannot). forward_device_fed() runs a decode batch (one position per sequence) whose
+  // token for batch[i] is entry i of the last deferred sampling, read on the device (the
+  // `tokens` spans must hold one element each, whose value is ignored). When collect_samples()
+  // then shows that a sequence should not have continued (a stop token, an error code), its fed
+  // step's K/V and logits are garbage to be discarded.
+  bool sample_device_deferred(std::span<const RowSampling> rows);
+  void collect_samples(std::span<int32_t> out);
+  int64_t forward_device_fed(std::span<const ForwardSeq> batch, KvPool& pool);
 
  private:
   struct Layer;
@@ -53,6 +69,7 @@ class Model {
     Buffer x, xn, q, k, v, att, tmp, g, u, last, logits;
   };
   void ensure_scratch(int64_t tokens, int64_t logit_rows);
+  int64_t run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool fed);
 
   const ModelDir& dir_;
   Scratch scratch_;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "kernels/kv_layout.h"
 #include "kernels/linear_weights.h"
 #include "kernels/row_sampling.h"
@@ -253,6 +254,24 @@ class Backend {
   virtual bool sample_rows(const float* /*logits*/, int64_t /*vocab*/, std::span<const RowSampling> /*rows*/,
                            std::span<int32_t> /*out*/) {
     return false;
+  }
+
+  // Pipelined decoding: the next step is queued before the host has read this step's tokens.
+  // sample_rows_deferred() is sample_rows() without the wait: the ids stay in backend memory,
+  // where embedding_of_samples() reads them, until collect_samples() waits for them and copies
+  // them to out (rows.size() entries; each deferred sampling is collected before the next one).
+  // Returns false, doing nothing, when the backend cannot (the default); with no rows, only says
+  // whether it can.
+  virtual bool sample_rows_deferred(const float* /*logits*/, int64_t /*vocab*/,
+                                    std::span<const RowSampling> /*rows*/) {
+    return false;
+  }
+  virtual void collect_samples(std::span<int32_t> /*out*/) {}
+  // embedding() of the ids of the last deferred sampling (its first n entries, in entry order),
+  // read where the sampling left them when the op runs. An entry that is not a token id (the
+  // k_sample_* codes) embeds as zeros: that step's result is to be discarded.
+  virtual void embedding_of_samples(const PreparedEmbedding& /*e*/, int64_t /*n*/, float* /*out*/) {
+    fail("kernels: ", name(), ": embedding_of_samples: no deferred sampling on this backend");
   }
 
   // Step bracketing, for backends that can replay a recorded step instead of issuing every op

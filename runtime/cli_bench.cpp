@@ -28,7 +28,9 @@ const CommandSpec& spec() {
       "token ids. On cuda, \"% of roofline\" is the bytes a decode step must read (weights except the\n"
       "embedding table, plus the used KV cache) per step time, over the measured device-to-device copy\n"
       "bandwidth. A decode step is what generation runs: the forward pass, then greedy sampling on\n"
-      "the device where the backend can (only the token ids come back), else all logits to the host.\n"
+      "the device where the backend can (only the token ids come back), else all logits to the host;\n"
+      "where the backend can, decoding is pipelined as Model::forward_device_fed allows: each step is\n"
+      "queued, reading the previous step's sampled tokens on the device, before the host collects them.\n"
       "Prints a table, or one JSON object with --json.",
       {},
       {{"--model", "DIR", "model directory", true},
@@ -40,6 +42,7 @@ const CommandSpec& spec() {
        {"--context", "LIST", "decode context lengths (default 128)"},
        {"--decode-steps", "N", "decode steps per measurement (default 32)"},
        {"--repeat", "N", "repetitions; the best is reported (default 3)"},
+       {"--no-pipeline", "", "decode steps wait for their tokens before the next step is queued"},
        {"--json", "", "print one JSON object"}}};
   return s;
 }
@@ -152,6 +155,7 @@ int cli_bench(std::span<const std::string> args) {
           model.forward(std::span<const ForwardSeq>(&f, 1), *pool);
         }
         const bool on_device = model.can_sample_on_device();
+        bool pipelined = on_device && !a.has("--no-pipeline");
         std::vector<RowSampling> greedy(static_cast<size_t>(b));
         for (int64_t s = 0; s < b; ++s) greedy[size_t(s)].row = s, greedy[size_t(s)].temperature = 0.0f;
         std::vector<int32_t> sampled(static_cast<size_t>(b));
@@ -163,7 +167,13 @@ int cli_bench(std::span<const std::string> args) {
             for (int64_t s = 0; s < b; ++s)
               batch.push_back({std::span<const int32_t>(seqs[size_t(s)]).subspan(size_t(ctx + st), 1), ctx + st,
                                tables[size_t(s)], false});
-            if (on_device) {
+            if (pipelined) {  // step st reads step st-1's tokens on the device; the host reads them after
+              if (st == 0) model.forward_device(batch, *pool);
+              else model.forward_device_fed(batch, *pool), model.collect_samples(sampled);
+              pipelined = model.sample_device_deferred(greedy);
+              if (!pipelined) EXL_CHECK(model.sample_device(greedy, sampled), "bench: the backend cannot sample on the device");
+              if (st + 1 == steps && pipelined) model.collect_samples(sampled);
+            } else if (on_device) {
               model.forward_device(batch, *pool);
               EXL_CHECK(model.sample_device(greedy, sampled), "bench: the backend cannot sample on the device");
             } else {
@@ -178,6 +188,7 @@ int cli_bench(std::span<const std::string> args) {
         out["decode"].push_back({{"batch", b},
                                  {"context", ctx},
                                  {"sampled_on_device", on_device},
+                                 {"pipelined", pipelined},
                                  {"step_ms", step_s * 1e3},
                                  {"tokens_per_s", double(b * steps) / best},
                                  {"bytes_per_step", bytes},

@@ -140,7 +140,21 @@ class CudaBackend final : public Backend {
     steps_.note(1, &e, d_ids, ids.size(), out);
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
-    EXL_CUDA_CHECK(cuda::embedding(e.type, e.table.data(), e.dim, d_ids, int64_t(ids.size()), out, ctx_.stream()));
+    EXL_CUDA_CHECK(
+        cuda::embedding(e.type, e.table.data(), e.vocab, e.dim, d_ids, int64_t(ids.size()), out, ctx_.stream()));
+    prof_.end(ctx_.stream(), "embedding");
+  }
+
+  void embedding_of_samples(const PreparedEmbedding& pe, int64_t n, float* out) override {
+    handoff_.other();
+    const auto& e = static_cast<const CudaEmbedding&>(pe);
+    const int32_t* d_ids = sampler_.deferred_ids(n);
+    if (n == 0) return;
+    ctx_.make_current();
+    steps_.note(31, &e, d_ids, n, out);
+    if (steps_.recording()) return;
+    prof_.begin(ctx_.stream());
+    EXL_CUDA_CHECK(cuda::embedding(e.type, e.table.data(), e.vocab, e.dim, d_ids, n, out, ctx_.stream()));
     prof_.end(ctx_.stream(), "embedding");
   }
 
@@ -444,6 +458,17 @@ class CudaBackend final : public Backend {
     if (prof_.enabled()) prof_.end(ctx_.stream(), cat("sample_rows ", rows.size()));
     return true;
   }
+
+  bool sample_rows_deferred(const float* logits, int64_t vocab, std::span<const RowSampling> rows) override {
+    if (rows.empty()) return true;
+    handoff_.other();
+    prof_.begin(ctx_.stream());
+    sampler_.run_deferred(logits, vocab, rows);
+    if (prof_.enabled()) prof_.end(ctx_.stream(), cat("sample_rows ", rows.size()));
+    return true;
+  }
+
+  void collect_samples(std::span<int32_t> out) override { sampler_.collect(out); }
 
   CudaStepStats step_stats() const { return {steps_.launches(), steps_.captures(), handoff_.reads()}; }
 

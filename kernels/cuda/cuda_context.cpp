@@ -19,14 +19,21 @@ CudaContext::CudaContext(int device) : device_(device) {
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  for (cudaEvent_t& e : ring_free_) {
+    EXL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    EXL_CUDA_CHECK(cudaEventRecord(e, stream_));
+  }
 }
 
 CudaContext::~CudaContext() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& a : areas_) a.reset();
-  ring_.reset();
-  host_ring_.reset();
+  for (int r = 0; r < 2; ++r) {
+    ring_[r].reset();
+    host_ring_[r].reset();
+    if (ring_free_[r]) cudaEventDestroy(ring_free_[r]);
+  }
   counters_.reset();
   retired_.clear();
   if (cublas_) cublasDestroy(cublas_);
@@ -106,8 +113,13 @@ unsigned* CudaContext::gemv_counters(size_t n) {
   return static_cast<unsigned*>(counters_.data());
 }
 
-void CudaContext::begin_step(bool capturing) {
-  sync();
+void CudaContext::begin_step(bool capturing, bool retry) {
+  make_current();
+  if (!retry) {  // a retry follows a pass that queued nothing: it restages into the same ring
+    EXL_CUDA_CHECK(cudaEventRecord(ring_free_[cur_], stream_));
+    cur_ ^= 1;
+    EXL_CUDA_CHECK(cudaEventSynchronize(ring_free_[cur_]));
+  }
   ring_used_ = 0;
   staged_.clear();
   in_step_ = true;
@@ -124,27 +136,27 @@ bool CudaContext::end_step() {
 const void* CudaContext::stage(const void* src, size_t bytes) {
   if (in_step_)
     for (const Staged& s : staged_)
-      if (s.src == src && s.bytes == bytes && std::memcmp(static_cast<char*>(host_ring_.data()) + s.offset, src, bytes) == 0)
-        return static_cast<char*>(ring_.data()) + s.offset;
+      if (s.src == src && s.bytes == bytes && std::memcmp(static_cast<char*>(host_ring_[cur_].data()) + s.offset, src, bytes) == 0)
+        return static_cast<char*>(ring_[cur_].data()) + s.offset;
   const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  if (!ring_.data() || need * 4 > ring_.bytes()) {
+  if (!ring_[cur_].data() || need * 4 > ring_[cur_].bytes()) {
     if (in_step_) step_ok_ = false;
-    if (capturing_) retired_.push_back(std::move(host_ring_));
+    if (capturing_) retired_.push_back(std::move(host_ring_[cur_]));
     else sync();
     const size_t size = std::max<size_t>(need * 4, size_t(8) << 20);
-    grow(ring_, size);
-    host_ring_ = alloc_pinned(size);
+    grow(ring_[cur_], size);
+    host_ring_[cur_] = alloc_pinned(size);
     ring_used_ = 0;
     staged_.clear();
   }
-  if (ring_used_ + need > ring_.bytes()) {
+  if (ring_used_ + need > ring_[cur_].bytes()) {
     if (in_step_) step_ok_ = false;  // nothing is queued since begin_step; a replay would read overwritten slots
     else EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned slots of the last lap are free again
     ring_used_ = 0;
     staged_.clear();
   }
-  void* dst = static_cast<char*>(ring_.data()) + ring_used_;
-  char* host = static_cast<char*>(host_ring_.data()) + ring_used_;
+  void* dst = static_cast<char*>(ring_[cur_].data()) + ring_used_;
+  char* host = static_cast<char*>(host_ring_[cur_].data()) + ring_used_;
   if (in_step_) staged_.push_back({src, bytes, ring_used_});
   ring_used_ += need;
   if (bytes) {

@@ -81,15 +81,18 @@ class CudaContext {
   // Counts device allocations made through this context; a recorded step graph whose generation
   // differs may point at freed memory.
   uint64_t generation() const { return generation_; }
-  // Brackets one step that is recorded or captured into a graph (cuda_backend.cpp). begin_step
-  // waits for the stream and restarts the staging ring at offset 0, so that the same staged
-  // arrays land at the same addresses every step; inside a step, staging the same host array
-  // (same address, size and contents) again returns the first copy. Recording (not `capturing`),
-  // stage() only fills the pinned ring: the captured graph's copies read it when it runs. While
-  // `capturing`, nothing waits for the stream: a scratch area that must grow keeps the old one
-  // alive until the next sync(). end_step returns false when the step cannot be replayed (the
-  // ring wrapped or grew, or an area grew while capturing).
-  void begin_step(bool capturing);
+  // Brackets one step that is recorded or captured into a graph (cuda_backend.cpp). Steps stage
+  // into two rings in turn: begin_step switches to the other ring, waits until the work queued
+  // before the last switch away from it is done (not for the whole stream: the previous step may
+  // still run, so that the host can record the next step meanwhile), and restarts it at offset 0,
+  // so that the same staged arrays land at the same addresses every other step. A `retry` (the same
+  // step issued again after a pass that queued nothing) keeps the ring. Inside a step, staging the
+  // same host array (same address, size and contents) again returns the first copy. Recording (not
+  // `capturing`), stage() only fills the pinned ring: the captured graph's copies read it when it
+  // runs. While `capturing`, nothing waits for the stream: a scratch area that must grow keeps the
+  // old one alive until the next sync(). end_step returns false when the step cannot be replayed
+  // (the ring wrapped or grew, or an area grew while capturing).
+  void begin_step(bool capturing, bool retry);
   bool end_step();
 
  private:
@@ -104,8 +107,10 @@ class CudaContext {
   int sm_count_ = 1;
   size_t max_smem_optin_ = 48 * 1024;
   Buffer areas_[int(Scratch::count)];
-  Buffer ring_;
-  Buffer host_ring_;  // pinned, same size as ring_
+  Buffer ring_[2];
+  Buffer host_ring_[2];  // pinned, same size as ring_
+  cudaEvent_t ring_free_[2] = {};
+  int cur_ = 0;
   Buffer counters_;
   size_t ring_used_ = 0;
   std::vector<Buffer> retired_;

@@ -67,11 +67,49 @@ void CudaSampler::ensure(int64_t vocab, int64_t entries) {
   }
 }
 
+CudaSampler::~CudaSampler() {
+  if (done_) cudaEventDestroy(done_);
+}
+
 void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
                       std::span<int32_t> out) {
-  const char* p = "kernels: cuda: sample_rows: ";
-  EXL_CHECK(out.size() == rows.size(), p, rows.size(), " entries but ", out.size(), " outputs");
+  EXL_CHECK(out.size() == rows.size(), "kernels: cuda: sample_rows: ", rows.size(), " entries but ", out.size(),
+            " outputs");
   if (rows.empty()) return;
+  launch(logits, vocab, rows);
+  deferred_entries_ = 0;  // the device ids are this sampling's now
+  ctx_.sync();
+  std::memcpy(out.data(), static_cast<uint8_t*>(pinned_.data()) + out_offset_, out.size_bytes());
+}
+
+void CudaSampler::run_deferred(const float* logits, int64_t vocab, std::span<const RowSampling> rows) {
+  EXL_CHECK(!rows.empty(), "kernels: cuda: sample_rows_deferred: no entries");
+  launch(logits, vocab, rows);
+  if (!done_) EXL_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  EXL_CUDA_CHECK(cudaEventRecord(done_, ctx_.stream()));
+  pending_ = true;
+  deferred_entries_ = int64_t(rows.size());
+}
+
+void CudaSampler::collect(std::span<int32_t> out) {
+  EXL_CHECK(pending_, "kernels: cuda: collect_samples: no deferred sampling to collect");
+  EXL_CHECK(int64_t(out.size()) == deferred_entries_, "kernels: cuda: collect_samples: ", out.size(),
+            " outputs for ", deferred_entries_, " entries");
+  ctx_.make_current();
+  EXL_CUDA_CHECK(cudaEventSynchronize(done_));
+  pending_ = false;
+  std::memcpy(out.data(), static_cast<uint8_t*>(pinned_.data()) + out_offset_, out.size_bytes());
+}
+
+const int32_t* CudaSampler::deferred_ids(int64_t n) const {
+  EXL_CHECK(n >= 0 && n <= deferred_entries_, "kernels: cuda: embedding_of_samples: ", n,
+            " tokens, but the last deferred sampling has ", deferred_entries_, " entries");
+  return static_cast<const int32_t*>(small_.data());
+}
+
+void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const RowSampling> rows) {
+  const char* p = "kernels: cuda: sample_rows: ";
+  EXL_CHECK(!pending_, p, "a deferred sampling is not collected yet");
   EXL_CHECK(vocab > 0 && vocab < int64_t(std::numeric_limits<int32_t>::max()), p, "vocabulary of ", vocab);
   EXL_CHECK(int64_t(rows.size()) < (int64_t(1) << 31) / 8, p, rows.size(), " entries");
   for (size_t i = 0; i < rows.size(); ++i) check_row(rows[i], vocab, i);
@@ -115,7 +153,7 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
   }
   // Pinned staging: a copy from pageable memory would first wait for the stream (the forward pass
   // still running), leaving the GPU idle while the host then queues the sampling kernels.
-  const size_t out_bytes = out.size_bytes();
+  const size_t out_bytes = rows.size() * sizeof(int32_t);
   if (pinned_.bytes() < blob_.size() + out_bytes) {
     ctx_.sync();
     pinned_ = ctx_.alloc_pinned(std::max(blob_.size() + out_bytes, 2 * pinned_.bytes()));
@@ -159,8 +197,7 @@ void CudaSampler::run(const float* logits, int64_t vocab, std::span<const RowSam
   }
   if (!greedy_only) EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
   EXL_CUDA_CHECK(cudaMemcpyAsync(staged + blob_.size(), a.out, out_bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
-  ctx_.sync();
-  std::memcpy(out.data(), staged + blob_.size(), out_bytes);
+  out_offset_ = blob_.size();
 }
 
 }  // namespace exl::cuda

@@ -15,12 +15,29 @@ namespace exl::cuda {
 class CudaSampler {
  public:
   explicit CudaSampler(CudaContext& ctx) : ctx_(ctx) {}
+  ~CudaSampler();
+  CudaSampler(const CudaSampler&) = delete;
+  CudaSampler& operator=(const CudaSampler&) = delete;
   // Samples rows[i] of logits [*, vocab] (device memory) into out[i]; waits. Throws exl::Error
   // ("kernels: cuda: sample_rows: ...") for inputs outside the vocabulary or of the wrong size.
   void run(const float* logits, int64_t vocab, std::span<const RowSampling> rows, std::span<int32_t> out);
+  // The same without the wait (Backend::sample_rows_deferred): the ids stay on the device
+  // (deferred_ids) and reach the host with collect(). One deferred sampling at a time: run() and
+  // run_deferred() throw while one is not collected.
+  void run_deferred(const float* logits, int64_t vocab, std::span<const RowSampling> rows);
+  void collect(std::span<int32_t> out);
+  // The device ids of the last deferred sampling (valid until the next sampling), which must
+  // have had at least n entries.
+  const int32_t* deferred_ids(int64_t n) const;
 
  private:
   void ensure(int64_t vocab, int64_t entries);
+  // Queues the sampling and the download of its ids into pinned_ at out_offset_.
+  void launch(const float* logits, int64_t vocab, std::span<const RowSampling> rows);
+  cudaEvent_t done_ = nullptr;  // after the last deferred sampling's download
+  bool pending_ = false;
+  int64_t deferred_entries_ = 0;
+  size_t out_offset_ = 0;
   CudaContext& ctx_;
   int64_t vocab_ = 0, entries_ = 0;
   Buffer x_, keys_, keys_sorted_, order_, w_, iota_, sort_temp_, small_, params_;

@@ -117,10 +117,14 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
 }
 
 template <DenseType T>
-__global__ void embedding_kernel(const void* __restrict__ table, int64_t dim, const int32_t* __restrict__ ids,
-                                 float* __restrict__ out) {
+__global__ void embedding_kernel(const void* __restrict__ table, int64_t vocab, int64_t dim,
+                                 const int32_t* __restrict__ ids, float* __restrict__ out) {
   const int64_t row = ids[blockIdx.x];
   float* o = out + blockIdx.x * dim;
+  if (row < 0 || row >= vocab) {
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) o[d] = 0.0f;
+    return;
+  }
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
     if constexpr (T == DenseType::f32) {
       o[d] = static_cast<const float*>(table)[row * dim + d];
@@ -194,14 +198,14 @@ cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t embedding(DenseType type, const void* table, int64_t dim, const int32_t* ids, int64_t n_ids, float* out,
-                      cudaStream_t stream) {
+cudaError_t embedding(DenseType type, const void* table, int64_t vocab, int64_t dim, const int32_t* ids, int64_t n_ids,
+                      float* out, cudaStream_t stream) {
   if (n_ids == 0) return cudaSuccess;
   const unsigned grid = unsigned(n_ids);
   switch (type) {
-    case DenseType::f32: embedding_kernel<DenseType::f32><<<grid, 128, 0, stream>>>(table, dim, ids, out); break;
-    case DenseType::f16: embedding_kernel<DenseType::f16><<<grid, 128, 0, stream>>>(table, dim, ids, out); break;
-    case DenseType::bf16: embedding_kernel<DenseType::bf16><<<grid, 128, 0, stream>>>(table, dim, ids, out); break;
+    case DenseType::f32: embedding_kernel<DenseType::f32><<<grid, 128, 0, stream>>>(table, vocab, dim, ids, out); break;
+    case DenseType::f16: embedding_kernel<DenseType::f16><<<grid, 128, 0, stream>>>(table, vocab, dim, ids, out); break;
+    case DenseType::bf16: embedding_kernel<DenseType::bf16><<<grid, 128, 0, stream>>>(table, vocab, dim, ids, out); break;
   }
   return cudaGetLastError();
 }

@@ -34,7 +34,8 @@ cudaError_t add_rms_norm(float* x, const float* y, const float* w, float* out, i
                          cudaStream_t stream);
 cudaError_t swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t stream);
-cudaError_t embedding(DenseType type, const void* table, int64_t dim, const int32_t* ids, int64_t n_ids, float* out,
-                      cudaStream_t stream);
+// out[i] = table[ids[i]] (device ids); an id outside [0, vocab) gives a row of zeros.
+cudaError_t embedding(DenseType type, const void* table, int64_t vocab, int64_t dim, const int32_t* ids, int64_t n_ids,
+                      float* out, cudaStream_t stream);
 
 }  // namespace exl::cuda

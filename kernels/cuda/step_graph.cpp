@@ -11,7 +11,7 @@ void StepGraphs::begin(CudaContext& ctx) {
   capturable_ = true;
   if (mode_ == StepMode::eager) return;
   ctx.make_current();
-  ctx.begin_step(mode_ == StepMode::capture);
+  ctx.begin_step(mode_ == StepMode::capture, mode_ != StepMode::record);
   if (mode_ == StepMode::capture) {
     const cudaError_t e = cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) {

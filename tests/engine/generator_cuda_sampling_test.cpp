@@ -56,5 +56,75 @@ TEST(CudaGeneratorSampling, GreedyAndSeededRunsMatchTheHost) {
   EXPECT_EQ(generate(*gpu, KvFormat::f32, plain, 200, true), generate(*cpu, KvFormat::f32, plain, 200, true));
 }
 
+// Three seeded jobs, one with a stop token, one submitted while the others decode: pipelined
+// decoding (GeneratorOptions::pipelined) gives every job the tokens and finish reasons of
+// step-by-step decoding.
+struct JobRun {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::error;
+};
+std::vector<JobRun> three_jobs(Model& m, const Tokenizer& tok, bool pipelined, int32_t stop_token) {
+  GeneratorOptions o;
+  o.cache_format = KvFormat::fp16;
+  o.page_size = 16;
+  o.pipelined = pipelined;
+  Generator g(m, tok, o);
+  std::vector<JobRun> runs(3);
+  auto job = [&](int i, std::vector<int32_t> prompt, int max_new, uint64_t seed) {
+    GenerationJob j;
+    j.prompt = std::move(prompt);
+    j.sampling.temperature = 0.9f, j.sampling.top_k = 30, j.sampling.seed = seed;
+    j.sampling.repetition_penalty = 1.05f;
+    j.max_new_tokens = max_new;
+    if (i == 1) j.stop_tokens = {stop_token};
+    j.on_event = [&, i](const GenerationEvent& e) {
+      if (e.type == GenerationEvent::Type::token) {
+        runs[size_t(i)].tokens.push_back(e.token);
+        if (i == 0 && runs[0].tokens.size() == 5) {  // the third job arrives mid-run
+          GenerationJob late;
+          late.prompt = {1, 320, 471};
+          late.sampling.temperature = 0.7f, late.sampling.seed = 99;
+          late.max_new_tokens = 30;
+          late.on_event = [&](const GenerationEvent& e2) {
+            if (e2.type == GenerationEvent::Type::token) runs[2].tokens.push_back(e2.token);
+            else runs[2].reason = e2.reason;
+          };
+          g.submit(std::move(late));
+        }
+      } else {
+        runs[size_t(i)].reason = e.reason;
+      }
+    };
+    g.submit(std::move(j));
+  };
+  job(0, {1}, 60, 11);
+  job(1, {1, 403, 271}, 80, 12);
+  g.run_until_idle();
+  return runs;
+}
+
+TEST(CudaGeneratorSampling, PipelinedDecodingMatchesStepByStep) {
+  EXL_REQUIRE_CUDA();
+  EXL_REQUIRE_SHARED("models/stories260K-hf/config.json");
+  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
+  auto tok = load_tokenizer(dir.path());
+  auto gpu = make_cuda_backend(0);
+  Model m(dir, *gpu);
+  // The stop token: job 1's 20th token when it runs without one.
+  const auto free_run = three_jobs(m, *tok, false, -5);
+  ASSERT_GE(free_run[1].tokens.size(), 20u);
+  const int32_t stop = free_run[1].tokens[19];
+  const auto plain = three_jobs(m, *tok, false, stop);
+  const auto piped = three_jobs(m, *tok, true, stop);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(piped[size_t(i)].tokens, plain[size_t(i)].tokens) << "job " << i;
+    EXPECT_EQ(piped[size_t(i)].reason, plain[size_t(i)].reason) << "job " << i;
+  }
+  EXPECT_EQ(plain[0].tokens.size(), 60u);
+  EXPECT_EQ(plain[1].reason, FinishReason::stop_token);
+  EXPECT_LE(plain[1].tokens.size(), 20u);
+  EXPECT_EQ(plain[2].tokens.size(), 30u);
+}
+
 }  // namespace
 }  // namespace exl

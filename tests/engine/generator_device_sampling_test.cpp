@@ -4,7 +4,12 @@
 // the tokens of the plain CPU backend's host sampling, for batched jobs with seeds, penalties,
 // biases, grammar masks and forced tokens; a job the device cannot sample (typical_p) sends the
 // whole step to the host; GeneratorOptions::device_sampling = false never calls sample_rows.
+// With deferred sampling (Backend::sample_rows_deferred, embedding_of_samples) the generator
+// pipelines its decode steps (GeneratorOptions::pipelined): the same tokens and finish reasons,
+// with stop tokens, a job that arrives mid-run and a cancellation.
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "engine/device_sampling.h"
 #include "engine/generator.h"
@@ -13,11 +18,12 @@
 namespace exl {
 namespace {
 
-// The CPU backend plus sample_rows (counted).
+// The CPU backend plus sample_rows (counted) and, when `deferring`, deferred sampling: the ids
+// are sampled at once and kept for embedding_of_samples and collect_samples.
 class SamplingCpuBackend final : public Backend {
  public:
-  SamplingCpuBackend() : be_(make_cpu_backend(2)) {}
-  int calls = 0, rows_sampled = 0;
+  explicit SamplingCpuBackend(bool deferring = false) : be_(make_cpu_backend(2)), deferring_(deferring) {}
+  int calls = 0, rows_sampled = 0, deferred_calls = 0, fed_steps = 0;
 
   std::string name() const override { return "sampling " + be_->name(); }
   Buffer alloc(size_t bytes) override { return be_->alloc(bytes); }
@@ -72,9 +78,30 @@ class SamplingCpuBackend final : public Backend {
     }
     return true;
   }
+  bool sample_rows_deferred(const float* logits, int64_t vocab, std::span<const RowSampling> rows) override {
+    if (!deferring_ || rows.empty()) return deferring_;
+    EXL_CHECK(!pending_, "test backend: a deferred sampling is not collected");
+    ids_.assign(rows.size(), -1);
+    sample_rows(logits, vocab, rows, ids_);
+    ++deferred_calls;
+    pending_ = true;
+    return true;
+  }
+  void collect_samples(std::span<int32_t> out) override {
+    EXL_CHECK(pending_ && out.size() == ids_.size(), "test backend: nothing to collect");
+    std::copy(ids_.begin(), ids_.end(), out.begin());
+    pending_ = false;
+  }
+  void embedding_of_samples(const PreparedEmbedding& e, int64_t n, float* out) override {
+    EXL_CHECK(n <= int64_t(ids_.size()), "test backend: ", n, " fed tokens, ", ids_.size(), " sampled");
+    ++fed_steps;
+    be_->embedding(e, std::span<const int32_t>(ids_).first(size_t(n)), out);
+  }
 
  private:
   std::unique_ptr<Backend> be_;
+  bool deferring_ = false, pending_ = false;
+  std::vector<int32_t> ids_;
 };
 
 // Even tokens only; every fifth generated token is forced to 13.
@@ -164,6 +191,90 @@ TEST(GeneratorDeviceSampling, HostOnlySettingsOrTheOptionKeepTheHostPath) {
   SamplingCpuBackend off;
   EXPECT_EQ(generate(off, false, false), generate(*cpu, false));
   EXPECT_EQ(off.calls, 0);
+}
+
+// Four jobs without mask hooks (so that every step may be pipelined): seeded top-k/top-p,
+// greedy with a stop token, penalties and biases cancelled at its 12th token, and a seeded job
+// submitted when job 0 has five tokens. Returns each job's tokens and finish reason.
+struct Run {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::error;
+  bool operator==(const Run&) const = default;
+};
+std::vector<Run> pipeline_jobs(Backend& be, bool pipelined, int32_t stop_token) {
+  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
+  auto tok = load_tokenizer(dir.path());
+  Model m(dir, be);
+  GeneratorOptions o;
+  o.pipelined = pipelined;
+  o.page_size = 16;
+  Generator g(m, *tok, o);
+  std::vector<Run> runs(4);
+  std::vector<uint64_t> ids(4);
+  std::function<void(int, GenerationJob)> submit = [&](int i, GenerationJob j) {
+    j.on_event = [&, i](const GenerationEvent& e) {
+      Run& r = runs[size_t(i)];
+      if (e.type != GenerationEvent::Type::token) {
+        r.reason = e.reason;
+        return;
+      }
+      r.tokens.push_back(e.token);
+      if (i == 0 && r.tokens.size() == 5) {
+        GenerationJob late;
+        late.prompt = {1, 320, 471};
+        late.sampling.temperature = 0.7f, late.sampling.seed = 5;
+        late.max_new_tokens = 30;
+        submit(3, std::move(late));
+      }
+      if (i == 2 && r.tokens.size() == 12) g.cancel(ids[2]);
+    };
+    ids[size_t(i)] = g.submit(std::move(j));
+  };
+  GenerationJob a, b, c;
+  a.prompt = {1};
+  a.max_new_tokens = 50;
+  a.sampling.temperature = 0.9f, a.sampling.top_k = 20, a.sampling.top_p = 0.9f, a.sampling.seed = 7;
+  b.prompt = {1, 400, 300};
+  b.max_new_tokens = 60;
+  b.sampling.temperature = 0;
+  b.stop_tokens = {stop_token};
+  c.prompt = {1, 300, 300, 13};
+  c.max_new_tokens = 40;
+  c.sampling.repetition_penalty = 1.2f, c.sampling.presence_penalty = 0.2f, c.sampling.seed = 8;
+  c.sampling.logit_bias = {{13, 2.0f}};
+  submit(0, std::move(a));
+  submit(1, std::move(b));
+  submit(2, std::move(c));
+  g.run_until_idle();
+  return runs;
+}
+
+TEST(GeneratorDeviceSampling, PipelinedDecodingGivesTheSameTokens) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  auto cpu = make_cpu_backend(2);
+  // The stop token: the greedy job's 15th token when it runs without one.
+  const auto free_run = pipeline_jobs(*cpu, false, -1);
+  ASSERT_GE(free_run[1].tokens.size(), 15u);
+  const int32_t stop = free_run[1].tokens[14];
+  const auto want = pipeline_jobs(*cpu, false, stop);
+  SamplingCpuBackend dev(true);
+  const auto got = pipeline_jobs(dev, true, stop);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "job " << i;
+    EXPECT_EQ(got[i].reason, want[i].reason) << "job " << i;
+  }
+  EXPECT_EQ(want[0].tokens.size(), 50u);
+  EXPECT_EQ(want[1].reason, FinishReason::stop_token);
+  EXPECT_LE(want[1].tokens.size(), 15u);
+  EXPECT_EQ(want[2].reason, FinishReason::cancelled);
+  EXPECT_EQ(want[3].tokens.size(), 30u);
+  // Job 0's 50 tokens take ~50 steps: all were fed on the device but the first (the prefill),
+  // the late job's arrival and prefill, and each job's last token (47 when this was written).
+  EXPECT_GE(dev.fed_steps, 40);
+  EXPECT_GE(dev.deferred_calls, dev.fed_steps);
+  SamplingCpuBackend step_by_step(true);
+  EXPECT_EQ(pipeline_jobs(step_by_step, false, stop), want);
+  EXPECT_EQ(step_by_step.deferred_calls, 0);
 }
 
 }  // namespace
