@@ -64,22 +64,6 @@ inline double argmax_agreement(const std::vector<float>& a, const std::vector<fl
   return rows ? double(agree) / double(rows) : 0.0;
 }
 
-// Fraction of rows whose argmax agree up to near-ties: a row of `a` may pick another token than
-// the reference `b` only where that token's reference logit is within twice the row's largest
-// |a − b| of the reference maximum (the flip is what the measured difference allows).
-inline double argmax_agreement_up_to_ties(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  const size_t rows = a.size() / size_t(vocab);
-  size_t agree = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    auto ra = a.begin() + std::ptrdiff_t(r * size_t(vocab)), rb = b.begin() + std::ptrdiff_t(r * size_t(vocab));
-    double diff = 0;
-    for (int64_t i = 0; i < vocab; ++i) diff = std::max(diff, std::abs(double(ra[i]) - rb[i]));
-    const double best = *std::max_element(rb, rb + vocab), picked = rb[std::max_element(ra, ra + vocab) - ra];
-    agree += picked >= best - 2 * diff;
-  }
-  return rows ? double(agree) / double(rows) : 0.0;
-}
-
 // A fresh empty directory under the build tree, private to the running test: ctest runs tests in
 // parallel processes, so the path holds the test's full name as well as `name`.
 inline std::filesystem::path temp_dir(const std::string& name) {

@@ -121,60 +121,30 @@ __device__ __forceinline__ void block_dot_h2(const uint32_t (&w)[4][BITS], const
   }
 }
 
-// Value i (0..31) of a 32-row block (BITS words) placed in the top BITS bits of an fp32 mantissa
-// under the exponent of 1.0: the float 1 + q/2^BITS, exact, in a shift (a funnel shift where the
-// value straddles two words) and one `lop3`. With i a compile-time constant the tests fold away.
-template <int BITS>
-__device__ __forceinline__ float one_plus_q(const uint32_t (&w)[BITS], int i) {
-  constexpr int P = 23 - BITS;
-  constexpr uint32_t M = ((1u << BITS) - 1u) << P;
-  const int o = i * BITS, wi = o >> 5, sh = o & 31;
-  uint32_t t;
-  if (sh + BITS > 32) t = __funnelshift_r(w[wi], w[wi + 1], sh - P);
-  else if (sh >= P) t = w[wi] >> (sh - P);
-  else t = w[wi] << (P - sh);
-  uint32_t h;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(t), "n"(M), "n"(0x3F800000u));
-  return __uint_as_float(h);
-}
-
-// One 32-row block for BITS ∈ {3, 5, 6} in fp32 (values extracted across word boundaries):
-// Σ (q − z)·x = 2^BITS · Σ ((1 + q/2^BITS) − 1.5)·x with z = 2^(BITS−1), so each weight costs a
-// shift, a `lop3` and an fma (the −1.5·Σx once per block and column).
+// One 32-row block for BITS ∈ {3, 5, 6} in fp32 (values extracted across word boundaries).
 template <int BITS, int MB>
 __device__ __forceinline__ void block_dot_f32(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
                                               float (&acc)[MB][4]) {
-  float sx[MB], dot[MB][4];
-#pragma unroll
-  for (int m = 0; m < MB; ++m) {
-    sx[m] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) dot[m][c] = 0.0f;
-  }
+  constexpr float Z23 = 8388608.0f + float(1 << (BITS - 1));
 #pragma unroll
   for (int r4 = 0; r4 < 32; r4 += 4) {
     float wv[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) wv[k][c] = one_plus_q<BITS>(w[c], r4 + k);
+      for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
       const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + r4);
-      sx[m] += (xv.x + xv.y) + (xv.z + xv.w);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        dot[m][c] = fmaf(wv[0][c], xv.x, dot[m][c]);
-        dot[m][c] = fmaf(wv[1][c], xv.y, dot[m][c]);
-        dot[m][c] = fmaf(wv[2][c], xv.z, dot[m][c]);
-        dot[m][c] = fmaf(wv[3][c], xv.w, dot[m][c]);
+        acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
+        acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
+        acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
+        acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < MB; ++m)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[m][c] += float(1 << BITS) * fmaf(-1.5f, sx[m], dot[m][c]);
 }
 
 template <int BITS, int MB>

@@ -1,7 +1,5 @@
 // The whole model on the CUDA backend against the CPU backend (same cache format): logits within
-// 1e-2 relative L2 and every argmax the same, except near-ties that the rows' measured difference
-// can flip (test::argmax_agreement_up_to_ties; ≥ 95% strictly: one flip in the 48 positions of a
-// run is 97.9%), in prefill, decode, chunked and prefix-cached runs,
+// 1e-2 relative L2 and ≥ 98% argmax agreement in prefill, decode, chunked and prefix-cached runs,
 // for every cache format; stories260K's greedy text identical. Skips without a CUDA device.
 // With q8/q4 caches, prefill runs its linears exact (Backend::linears_exact: split-fp16 GEMMs) and
 // attention on the fp32 paged kernel: fp16 tensor-core rounding anywhere upstream of a layer's K/V
@@ -72,13 +70,11 @@ TEST_P(CudaModels, GpuMatchesCpuInEveryModeAndCacheFormat) {
     for (auto [chunk, prefix] : std::vector<std::pair<int64_t, bool>>{{0, false}, {1, false}, {7, false}, {0, true}}) {
       auto a = run(mg, *gpu, ids, chunk, prefix, fmt);
       auto b = run(mc, *cpu, ids, chunk, prefix, fmt);
-      const double e = test::rel_l2(a, b), agr = test::argmax_agreement(a, b, mc.vocab_size()),
-                   ties = test::argmax_agreement_up_to_ties(a, b, mc.vocab_size());
+      const double e = test::rel_l2(a, b), agr = test::argmax_agreement(a, b, mc.vocab_size());
       std::cout << GetParam() << " " << to_string(fmt) << " chunk " << chunk << (prefix ? " prefix" : "")
-                << ": rel_l2 " << e << " argmax " << agr << " (up to near-ties " << ties << ")\n";
+                << ": rel_l2 " << e << " argmax " << agr << "\n";
       EXPECT_LT(e, 1e-2) << to_string(fmt) << " chunk " << chunk << " prefix " << prefix;
-      EXPECT_GE(agr, 0.95) << to_string(fmt) << " chunk " << chunk << " prefix " << prefix;
-      EXPECT_EQ(ties, 1.0) << to_string(fmt) << " chunk " << chunk << " prefix " << prefix;
+      EXPECT_GE(agr, 0.98) << to_string(fmt) << " chunk " << chunk << " prefix " << prefix;
     }
   // The decode steps (chunk 1) of the EXL2 models ran with act-order hand-offs between ops
   // (cuda/handoff.h); dense models have no permutation to hand off.
