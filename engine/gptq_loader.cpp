@@ -10,22 +10,14 @@ namespace exl {
 
 namespace {
 
-constexpr std::string_view k_concept = "gptq";
+constexpr std::string_view k_gptq = "gptq";
 
-std::string where(const TensorView& t) { return tensor_where(k_concept, t); }
-
-TensorView need(const ModelDir& dir, std::string_view prefix, std::string_view suffix) {
-  std::string name = cat(prefix, ".", suffix);
-  auto t = dir.find(name);
-  EXL_CHECK(t.has_value(), "engine: gptq: '", dir.path().string(), "': layer '", prefix, "': missing tensor '",
-            name, "'");
-  return *t;
-}
+std::string gptq_where(const TensorView& t) { return tensor_where(k_gptq, t); }
 
 void check(const TensorView& t, DType dtype, const std::vector<int64_t>& shape, std::string_view meaning) {
-  EXL_CHECK(t.info->dtype == dtype, where(t), "has dtype ", to_string(t.info->dtype), ", expected ",
+  EXL_CHECK(t.info->dtype == dtype, gptq_where(t), "has dtype ", to_string(t.info->dtype), ", expected ",
             to_string(dtype));
-  EXL_CHECK(t.info->shape == shape, where(t), "has shape ", shape_to_string(t.info->shape), ", expected ",
+  EXL_CHECK(t.info->shape == shape, gptq_where(t), "has shape ", shape_to_string(t.info->shape), ", expected ",
             shape_to_string(shape), " (", meaning, ")");
 }
 
@@ -34,10 +26,10 @@ std::vector<int32_t> load_g_idx(const ModelDir& dir, std::string_view prefix, in
   std::vector<int32_t> g_idx(size_t(k), 0);
   if (auto t = dir.find(cat(prefix, ".g_idx"))) {
     check(*t, DType::i32, {k}, "in_features");
-    const auto* p = tensor_data<int32_t>(*t, k_concept);
+    const auto* p = tensor_data<int32_t>(*t, k_gptq);
     if (std::any_of(p, p + k, [](int32_t v) { return v != 0; })) {
       for (int64_t i = 0; i < k; ++i)
-        EXL_CHECK(p[i] >= 0 && p[i] < num_groups, where(*t), "row ", i, " has group ", p[i], ", outside [0, ",
+        EXL_CHECK(p[i] >= 0 && p[i] < num_groups, gptq_where(*t), "row ", i, " has group ", p[i], ", outside [0, ",
                   num_groups, ")");
       std::copy(p, p + k, g_idx.begin());
       return g_idx;
@@ -72,25 +64,25 @@ GptqMatrix load_gptq_matrix(const ModelDir& dir, std::string_view prefix, int64_
   m.out_features = out_features;
   m.zeros_v2 = cfg.checkpoint_format == "gptq_v2";
 
-  TensorView qw = need(dir, prefix, "qweight");
+  TensorView qw = need_layer_tensor(dir, k_gptq, prefix, "qweight");
   check(qw, DType::i32, {in_features / 8, out_features}, "in_features / 8 × out_features, 4-bit");
-  m.qweight = tensor_data<uint32_t>(qw, k_concept);
+  m.qweight = tensor_data<uint32_t>(qw, k_gptq);
 
-  TensorView sc = need(dir, prefix, "scales");
-  EXL_CHECK(sc.info->shape.size() == 2 && sc.info->shape[0] > 0, where(sc), "has shape ",
+  TensorView sc = need_layer_tensor(dir, k_gptq, prefix, "scales");
+  EXL_CHECK(sc.info->shape.size() == 2 && sc.info->shape[0] > 0, gptq_where(sc), "has shape ",
             shape_to_string(sc.info->shape), ", expected [groups, ", out_features, "]");
   m.num_groups = sc.info->shape[0];
-  EXL_CHECK(m.num_groups <= in_features, where(sc), "has ", m.num_groups, " groups, more than in_features ",
+  EXL_CHECK(m.num_groups <= in_features, gptq_where(sc), "has ", m.num_groups, " groups, more than in_features ",
             in_features);
   check(sc, DType::f16, {m.num_groups, out_features}, "groups × out_features");
-  m.scales = tensor_data<uint16_t>(sc, k_concept);
+  m.scales = tensor_data<uint16_t>(sc, k_gptq);
 
-  TensorView qz = need(dir, prefix, "qzeros");
+  TensorView qz = need_layer_tensor(dir, k_gptq, prefix, "qzeros");
   check(qz, DType::i32, {m.num_groups, out_features / 8}, "groups × out_features / 8");
-  m.qzeros = tensor_data<uint32_t>(qz, k_concept);
+  m.qzeros = tensor_data<uint32_t>(qz, k_gptq);
 
   m.g_idx = load_g_idx(dir, prefix, in_features, m.num_groups);
-  m.bias = load_linear_bias(dir, prefix, out_features, k_concept);
+  m.bias = load_linear_bias(dir, prefix, out_features, k_gptq);
   if (std::all_of(m.bias.begin(), m.bias.end(), [](float v) { return v == 0.0f; })) m.bias.clear();
   return m;
 }

@@ -7,12 +7,11 @@
 #include "engine/linear_loader.h"
 #include "engine/model.h"
 #include "kernels/error.h"
+#include "kernels/int_math.h"
 
 namespace exl {
 
 namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t buf(int64_t bytes) { return device_alloc_bytes(bytes); }
 

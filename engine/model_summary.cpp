@@ -8,7 +8,7 @@ namespace exl {
 
 namespace {
 
-using json = nlohmann::ordered_json;
+using Json = nlohmann::ordered_json;
 
 int64_t tensor_bytes(const ModelDir& dir, const std::string& prefix, std::initializer_list<const char*> suffixes) {
   int64_t total = 0;
@@ -46,8 +46,8 @@ LinearSummary summarize_linear(const ModelDir& dir, const LinearSpec& spec) {
   return s;
 }
 
-json linear_json(const LinearSummary& s) {
-  json j = {{"name", s.name},
+Json linear_json(const LinearSummary& s) {
+  Json j = {{"name", s.name},
             {"format", to_string(s.format)},
             {"in_features", s.in_features},
             {"out_features", s.out_features},
@@ -56,7 +56,7 @@ json linear_json(const LinearSummary& s) {
             {"bias", s.has_bias}};
   if (s.tensor_prefix != s.name) j["tensor_prefix"] = s.tensor_prefix;
   if (s.format == WeightFormat::dense) j["dtype"] = std::string(to_string(s.dtype));
-  json bits = json::array(), rows = json::object();
+  Json bits = Json::array(), rows = Json::object();
   for (auto it = s.rows_per_bits.rbegin(); it != s.rows_per_bits.rend(); ++it) {
     bits.push_back(it->first);
     rows[std::to_string(it->first)] = it->second;
@@ -66,8 +66,8 @@ json linear_json(const LinearSummary& s) {
   return j;
 }
 
-json rope_json(const RopeConfig& r) {
-  json j = {{"type", to_string(r.type)}, {"theta", r.theta}};
+Json rope_json(const RopeConfig& r) {
+  Json j = {{"type", to_string(r.type)}, {"theta", r.theta}};
   if (r.type == RopeType::default_) return j;
   j["factor"] = r.factor;
   if (r.type == RopeType::llama3) {
@@ -124,9 +124,9 @@ ModelSummary summarize_model(const ModelDir& dir) {
   return s;
 }
 
-json to_json(const ModelSummary& s) {
+Json to_json(const ModelSummary& s) {
   const ModelConfig& c = s.config;
-  json j = {{"path", s.path},
+  Json j = {{"path", s.path},
             {"architecture", c.architecture},
             {"family", to_string(c.arch)},
             {"num_layers", c.num_layers},
@@ -151,13 +151,13 @@ json to_json(const ModelSummary& s) {
   if (!c.quant_method.empty())
     j["quantization_config"] = {{"quant_method", c.quant_method}, {"bits", c.quant_bits},
                                 {"head_bits", c.quant_head_bits}};
-  json per_bits = json::object();
+  Json per_bits = Json::object();
   for (auto it = s.layer_weights_per_bits.rbegin(); it != s.layer_weights_per_bits.rend(); ++it)
     per_bits[std::to_string(it->first)] = it->second;
   j["layer_weights_per_bits"] = per_bits;
-  json layers = json::array();
+  Json layers = Json::array();
   for (size_t l = 0; l < s.layers.size(); ++l) {
-    json lin = json::array();
+    Json lin = Json::array();
     for (const auto& ls : s.layers[l]) lin.push_back(linear_json(ls));
     layers.push_back({{"index", l}, {"linears", lin}});
   }

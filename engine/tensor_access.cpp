@@ -36,6 +36,15 @@ std::vector<float> load_f32(const ModelDir& dir, std::string_view name, std::spa
   return tensor_to_f32(t, "tensor");
 }
 
+TensorView need_layer_tensor(const ModelDir& dir, std::string_view concept_name, std::string_view prefix,
+                             std::string_view suffix) {
+  std::string name = cat(prefix, ".", suffix);
+  auto t = dir.find(name);
+  EXL_CHECK(t.has_value(), "engine: ", concept_name, ": '", dir.path().string(), "': layer '", prefix,
+            "': missing tensor '", name, "'");
+  return *t;
+}
+
 std::vector<float> load_linear_bias(const ModelDir& dir, std::string_view prefix, int64_t out_features,
                                     std::string_view concept_name) {
   auto t = dir.find(cat(prefix, ".bias"));

@@ -36,6 +36,11 @@ std::vector<float> tensor_to_f32(const TensorView& t, std::string_view concept_n
 // type. For norms, embeddings and other unquantized vectors and matrices.
 std::vector<float> load_f32(const ModelDir& dir, std::string_view name, std::span<const int64_t> shape = {});
 
+// Tensor `<prefix>.<suffix>` of a quantized linear layer; throws naming the file, the layer and
+// the missing tensor when the file lacks it.
+TensorView need_layer_tensor(const ModelDir& dir, std::string_view concept_name, std::string_view prefix,
+                             std::string_view suffix);
+
 // The optional `<prefix>.bias` of a linear layer as float ([out_features]), or empty when absent.
 // Any float dtype is accepted; the shape must be [out_features].
 std::vector<float> load_linear_bias(const ModelDir& dir, std::string_view prefix, int64_t out_features,

@@ -19,7 +19,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-const CommandSpec& spec() {
+const CommandSpec& batch_spec() {
   static const CommandSpec s{
       "batch",
       "Run every request of a JSONL file and append one result line per request to the output.\n"
@@ -104,7 +104,7 @@ struct Progress {
 }  // namespace
 
 int cli_batch(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(batch_spec(), args, [](const ParsedArgs& a) {
     const long long conc = a.get_int("--concurrency", 16);
     if (conc <= 0) throw UsageError("--concurrency must be positive");
     const std::optional<ojson> default_schema = read_schema_flag(a);

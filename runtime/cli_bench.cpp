@@ -20,7 +20,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const CommandSpec& spec() {
+const CommandSpec& bench_spec() {
   static const CommandSpec s{
       "bench",
       "Measure prefill tokens/s, decode tokens/s at several batch sizes and the prefix-cache speed-up\n"
@@ -71,7 +71,7 @@ double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::dura
 
 int cli_bench(std::span<const std::string> args) {
   if (!args.empty() && args[0] == "grammar") return cli_bench_grammar(args.subspan(1));
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(bench_spec(), args, [](const ParsedArgs& a) {
     const std::string backend_name = a.get_or("--backend", "cpu");
     const auto prefill = parse_list("--prefill", a.get_or("--prefill", "512"));
     const auto batches = parse_list("--batch", a.get_or("--batch", "1,8"));

@@ -13,7 +13,7 @@ namespace exl {
 
 namespace {
 
-const CommandSpec& spec() {
+const CommandSpec& extract_spec() {
   static const CommandSpec s{
       "extract",
       "Extract one JSON object per input document (a file, or - for stdin) under a JSON Schema and\n"
@@ -65,7 +65,7 @@ nlohmann::ordered_json read_schema(const std::string& path) {
 }  // namespace
 
 int cli_extract(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(extract_spec(), args, [](const ParsedArgs& a) {
     const long long conc = a.get_int("--concurrency", 16);
     if (conc <= 0) throw UsageError("--concurrency must be positive");
     std::optional<int64_t> max_tokens;

@@ -23,7 +23,7 @@ namespace exl {
 
 namespace {
 
-const CommandSpec& spec() {
+const CommandSpec& generate_spec() {
   static const CommandSpec s{
       "generate",
       "Generate text from a prompt and stream it to stdout (BOS is added as the model's tokenizer\n"
@@ -111,7 +111,7 @@ std::vector<uint64_t> seed_list(const ParsedArgs& a) {
 }  // namespace
 
 int cli_generate(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(generate_spec(), args, [](const ParsedArgs& a) {
     SamplerSettings ss;
     ss.temperature = float(a.get_double("--temperature", 1.0));
     ss.top_p = float(a.get_double("--top-p", 1.0));

@@ -10,7 +10,7 @@ namespace exl {
 
 namespace {
 
-const CommandSpec& spec() {
+const CommandSpec& logits_spec() {
   static const CommandSpec s{
       "logits",
       "Run token ids through the model and write float32 little-endian logits, shape [len(ids), vocab],\n"
@@ -30,7 +30,7 @@ const CommandSpec& spec() {
 }  // namespace
 
 int cli_logits(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(logits_spec(), args, [](const ParsedArgs& a) {
     const std::string backend_name = a.get_or("--backend", "cpu");
     std::string mode = a.get_or("--mode", "prefill");
     int64_t chunk = 0;

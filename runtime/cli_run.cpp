@@ -17,7 +17,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-const CommandSpec& spec() {
+const CommandSpec& run_spec() {
   static const CommandSpec s{
       "run",
       "Run a scripted workflow (format: docs/workflow-format.md): its steps in order, each a chat\n"
@@ -193,7 +193,7 @@ struct Runner {
 }  // namespace
 
 int cli_run(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(run_spec(), args, [](const ParsedArgs& a) {
     std::map<std::string, std::string> overrides;
     if (a.has("--input"))
       for (const auto& kv : a.values.at("--input")) {

@@ -11,7 +11,7 @@ namespace exl {
 
 namespace {
 
-const CommandSpec& spec() {
+const CommandSpec& serve_spec() {
   static const CommandSpec s{
       "serve",
       "Serve a model over the OpenAI-compatible HTTP API (POST /v1/chat/completions, POST /v1/completions,\n"
@@ -49,7 +49,7 @@ std::string read_key_file(const std::string& path) {
 }  // namespace
 
 int cli_serve(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(serve_spec(), args, [](const ParsedArgs& a) {
     ServerOptions o;
     o.model_dir = *a.get("--model");
     o.host = a.get_or("--host", o.host);

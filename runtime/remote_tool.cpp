@@ -8,7 +8,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string wire_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string seconds_text(ToolClock::duration d) {
   return cat(double(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) / 1000.0, " s");
@@ -48,7 +48,7 @@ ToolResult tool_result_from_mcp(const json& r) {
         if (!text.empty()) text += "\n";
         text += part["text"].get<std::string>();
       }
-  if (text.empty() && r.contains("structuredContent")) text = dump(r["structuredContent"]);
+  if (text.empty() && r.contains("structuredContent")) text = wire_dump(r["structuredContent"]);
   out.content = std::move(text);
   return out;
 }
@@ -87,7 +87,7 @@ void ToolClientLink::call(const ToolSpec& spec, const json& arguments, ToolClock
   }
   if (id.empty()) return done({cat("Error: tool '", spec.name, "' is unavailable: tool client disconnected"), true});
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - ToolClock::now()).count();
-  send_(dump({{"jsonrpc", "2.0"},
+  send_(wire_dump({{"jsonrpc", "2.0"},
               {"id", id},
               {"method", "tools/call"},
               {"params",
@@ -119,7 +119,7 @@ void ToolClientLink::watch(const std::string& id) {
     std::string tool;
     ToolDone done = self->take(id, &tool);
     if (!done) return;
-    self->send_(dump({{"jsonrpc", "2.0"},
+    self->send_(wire_dump({{"jsonrpc", "2.0"},
                       {"method", "notifications/cancelled"},
                       {"params", {{"requestId", id}, {"reason", reason}}}}));
     done(reason == "deadline" ? ToolResult{cat("Error: Tool '", tool, "' timed out after ", seconds_text(waited)), true}
@@ -146,7 +146,7 @@ bool ToolClientLink::on_response(const json& msg) {
   if (msg.contains("error")) {
     const json& e = msg["error"];
     std::string m = e.is_object() && e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>()
-                                                                                       : dump(e);
+                                                                                       : wire_dump(e);
     done({cat("Error: tool '", tool, "' failed: ", m), true});
   } else {
     done(tool_result_from_mcp(msg.value("result", json())));

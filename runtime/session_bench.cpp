@@ -110,7 +110,7 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-const CommandSpec& spec() {
+const CommandSpec& session_bench_spec() {
   static const CommandSpec s{
       "bench-sessions",
       "Run N concurrent agent sessions over loopback WebSocket against an in-process server; each session\n"
@@ -137,7 +137,7 @@ std::string scripted_answer(int words) {
 }  // namespace
 
 int cli_bench_sessions(std::span<const std::string> args) {
-  return run_command(spec(), args, [](const ParsedArgs& a) {
+  return run_command(session_bench_spec(), args, [](const ParsedArgs& a) {
     ServerOptions o;
     o.model_dir = *a.get("--model");
     o.port = 0;

@@ -11,15 +11,15 @@ namespace exl {
 
 namespace {
 
-using json = nlohmann::ordered_json;  // keeps a finalAnswerSchema's property order
+using Json = nlohmann::ordered_json;  // keeps a finalAnswerSchema's property order
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-std::string rpc_error(const json& id, int code, const std::string& message) {
+std::string rpc_error(const Json& id, int code, const std::string& message) {
   return dump({{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", message}}}});
 }
 
-std::string rpc_result(const json& id, json result) {
+std::string rpc_result(const Json& id, Json result) {
   return dump({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
 }
 
@@ -44,7 +44,7 @@ bool offers_subprotocol(const std::string& header) {
   return false;
 }
 
-std::string session_param(const json& params) {
+std::string session_param(const Json& params) {
   if (!params.is_object() || !params.contains("sessionId") || !params["sessionId"].is_string())
     throw RpcError(rpc_code::invalid_params, "Invalid params: 'sessionId' (a string) is required");
   return params["sessionId"];
@@ -52,14 +52,14 @@ std::string session_param(const json& params) {
 
 AgentSink event_sink(WsPeer& peer, std::shared_ptr<std::string> sid) {
   return [send = peer.send, sid](const AgentEvent& e) {
-    json params = e.data;
+    Json params = e.data;
     params["sessionId"] = *sid;
     params["type"] = e.type;
     send(dump({{"jsonrpc", "2.0"}, {"method", "sessions/event"}, {"params", std::move(params)}}));
   };
 }
 
-json create_session(const json& params, ServerState& state, WsPeer& peer) {
+Json create_session(const Json& params, ServerState& state, WsPeer& peer) {
   AgentConfig config;
   try {
     config = agent_config_from_json(params);
@@ -75,7 +75,7 @@ json create_session(const json& params, ServerState& state, WsPeer& peer) {
   return {{"sessionId", session->id()}, {"tools", session->config().tools}};
 }
 
-json send_message(const json& params, ServerState& state, WsPeer& peer) {
+Json send_message(const Json& params, ServerState& state, WsPeer& peer) {
   const std::string id = session_param(params);
   if (!params.contains("content") || !params["content"].is_string())
     throw RpcError(rpc_code::invalid_params, "Invalid params: 'content' (a string) is required");
@@ -87,11 +87,11 @@ json send_message(const json& params, ServerState& state, WsPeer& peer) {
   return {{"accepted", true}};
 }
 
-json register_tools(const json& params, ServerState& state, WsPeer& peer) {
+Json register_tools(const Json& params, ServerState& state, WsPeer& peer) {
   if (!params.is_object() || !params.contains("tools") || !params["tools"].is_array())
     throw RpcError(rpc_code::invalid_params, "Invalid params: 'tools' (an array of MCP Tool objects) is required");
   std::vector<ToolSpec> specs;
-  json names = json::array();
+  Json names = Json::array();
   for (const auto& t : params["tools"]) {
     try {
       specs.push_back(parse_remote_tool_spec(t));
@@ -105,28 +105,28 @@ json register_tools(const json& params, ServerState& state, WsPeer& peer) {
   return {{"tools", names}};
 }
 
-std::optional<json> peer_method(const std::string& method, const json& params, ServerState& state, WsPeer& peer) {
+std::optional<Json> peer_method(const std::string& method, const Json& params, ServerState& state, WsPeer& peer) {
   if (method == "sessions/create") return create_session(params, state, peer);
   if (method == "sessions/send") return send_message(params, state, peer);
   if (method == "sessions/cancel") {
     auto session = state.sessions().find(session_param(params), peer.id);
     const bool running = session->running();
     session->cancel();
-    return json{{"cancelled", running}};
+    return Json{{"cancelled", running}};
   }
   if (method == "sessions/close") {
     state.sessions().close(session_param(params), peer.id);
-    return json::object();
+    return Json::object();
   }
   if (method == "sessions/resume") {
     auto sid = std::make_shared<std::string>(session_param(params));
     auto session = state.sessions().resume(*sid, event_sink(peer, sid), peer.id);
-    return json{{"sessionId", session->id()}, {"messages", messages_to_json(session->messages())}};
+    return Json{{"sessionId", session->id()}, {"messages", messages_to_json(session->messages())}};
   }
   if (method == "tools/register") return register_tools(params, state, peer);
   if (method == "tools/list") {
-    json names = state.sessions().tool_names();
-    return json{{"tools", names}};
+    Json names = state.sessions().tool_names();
+    return Json{{"tools", names}};
   }
   return std::nullopt;
 }
@@ -146,7 +146,7 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
   if (peer && over_rate(*peer))
     return rpc_error(nullptr, rpc_code::rate_limited,
                      cat("Rate limited: more than ", kWsMaxMessagesPerSecond, " messages in one second; message dropped"));
-  json msg = json::parse(text.begin(), text.end(), nullptr, false);
+  Json msg = Json::parse(text.begin(), text.end(), nullptr, false);
   if (msg.is_discarded()) return rpc_error(nullptr, rpc_code::parse_error, "Parse error: the frame is not valid JSON");
   if (json_too_deep(msg))
     return rpc_error(nullptr, rpc_code::invalid_request, cat("Invalid Request: nested deeper than ", kMaxJsonDepth, " levels"));
@@ -155,7 +155,7 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
   if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0")
     return rpc_error(nullptr, rpc_code::invalid_request, "Invalid Request: expected a JSON-RPC 2.0 object");
   const bool has_id = msg.contains("id");
-  const json id = has_id ? msg["id"] : json(nullptr);
+  const Json id = has_id ? msg["id"] : Json(nullptr);
   if (has_id && !id.is_string() && !id.is_number_integer() && !id.is_null())
     return rpc_error(nullptr, rpc_code::invalid_request, "Invalid Request: id must be a string or an integer");
   if (!msg.contains("method")) {  // a response to one of our tools/call requests
@@ -170,7 +170,7 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
   if (msg.contains("params") && !msg["params"].is_object() && !msg["params"].is_array())
     return has_id ? std::optional(rpc_error(id, rpc_code::invalid_params, "Invalid params: must be an object"))
                   : std::nullopt;
-  const json params = msg.value("params", json::object());
+  const Json params = msg.value("params", Json::object());
   if (!has_id) {
     if (method == "notifications/progress" && peer && peer->link) peer->link->on_progress(params);
     return std::nullopt;
@@ -183,8 +183,8 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
                            {"model", state.model_id()},
                            {"chatTemplate", to_string(state.chat_template()->family())}});
   if (method == "models/list") {
-    json m = {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
-    return rpc_result(id, {{"data", json::array({m})}});
+    Json m = {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
+    return rpc_result(id, {{"data", Json::array({m})}});
   }
   if (peer) {
     try {

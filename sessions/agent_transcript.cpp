@@ -11,21 +11,21 @@ namespace exl {
 
 namespace {
 
-using json = nlohmann::ordered_json;
+using Json = nlohmann::ordered_json;
 
 template <class T>
-T field(const json& j, const char* key, T fallback, const char* what) {
+T field(const Json& j, const char* key, T fallback, const char* what) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   try {
     return j[key].get<T>();
-  } catch (const json::exception&) {
+  } catch (const Json::exception&) {
     fail("sessions: agent config: '", key, "' must be ", what);
   }
 }
 
 }  // namespace
 
-AgentConfig agent_config_from_json(const json& j) {
+AgentConfig agent_config_from_json(const Json& j) {
   EXL_CHECK(j.is_object() || j.is_null(), "sessions: agent config: params must be an object");
   AgentConfig c;
   if (j.is_null()) return c;
@@ -52,7 +52,7 @@ AgentConfig agent_config_from_json(const json& j) {
             timeout);
   c.tool_timeout = std::chrono::milliseconds(timeout);
   if (j.contains("sampling") && !j["sampling"].is_null()) {
-    const json& s = j["sampling"];
+    const Json& s = j["sampling"];
     EXL_CHECK(s.is_object(), "sessions: agent config: 'sampling' must be an object");
     c.sampling.temperature = field<float>(s, "temperature", c.sampling.temperature, "a number");
     c.sampling.top_p = field<float>(s, "top_p", c.sampling.top_p, "a number");
@@ -63,8 +63,8 @@ AgentConfig agent_config_from_json(const json& j) {
   return c;
 }
 
-json to_json(const AgentConfig& c) {
-  json s = {{"temperature", c.sampling.temperature}, {"top_p", c.sampling.top_p}, {"top_k", c.sampling.top_k}};
+Json to_json(const AgentConfig& c) {
+  Json s = {{"temperature", c.sampling.temperature}, {"top_p", c.sampling.top_p}, {"top_k", c.sampling.top_k}};
   if (c.sampling.seed) s["seed"] = *c.sampling.seed;
   return {{"system", c.system},
           {"tools", c.tools},
@@ -75,12 +75,12 @@ json to_json(const AgentConfig& c) {
           {"sampling", s}};
 }
 
-json messages_to_json(const std::vector<ChatMessage>& messages) {
-  json out = json::array();
+Json messages_to_json(const std::vector<ChatMessage>& messages) {
+  Json out = Json::array();
   for (const auto& m : messages) {
-    json j = {{"role", m.role}, {"content", m.content}};
+    Json j = {{"role", m.role}, {"content", m.content}};
     if (!m.tool_calls.empty()) {
-      j["tool_calls"] = json::array();
+      j["tool_calls"] = Json::array();
       for (const auto& c : m.tool_calls)
         j["tool_calls"].push_back(
             {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
@@ -91,11 +91,11 @@ json messages_to_json(const std::vector<ChatMessage>& messages) {
   return out;
 }
 
-std::vector<ChatMessage> messages_from_json(const json& j) {
+std::vector<ChatMessage> messages_from_json(const Json& j) {
   EXL_CHECK(j.is_array(), "sessions: transcript: 'messages' must be an array");
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < j.size(); ++i) {
-    const json& m = j[i];
+    const Json& m = j[i];
     EXL_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(), "sessions: transcript: message ", i,
               " has no role");
     ChatMessage c;
@@ -139,11 +139,11 @@ void save_transcript(const std::filesystem::path& dir, const Transcript& t) {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   auto tmp = path;
   tmp += ".tmp" + std::to_string(rng() % 1000000000);
-  json j = {{"version", 1}, {"id", t.id}, {"config", to_json(t.config)}, {"messages", messages_to_json(t.messages)}};
+  Json j = {{"version", 1}, {"id", t.id}, {"config", to_json(t.config)}, {"messages", messages_to_json(t.messages)}};
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     EXL_CHECK(bool(f), "sessions: transcript: cannot write '", tmp.string(), "'");
-    f << j.dump(1, ' ', false, json::error_handler_t::replace);
+    f << j.dump(1, ' ', false, Json::error_handler_t::replace);
     f.flush();
     EXL_CHECK(bool(f), "sessions: transcript: write to '", tmp.string(), "' failed");
   }
@@ -158,13 +158,13 @@ Transcript load_transcript(const std::filesystem::path& dir, std::string_view id
   EXL_CHECK(bool(f), "sessions: transcript: no transcript '", path.string(), "'");
   std::stringstream ss;
   ss << f.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
+  Json j = Json::parse(ss.str(), nullptr, false);
   EXL_CHECK(j.is_object() && j.value("version", 0) == 1 && j.contains("messages"), "sessions: transcript: '",
             path.string(), "' is not a version 1 transcript");
   Transcript t;
   t.id = std::string(id);
   try {
-    t.config = agent_config_from_json(j.value("config", json::object()));
+    t.config = agent_config_from_json(j.value("config", Json::object()));
     t.messages = messages_from_json(j["messages"]);
   } catch (const Error& e) {
     fail("sessions: transcript: '", path.string(), "': ", e.what());

@@ -31,12 +31,12 @@ std::string escape_token(const std::string& k) {
   return out;
 }
 
-constexpr int kMaxDepth = 256;
+constexpr int kMaxArgumentDepth = 256;
 
 struct TooDeep {};
 
 void serialize(const json& v, const std::string& ptr, std::string& out, std::vector<Span>& spans, int depth = 0) {
-  if (depth > kMaxDepth) throw TooDeep{};
+  if (depth > kMaxArgumentDepth) throw TooDeep{};
   const size_t begin = out.size();
   if (v.is_object()) {
     out += '{';
@@ -220,7 +220,7 @@ std::optional<std::string> ArgumentValidator::check(const nlohmann::json& argume
   } catch (const json::exception&) {
     return "arguments contain a string that is not valid UTF-8";
   } catch (const TooDeep&) {
-    return cat("arguments are nested deeper than ", kMaxDepth, " levels");
+    return cat("arguments are nested deeper than ", kMaxArgumentDepth, " levels");
   }
   if (text.size() > kMaxArgumentBytes)
     return cat("arguments are ", text.size(), " bytes, more than the limit of ", kMaxArgumentBytes);

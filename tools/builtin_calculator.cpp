@@ -17,7 +17,7 @@ namespace exl {
 namespace {
 
 constexpr size_t kMaxExpression = 10000;
-constexpr int kMaxDepth = 200;
+constexpr int kMaxNesting = 200;
 constexpr double kLog2Of10 = 3.3219280948873623;
 
 class Evaluator {
@@ -51,7 +51,7 @@ class Evaluator {
     return false;
   }
   void depth_check(int depth) const {
-    if (depth > kMaxDepth) fail("calculator: expression nested deeper than ", kMaxDepth, " levels");
+    if (depth > kMaxNesting) fail("calculator: expression nested deeper than ", kMaxNesting, " levels");
   }
   Rational capped(Rational v) const {
     // |x| < 2^(msb+1) <= 10^max_digits below check_bits_, so only larger values need counting.

@@ -4,12 +4,11 @@
 #include <limits>
 
 #include "kernels/error.h"
+#include "kernels/int_math.h"
 
 namespace exl::cuda {
 
 namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages) {
   EXL_CHECK(n_kv_heads > 0 && n_heads > 0 && n_heads % n_kv_heads == 0, "kernels: cuda: attention: ", n_heads,

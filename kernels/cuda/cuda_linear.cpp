@@ -11,14 +11,13 @@
 #include "kernels/cuda/dense_gemm.h"
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/gptq_gemm.h"
+#include "kernels/int_math.h"
 
 namespace exl::cuda {
 
 namespace {
 
 constexpr int64_t k_int_max = std::numeric_limits<int32_t>::max();
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void check_dims(const char* fmt, int64_t K, int64_t N) {
   EXL_CHECK(K > 0 && N > 0 && K < k_int_max && N < k_int_max, "kernels: cuda: ", fmt, " linear: shape [", N, ", ",

@@ -17,7 +17,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cache_format_test {
 
 std::vector<float> logits_with(Model& m, Backend& be, const std::vector<int32_t>& ids, KvFormat fmt) {
   auto pool = be.alloc_kv_pool(m.kv_layout(fmt, 16), int(ids.size() + 15) / 16);
@@ -59,5 +59,5 @@ TEST_P(CacheFormats, QuantizedCacheLogitErrorIsBounded) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CacheFormats, ::testing::Values("stories260K", "llama-gqa", "qwen2-bias", "llama3-rope"));
 
-}  // namespace
+}  // namespace cache_format_test
 }  // namespace exl

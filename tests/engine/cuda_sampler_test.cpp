@@ -16,7 +16,7 @@
 #include "kernels/cuda_device.h"
 
 namespace exl {
-namespace {
+namespace cuda_sampler_test {
 
 int32_t reference_near(std::span<const float> logits, RowSampling r, int32_t got) {
   const int32_t want = reference_sample_row(logits, r);
@@ -110,6 +110,6 @@ TEST(CudaSampler, RejectsIdsOutsideTheVocabulary) {
   EXPECT_EQ(out[0], 5);  // ten equal logits: u = 0.55 falls in the sixth tenth
 }
 
-}  // namespace
+}  // namespace cuda_sampler_test
 }  // namespace exl
 #endif

@@ -18,7 +18,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace dense_loader_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -145,5 +145,5 @@ TEST(DenseLoader, Bf16AndMalformedDenseTensors) {
   EXPECT_NE(msg.find("has dtype I16, expected F16, BF16 or F32"), std::string::npos) << msg;
 }
 
-}  // namespace
+}  // namespace dense_loader_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "kernels/error.h"
 
 namespace exl {
-namespace {
+namespace device_sampling_test {
 
 std::vector<float> random_logits(std::mt19937& rng, size_t n) {
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -170,5 +170,5 @@ TEST(DeviceSampling, FailureCodesBecomeTheSamplerErrors) {
   EXPECT_EQ(reference_sample_row(ok, r), k_sample_nothing_allowed);
 }
 
-}  // namespace
+}  // namespace device_sampling_test
 }  // namespace exl

@@ -10,7 +10,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace exl2_linear_real_test {
 
 TEST(Exl2LinearReal, OnTheFlyMatchesDequantizedMatmul) {
   EXL_REQUIRE_SHARED("data/exl2-ref/input_ids.json");
@@ -44,5 +44,5 @@ TEST(Exl2LinearReal, OnTheFlyMatchesDequantizedMatmul) {
   }
 }
 
-}  // namespace
+}  // namespace exl2_linear_real_test
 }  // namespace exl

@@ -23,7 +23,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace exl2_loader_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -387,5 +387,5 @@ TEST(Exl2Loader, MisalignedDataIsRejected) {
   }
 }
 
-}  // namespace
+}  // namespace exl2_loader_test
 }  // namespace exl

@@ -15,7 +15,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace exl2_synth_test {
 
 TEST(Exl2Synth, TinyModelLoadsWithTheRequestedBitsAndRuns) {
   for (double bpw : {3.0, 4.0, 5.5}) {
@@ -50,5 +50,5 @@ TEST(Exl2Synth, TinyModelLoadsWithTheRequestedBitsAndRuns) {
   EXPECT_THROW(write_synth_exl2(*synth_shape("tiny"), 9.0, 6, {}, test::temp_dir("synth-bad"), 1), Error);
 }
 
-}  // namespace
+}  // namespace exl2_synth_test
 }  // namespace exl

@@ -10,7 +10,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace generator_cuda_sampling_test {
 
 #define EXL_REQUIRE_CUDA() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
@@ -126,5 +126,5 @@ TEST(CudaGeneratorSampling, PipelinedDecodingMatchesStepByStep) {
   EXPECT_EQ(plain[2].tokens.size(), 30u);
 }
 
-}  // namespace
+}  // namespace generator_cuda_sampling_test
 }  // namespace exl

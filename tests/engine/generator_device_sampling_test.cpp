@@ -16,7 +16,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace generator_device_sampling_test {
 
 // The CPU backend plus sample_rows (counted) and, when `deferring`, deferred sampling: the ids
 // are sampled at once and kept for embedding_of_samples and collect_samples.
@@ -277,5 +277,5 @@ TEST(GeneratorDeviceSampling, PipelinedDecodingGivesTheSameTokens) {
   EXPECT_EQ(step_by_step.deferred_calls, 0);
 }
 
-}  // namespace
+}  // namespace generator_device_sampling_test
 }  // namespace exl

@@ -10,7 +10,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace generator_test {
 
 struct Result {
   std::vector<int32_t> tokens;
@@ -238,5 +238,5 @@ TEST(Generator, Stories260kReproducesLlama2cTexts) {
   EXPECT_EQ(seeded.tokens, ref["cases"][2]["output_ids"].get<std::vector<int32_t>>());
 }
 
-}  // namespace
+}  // namespace generator_test
 }  // namespace exl

@@ -20,7 +20,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace gptq_loader_test {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -237,5 +237,5 @@ TEST(GptqLoader, RejectsDimensionsNotDivisibleBy8) {
   }
 }
 
-}  // namespace
+}  // namespace gptq_loader_test
 }  // namespace exl

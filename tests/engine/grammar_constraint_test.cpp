@@ -15,7 +15,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace grammar_constraint_test {
 
 struct Result {
   std::vector<int32_t> tokens;
@@ -220,5 +220,5 @@ TEST(GrammarConstraint, TokenIndexIsSharedPerVocabulary) {
   EXPECT_THROW(compile_json_schema_for(nlohmann::ordered_json::parse(R"({"$dynamicRef":"#meta"})"), *a), std::exception);
 }
 
-}  // namespace
+}  // namespace grammar_constraint_test
 }  // namespace exl

@@ -14,7 +14,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace memory_plan_cuda_test {
 
 #define EXL_REQUIRE_CUDA() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
@@ -99,5 +99,5 @@ TEST(MemoryPlanCuda, AutomaticCacheFillsTheDeviceButLeavesTheReserve) {
                               0.03 * double(plan.weight_bytes) + double(8 << 20));
 }
 
-}  // namespace
+}  // namespace memory_plan_cuda_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace memory_plan_test {
 
 int64_t round_buf(int64_t b) {
   const int64_t g = b >= (1 << 20) ? (2 << 20) : 512;
@@ -276,5 +276,5 @@ TEST(MemoryPlan, BadOptionsAreErrors) {
   EXPECT_EQ(format_bytes(int64_t(12) << 20), "12.0 MiB");
 }
 
-}  // namespace
+}  // namespace memory_plan_test
 }  // namespace exl

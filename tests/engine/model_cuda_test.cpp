@@ -18,7 +18,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace model_cuda_test {
 
 #define EXL_REQUIRE_CUDA() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
@@ -219,5 +219,5 @@ TEST(CudaStories, PipelinedDecodeRejectsMisuse) {
   EXPECT_LT(ids[0], m.vocab_size());
 }
 
-}  // namespace
+}  // namespace model_cuda_test
 }  // namespace exl

@@ -11,7 +11,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace model_forward_test {
 
 struct Run {
   std::vector<float> logits;  // [n, vocab]
@@ -53,11 +53,11 @@ TEST(ModelForward, Stories260kMatchesLlama2cLogits) {
   }
 }
 
-}  // namespace
+}  // namespace model_forward_test
 }  // namespace exl
 
 namespace exl {
-namespace {
+namespace model_forward_test {
 
 std::vector<int32_t> exl2_ref_ids() {
   auto j = nlohmann::json::parse(test::read_file(test::shared_dir() / "data/exl2-ref/input_ids.json"));
@@ -84,14 +84,14 @@ TEST_P(Exl2RefModels, Fp16ForwardMatchesTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(All, Exl2RefModels, ::testing::Values("llama-gqa", "qwen2-bias", "llama3-rope"));
 
-}  // namespace
+}  // namespace model_forward_test
 }  // namespace exl
 
 #include "engine/page_cache.h"
 #include "safetensors_writer.h"
 
 namespace exl {
-namespace {
+namespace model_forward_test {
 
 // Prefix-cached run: a first sequence computes all ids; a second one gets the first 64 tokens
 // from the page cache and computes only the rest. Returns the second run's logits for the rows
@@ -191,5 +191,5 @@ TEST_P(Exl2RefModels, Fp16ForwardWithPrefixCache) {
   EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0);
 }
 
-}  // namespace
+}  // namespace model_forward_test
 }  // namespace exl

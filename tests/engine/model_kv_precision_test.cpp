@@ -9,7 +9,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace model_kv_precision_test {
 
 // The CPU backend, recording the output widths of every linear, linears and linears_exact call.
 class LinearRecorder final : public Backend {
@@ -103,5 +103,5 @@ TEST(ModelKvPrecision, EveryLinearIsExactExactlyForQuantizedCaches) {
     }
 }
 
-}  // namespace
+}  // namespace model_kv_precision_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace model_summary_test {
 
 namespace fs = std::filesystem;
 
@@ -106,5 +106,5 @@ TEST(ModelSummary, DenseModels) {
   EXPECT_EQ(s.head.tensor_prefix, "lm_head");
 }
 
-}  // namespace
+}  // namespace model_summary_test
 }  // namespace exl

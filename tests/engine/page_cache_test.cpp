@@ -12,7 +12,7 @@
 #include "kernels/error.h"
 
 namespace exl {
-namespace {
+namespace page_cache_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -354,5 +354,5 @@ TEST(PageCache, BadInputsThrowNamedErrors) {
   EXPECT_THROW(c.release(a), Error);
 }
 
-}  // namespace
+}  // namespace page_cache_test
 }  // namespace exl

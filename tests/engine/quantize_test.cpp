@@ -24,7 +24,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace quantize_test {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -259,5 +259,5 @@ TEST(QuantizeModel, BadInputIsAClearErrorAndLeavesNoOutput) {
               ::testing::ThrowsMessage<Error>(HasSubstr("already exists")));
 }
 
-}  // namespace
+}  // namespace quantize_test
 }  // namespace exl

@@ -8,7 +8,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace safetensors_test {
 
 std::string make_file(const std::string& header, size_t data_bytes) {
   std::string s(8, '\0');
@@ -115,5 +115,5 @@ TEST(Safetensors, MutatedHeaderCorpusNeverCrashes) {
   EXPECT_GT(ok, 0);
 }
 
-}  // namespace
+}  // namespace safetensors_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "kernels/error.h"
 
 namespace exl {
-namespace {
+namespace sampler_test {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -433,5 +433,5 @@ TEST(Sampler, Llama2cSeedZeroMeansRandomLikeRunC) {
   EXPECT_NE(sampler.seed(), 0u);
 }
 
-}  // namespace
+}  // namespace sampler_test
 }  // namespace exl

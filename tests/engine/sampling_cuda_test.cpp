@@ -18,7 +18,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace sampling_cuda_test {
 
 #define EXL_REQUIRE_CUDA() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
@@ -184,5 +184,5 @@ TEST(CudaSampling, FailureCodesAndInputChecks) {
   EXPECT_TRUE(gpu->sample_rows(nullptr, V, {}, {}));
 }
 
-}  // namespace
+}  // namespace sampling_cuda_test
 }  // namespace exl

@@ -9,7 +9,7 @@
 #include "tokenizer_test_util.h"
 
 namespace exl {
-namespace {
+namespace tokenizer_conformance_test {
 
 using test::shared_tokenizer;
 
@@ -101,5 +101,5 @@ TEST(TokenizerConformance, Exl2RefJsonAndModelAgree) {
   EXPECT_EQ(compared, 29u);
 }
 
-}  // namespace
+}  // namespace tokenizer_conformance_test
 }  // namespace exl

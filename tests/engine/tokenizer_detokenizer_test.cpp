@@ -7,7 +7,7 @@
 #include "tokenizer_test_util.h"
 
 namespace exl {
-namespace {
+namespace tokenizer_detokenizer_test {
 
 const std::string kText =
     "Emoji 🦙🚀 😶\u200d🌫️ and CJK 我想在apple工作 天～, Khmer កាន់តែ, Cửa Việt <- done.\n  indented 👍🏽";
@@ -95,5 +95,5 @@ INSTANTIATE_TEST_SUITE_P(All, TokenizerDetokenizer,
                            return n;
                          });
 
-}  // namespace
+}  // namespace tokenizer_detokenizer_test
 }  // namespace exl

@@ -8,7 +8,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace tokenizer_errors_test {
 
 using nlohmann::json;
 
@@ -117,5 +117,5 @@ TEST(TokenizerErrors, IdsOutOfRange) {
   }
 }
 
-}  // namespace
+}  // namespace tokenizer_errors_test
 }  // namespace exl

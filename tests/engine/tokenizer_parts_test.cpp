@@ -16,7 +16,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace tokenizer_parts_test {
 
 using nlohmann::json;
 
@@ -203,5 +203,5 @@ TEST_F(TokenizerSpecialRules, ConfigIdsWithoutTokenizerConfig) {
   EXPECT_EQ(tok->pad_id(), 14);
 }
 
-}  // namespace
+}  // namespace tokenizer_parts_test
 }  // namespace exl

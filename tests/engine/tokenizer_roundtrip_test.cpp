@@ -9,7 +9,7 @@
 #include "tokenizer_test_util.h"
 
 namespace exl {
-namespace {
+namespace tokenizer_roundtrip_test {
 
 using test::shared_tokenizer;
 
@@ -158,5 +158,5 @@ TEST(TokenizerSpecialIds, FromTokenizerFiles) {
   EXPECT_NE(qwen.encode("<|im_start|>", false), (std::vector<int32_t>{151644}));
 }
 
-}  // namespace
+}  // namespace tokenizer_roundtrip_test
 }  // namespace exl

@@ -15,7 +15,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace examples_test {
 
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -187,5 +187,5 @@ TEST(Examples, Workflow) {
   EXPECT_TRUE(fs::exists(dir / "out" / "trace.jsonl"));
 }
 
-}  // namespace
+}  // namespace examples_test
 }  // namespace exl

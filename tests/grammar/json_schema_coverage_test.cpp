@@ -6,7 +6,7 @@
 #include "grammar_test_util.h"
 
 namespace exl {
-namespace {
+namespace json_schema_coverage_test {
 
 using test::any_order;
 using test::schema_accepts;
@@ -174,5 +174,5 @@ TEST(GrammarJsonSchemaCoverage, IntegersMayHaveZeroFractions) {
   EXPECT_FALSE(schema_accepts(s, "2.0", JsonSchemaOptions{}));
 }
 
-}  // namespace
+}  // namespace json_schema_coverage_test
 }  // namespace exl

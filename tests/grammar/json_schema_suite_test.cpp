@@ -15,7 +15,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace json_schema_suite_test {
 
 struct Counts {
   int cases = 0, pass = 0, false_pos = 0, false_neg = 0, compile_err = 0, compile_err_valid = 0;
@@ -78,5 +78,5 @@ TEST(GrammarJsonSchemaSuite, Draft2020_12) {
   EXPECT_GE(total.pass * 100, total.cases * 65);
 }
 
-}  // namespace
+}  // namespace json_schema_suite_test
 }  // namespace exl

@@ -6,7 +6,7 @@
 #include "grammar_test_util.h"
 
 namespace exl {
-namespace {
+namespace json_schema_test {
 
 using test::any_order;
 using test::schema_accepts;
@@ -195,5 +195,5 @@ TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
   EXPECT_NE(compile_error(R"({"uniqueItems":true})").find("uniqueItems"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace json_schema_test
 }  // namespace exl

@@ -8,7 +8,7 @@
 #include "grammar/regex.h"
 
 namespace exl {
-namespace {
+namespace matcher_test {
 
 // A small vocabulary with the awkward cases: single bytes (byte fallback), multi-byte UTF-8
 // split across tokens, tokens spanning JSON structure (`":`, `"}`, `,"`), a leading-space token,
@@ -133,5 +133,5 @@ TEST(GrammarMatcher, ForcedBytesFollowTheSchema) {
   EXPECT_EQ(m.forced_bytes(), "{\"name\":\"x\"");  // additional properties may follow
 }
 
-}  // namespace
+}  // namespace matcher_test
 }  // namespace exl

@@ -7,7 +7,7 @@
 #include "grammar/regex.h"
 
 namespace exl {
-namespace {
+namespace regex_test {
 
 bool full_match(std::string_view pattern, std::string_view text) {
   auto g = std::make_shared<CompiledGrammar>(compile_regex_grammar(pattern), nullptr);
@@ -87,5 +87,5 @@ TEST(GrammarRegex, UnsupportedConstructsNamePosition) {
   EXPECT_NE(msg("[z-a]").find("out of order"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace regex_test
 }  // namespace exl

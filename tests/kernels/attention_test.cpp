@@ -9,7 +9,7 @@
 #include "random_weights.h"
 
 namespace exl {
-namespace {
+namespace attention_test {
 
 struct SeqData {
   int64_t n_past, n_new;
@@ -126,5 +126,5 @@ TEST(CpuKv, EncodeDecodeErrorWithinFormatBound) {
   }
 }
 
-}  // namespace
+}  // namespace attention_test
 }  // namespace exl

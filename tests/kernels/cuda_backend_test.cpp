@@ -23,7 +23,7 @@
 #endif
 
 namespace exl {
-namespace {
+namespace cuda_backend_test {
 
 // Tolerances (max abs error / max abs reference): fp32-accumulating kernels vs fp16-input GEMMs.
 constexpr double k_tol_f32 = 1e-3;
@@ -1024,5 +1024,5 @@ TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
 }
 #endif
 
-}  // namespace
+}  // namespace cuda_backend_test
 }  // namespace exl

@@ -9,7 +9,7 @@
 #include "kernels/cuda/exl2_decode.h"
 
 namespace exl {
-namespace {
+namespace cuda_decode_test {
 
 uint32_t naive_bits(const std::vector<uint32_t>& words, int64_t bit0, int bits) {
   uint32_t q = 0;
@@ -76,5 +76,5 @@ TEST(CudaExl2Decode, ScaleIsSquaredCodeTimesMaxOver256) {
   }
 }
 
-}  // namespace
+}  // namespace cuda_decode_test
 }  // namespace exl

@@ -14,7 +14,7 @@
 #include "random_weights.h"
 
 namespace exl {
-namespace {
+namespace cuda_step_graph_test {
 
 double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   double scale = 0, err = 0;
@@ -162,5 +162,5 @@ TEST(CudaStepGraph, CpuBackendStepsAreNoOps) {
   EXPECT_THROW(cuda_step_stats(*cpu), Error);
 }
 
-}  // namespace
+}  // namespace cuda_step_graph_test
 }  // namespace exl

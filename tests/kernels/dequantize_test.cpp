@@ -12,7 +12,7 @@
 #include "kernels/half.h"
 
 namespace exl {
-namespace {
+namespace dequantize_test {
 
 // A single-group EXL2 matrix of K = 32 rows × N = 32 columns whose every column holds `block`,
 // with identity permutation, scale code 15 and q_scale_max 1, so W[n, j] = q[j] − 2^(bits−1).
@@ -126,5 +126,5 @@ TEST(Dequantize, DenseConvertsEveryDtype) {
   EXPECT_EQ(out, ref);
 }
 
-}  // namespace
+}  // namespace dequantize_test
 }  // namespace exl

@@ -8,7 +8,7 @@
 #include "random_weights.h"
 
 namespace exl {
-namespace {
+namespace linear_test {
 
 double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
   double scale = 0, err = 0;
@@ -91,5 +91,5 @@ TEST(CpuLinear, DenseAllDtypes) {
   }
 }
 
-}  // namespace
+}  // namespace linear_test
 }  // namespace exl

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace exl {
-namespace {
+namespace batch_request_test {
 
 using ojson = nlohmann::ordered_json;
 
@@ -126,5 +126,5 @@ TEST(BatchRequest, ResultLines) {
   EXPECT_EQ(batch_result_key(batch_result_line(it, failed, "m", tmpl)), "\"s\"");
 }
 
-}  // namespace
+}  // namespace batch_request_test
 }  // namespace exl

@@ -10,7 +10,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_engine_test {
 
 using test::CliResult;
 constexpr auto run = test::run_cli;
@@ -70,5 +70,5 @@ TEST(CliBench, JsonReportHasEverySection) {
   EXPECT_GE(j["prefix_cache"]["warm_cached_tokens"].get<int>(), 192);
 }
 
-}  // namespace
+}  // namespace cli_engine_test
 }  // namespace exl

@@ -14,7 +14,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_generate_grammar_test {
 
 constexpr auto run = test::run_cli;
 
@@ -68,5 +68,5 @@ TEST(CliGenerateGrammar, UnenforceableConstraintsAreUsageErrors) {
   EXPECT_EQ(run(cli_generate, {"--model", model, "--seeds", "1", "--seed", "2"}).code, 2);
 }
 
-}  // namespace
+}  // namespace cli_generate_grammar_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_grammar_test {
 
 struct CliResult {
   int code;
@@ -80,5 +80,5 @@ TEST_F(CliGrammar, MaskBenchSubsetNeverAcceptsInvalid) {
   }
 }
 
-}  // namespace
+}  // namespace cli_grammar_test
 }  // namespace exl

@@ -8,7 +8,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_info_plan_test {
 
 std::string run_info(std::vector<std::string> args, int* rc) {
   testing::internal::CaptureStdout();
@@ -41,5 +41,5 @@ TEST(CliInfoPlan, CpuBackendPrintsThePlanWithoutADeviceLimit) {
   EXPECT_FALSE(nlohmann::json::parse(run_info({dir.string(), "--json"}, &rc)).contains("memory_plan"));
 }
 
-}  // namespace
+}  // namespace cli_info_plan_test
 }  // namespace exl

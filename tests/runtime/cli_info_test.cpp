@@ -8,7 +8,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_info_test {
 
 std::string run_info(std::vector<std::string> args, int* rc) {
   testing::internal::CaptureStdout();
@@ -55,5 +55,5 @@ TEST(CliInfo, MissingDirectoryIsAnError) {
   testing::internal::GetCapturedStdout();
 }
 
-}  // namespace
+}  // namespace cli_info_test
 }  // namespace exl

@@ -20,7 +20,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_jobs_test {
 
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
@@ -277,5 +277,5 @@ TEST(CliExtract, BadSchemaAndInputsAreClearErrors) {
   EXPECT_EQ(r.code, 2);
 }
 
-}  // namespace
+}  // namespace cli_jobs_test
 }  // namespace exl

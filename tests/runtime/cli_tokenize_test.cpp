@@ -7,7 +7,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace cli_tokenize_test {
 
 using test::CliResult;
 constexpr auto run = test::run_cli;
@@ -78,5 +78,5 @@ TEST_F(CliTokenize, Detokenize) {
   EXPECT_EQ(run(cli_detokenize, {dir_}).code, 2);
 }
 
-}  // namespace
+}  // namespace cli_tokenize_test
 }  // namespace exl

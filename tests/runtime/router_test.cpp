@@ -10,7 +10,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace router_test {
 
 using json = nlohmann::json;
 constexpr const char* kModel = "models/stories260K-hf";
@@ -431,5 +431,5 @@ TEST(CompletionWriter, NonStreamingBodies) {
   EXPECT_EQ(ev[1]["error"]["message"], "engine: boom");
 }
 
-}  // namespace
+}  // namespace router_test
 }  // namespace exl

@@ -22,7 +22,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace server_test {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -402,5 +402,5 @@ TEST(ServerLifecycle, RefusesNonLoopbackWithoutKeyAndDrainsOnShutdown) {
   EXPECT_TRUE(ec) << "still accepting after shutdown";
 }
 
-}  // namespace
+}  // namespace server_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "tools/builtin_tools.h"
 
 namespace exl {
-namespace {
+namespace workflow_agent_test {
 
 namespace fs = std::filesystem;
 
@@ -98,5 +98,5 @@ TEST_F(WorkflowAgent, MaxTurnsAndUnknownToolsAreErrors) {
                Error);
 }
 
-}  // namespace
+}  // namespace workflow_agent_test
 }  // namespace exl

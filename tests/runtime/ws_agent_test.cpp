@@ -19,7 +19,7 @@
 #include "ws_test_client.h"
 
 namespace exl {
-namespace {
+namespace ws_agent_test {
 
 using json = nlohmann::json;
 using test::WsTestClient;
@@ -324,5 +324,5 @@ TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
   EXPECT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
 }
 
-}  // namespace
+}  // namespace ws_agent_test
 }  // namespace exl

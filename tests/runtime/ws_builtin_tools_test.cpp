@@ -14,7 +14,7 @@
 #include "ws_test_client.h"
 
 namespace exl {
-namespace {
+namespace ws_builtin_tools_test {
 
 using json = nlohmann::json;
 using test::WsTestClient;
@@ -138,5 +138,5 @@ TEST_F(WsBuiltinTools, FinalAnswerSchemaKeepsPropertyOrder) {
   EXPECT_LT(zeta, alpha) << "the stored schema lost the client's property order: " << saved;
 }
 
-}  // namespace
+}  // namespace ws_builtin_tools_test
 }  // namespace exl

@@ -8,7 +8,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace ws_rpc_test {
 
 using json = nlohmann::json;
 
@@ -92,5 +92,5 @@ TEST_F(WsRpc, UpgradeChecks) {
   EXPECT_EQ(status(t), 404);
 }
 
-}  // namespace
+}  // namespace ws_rpc_test
 }  // namespace exl

@@ -11,7 +11,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace agent_constraint_test {
 
 using Json = nlohmann::ordered_json;
 
@@ -126,5 +126,5 @@ TEST(AgentConstraint, UnenforceableFinalSchemaIsAnError) {
   EXPECT_ANY_THROW(make_agent_turn_constraint({1, msgs, &no_tools, &bad, TemplateFamily::mistral}, *tok));
 }
 
-}  // namespace
+}  // namespace agent_constraint_test
 }  // namespace exl

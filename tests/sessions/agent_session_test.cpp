@@ -17,7 +17,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace agent_session_test {
 
 using json = nlohmann::json;
 constexpr const char* kCall = "[TOOL_CALLS] [{\"name\": \"echo\", \"arguments\": {\"x\": 1}}]";
@@ -219,5 +219,5 @@ TEST_F(AgentSessionTest, TranscriptErrorsAreClear) {
   EXPECT_EQ(*agent_config_from_json(to_json(c)).sampling.seed, 7u);
 }
 
-}  // namespace
+}  // namespace agent_session_test
 }  // namespace exl

@@ -6,7 +6,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace batch_output_test {
 
 TEST(BatchOutput, CreatesAppendsAndRereadsCompleteLines) {
   const auto dir = test::temp_dir("BatchOutput_create");
@@ -58,5 +58,5 @@ TEST(BatchOutput, RefusesNewlinesAndUnopenablePaths) {
   }
 }
 
-}  // namespace
+}  // namespace batch_output_test
 }  // namespace exl

@@ -11,12 +11,12 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace chat_template_test {
 
-using json = nlohmann::ordered_json;
+using Json = nlohmann::ordered_json;
 
-json tools() {
-  return json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Get the weather",
+Json tools() {
+  return Json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Get the weather",
     "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])");
 }
 
@@ -54,7 +54,7 @@ TEST(ChatTemplate, Llama31PlainConversation) {
             "there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|"
             "end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   std::vector<ChatMessage> m2 = {msg("user", "Hi"), msg("assistant", "Hello.")};
-  EXPECT_EQ(tmpl("llama3")->render(m2, json::array(), false),
+  EXPECT_EQ(tmpl("llama3")->render(m2, Json::array(), false),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
             "2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|"
             "start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>");
@@ -175,7 +175,7 @@ TEST(ChatTemplate, EarlierTurnsNeverChange) {
   for (const char* name : {"llama3", "chatml", "qwen2.5", "mistral", "llama2"}) {
     const bool tool_capable = std::string(name) != "llama2";
     const auto& c = tool_capable ? conv : plain;
-    const json t = tool_capable ? tools() : json();
+    const Json t = tool_capable ? tools() : Json();
     auto tp = tmpl(name);
     const std::string full = tp->render(c, t, true);
     const size_t first = 1;
@@ -270,12 +270,12 @@ TEST(ChatTemplate, ModelDirectories) {
 }
 
 TEST(PythonJson, MatchesJsonDumps) {
-  json j = json::parse(R"({"b":[1,2.5,{}],"a":{"x":"é\n\"q\""},"c":[],"d":null,"e":true})");
+  Json j = Json::parse(R"({"b":[1,2.5,{}],"a":{"x":"é\n\"q\""},"c":[],"d":null,"e":true})");
   EXPECT_EQ(python_json_dumps(j), R"({"b": [1, 2.5, {}], "a": {"x": "é\n\"q\""}, "c": [], "d": null, "e": true})");
   EXPECT_EQ(python_json_dumps(j, 2),
             "{\n  \"b\": [\n    1,\n    2.5,\n    {}\n  ],\n  \"a\": {\n    \"x\": \"é\\n\\\"q\\\"\"\n  },\n  \"c\": "
             "[],\n  \"d\": null,\n  \"e\": true\n}");
 }
 
-}  // namespace
+}  // namespace chat_template_test
 }  // namespace exl

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 namespace exl {
-namespace {
+namespace extraction_prompt_test {
 
 // The expected text is what examples/demo-model/gen_data.py builds for the same schema
 // (SYSTEM_EXTRACT + json.dumps(schema)), so the demo model sees its training layout.
@@ -23,5 +23,5 @@ TEST(ExtractionPrompt, MatchesTheDemoModelsTrainingLayout) {
   EXPECT_EQ(extraction_messages("Find people.", schema, "x")[0].content.substr(0, 22), "Find people.\n\nSchema:\n");
 }
 
-}  // namespace
+}  // namespace extraction_prompt_test
 }  // namespace exl

@@ -13,7 +13,7 @@
 #include "kernels/error.h"
 
 namespace exl {
-namespace {
+namespace tool_call_grammar_test {
 
 using Json = nlohmann::ordered_json;
 
@@ -158,7 +158,9 @@ TEST(ToolCallGrammar, RandomWalksParseIntoValidCalls) {
       ++finished;
       ParsedReply r = tmpl->parse_reply(*text, true);
       ASSERT_FALSE(r.tool_calls.empty()) << to_string(f) << ": " << *text;
-      if (f == TemplateFamily::llama3) EXPECT_EQ(r.tool_calls.size(), 1u);
+      if (f == TemplateFamily::llama3) {
+        EXPECT_EQ(r.tool_calls.size(), 1u);
+      }
       for (const ToolCall& c : r.tool_calls) {
         Json args = Json::parse(c.arguments);
         if (c.name == "add") {
@@ -193,5 +195,5 @@ TEST(GrammarCompose, ListsSequencesAndEmbeddedRulesCompose) {
   EXPECT_FALSE(accepts(g, "[a]"));
 }
 
-}  // namespace
+}  // namespace tool_call_grammar_test
 }  // namespace exl

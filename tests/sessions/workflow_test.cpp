@@ -7,7 +7,7 @@
 #include "test_support.h"
 
 namespace exl {
-namespace {
+namespace workflow_test {
 
 using ojson = nlohmann::ordered_json;
 
@@ -134,5 +134,5 @@ TEST(Workflow, TemplatesAndConditions) {
   EXPECT_EQ(template_paths("{{a}} and {{ b.c }}"), (std::vector<std::string>{"a", "b.c"}));
 }
 
-}  // namespace
+}  // namespace workflow_test
 }  // namespace exl

@@ -6,7 +6,7 @@
 #include "tool_test_util.h"
 
 namespace exl {
-namespace {
+namespace builtin_calculator_test {
 
 using nlohmann::json;
 using test::contains;
@@ -158,5 +158,5 @@ TEST(ExactDecimal, ParseAndFormat) {
   EXPECT_EQ(format_decimal(Rational(999999, 1000001), 3).text, "1.00");
 }
 
-}  // namespace
+}  // namespace builtin_calculator_test
 }  // namespace exl

@@ -10,7 +10,7 @@
 #include "tool_test_util.h"
 
 namespace exl {
-namespace {
+namespace builtin_read_file_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -108,5 +108,5 @@ TEST_F(ReadFile, RootMustExist) {
   EXPECT_THROW(make_read_file_tool(o), Error);
 }
 
-}  // namespace
+}  // namespace builtin_read_file_test
 }  // namespace exl

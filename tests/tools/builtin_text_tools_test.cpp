@@ -5,7 +5,7 @@
 #include "tool_test_util.h"
 
 namespace exl {
-namespace {
+namespace builtin_text_tools_test {
 
 using nlohmann::json;
 using test::contains;
@@ -175,5 +175,5 @@ TEST_F(TextTools, RealClockIsNearNow) {
   EXPECT_EQ(r.content.back(), 'Z');
 }
 
-}  // namespace
+}  // namespace builtin_text_tools_test
 }  // namespace exl

@@ -12,7 +12,7 @@
 #include "tool_test_util.h"
 
 namespace exl {
-namespace {
+namespace tool_deadline_test {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
@@ -215,5 +215,5 @@ TEST(ToolTimer, RunsInDeadlineOrderAndCancels) {
   EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
 }
 
-}  // namespace
+}  // namespace tool_deadline_test
 }  // namespace exl

@@ -10,7 +10,7 @@
 #include "tool_test_util.h"
 
 namespace exl {
-namespace {
+namespace tool_registry_test {
 
 using nlohmann::json;
 using test::call_now;
@@ -209,5 +209,5 @@ TEST(ToolRegistry, ConcurrentAddRemoveAndCalls) {
   EXPECT_EQ(reg.size(), 1u);
 }
 
-}  // namespace
+}  // namespace tool_registry_test
 }  // namespace exl
