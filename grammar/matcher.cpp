@@ -15,7 +15,8 @@
 
 namespace exl {
 
-namespace {
+// Named rather than anonymous: GrammarRuntime, which has external linkage, holds these types.
+namespace matcher_detail {
 
 constexpr int32_t kRoot = -1;
 constexpr int32_t kBarrier = -2;
@@ -48,7 +49,8 @@ struct SliceReach {
   std::vector<uint8_t> exact;
 };
 
-}  // namespace
+}  // namespace matcher_detail
+using namespace matcher_detail;
 
 struct GrammarRuntime {
   static constexpr uint32_t kUnset = UINT32_MAX;

@@ -7,13 +7,11 @@
 #include "engine/generator.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
+#include "cuda_test_support.h"
 #include "test_support.h"
 
 namespace exl {
 namespace generator_cuda_sampling_test {
-
-#define EXL_REQUIRE_CUDA() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
 
 std::vector<int32_t> generate(Backend& be, KvFormat fmt, const SamplerSettings& s, int n, bool device) {
   ModelDir dir(test::shared_dir() / "models/stories260K-hf");
@@ -106,16 +104,14 @@ std::vector<JobRun> three_jobs(Model& m, const Tokenizer& tok, bool pipelined, i
 TEST(CudaGeneratorSampling, PipelinedDecodingMatchesStepByStep) {
   EXL_REQUIRE_CUDA();
   EXL_REQUIRE_SHARED("models/stories260K-hf/config.json");
-  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
-  auto tok = load_tokenizer(dir.path());
-  auto gpu = make_cuda_backend(0);
-  Model m(dir, *gpu);
+  test::CudaStories st;
+  Model& m = st.model;
   // The stop token: job 1's 20th token when it runs without one.
-  const auto free_run = three_jobs(m, *tok, false, -5);
+  const auto free_run = three_jobs(m, *st.tok, false, -5);
   ASSERT_GE(free_run[1].tokens.size(), 20u);
   const int32_t stop = free_run[1].tokens[19];
-  const auto plain = three_jobs(m, *tok, false, stop);
-  const auto piped = three_jobs(m, *tok, true, stop);
+  const auto plain = three_jobs(m, *st.tok, false, stop);
+  const auto piped = three_jobs(m, *st.tok, true, stop);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(piped[size_t(i)].tokens, plain[size_t(i)].tokens) << "job " << i;
     EXPECT_EQ(piped[size_t(i)].reason, plain[size_t(i)].reason) << "job " << i;

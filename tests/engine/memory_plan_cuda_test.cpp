@@ -11,13 +11,11 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"
+#include "cuda_test_support.h"
 #include "test_support.h"
 
 namespace exl {
 namespace memory_plan_cuda_test {
-
-#define EXL_REQUIRE_CUDA() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
 
 const std::filesystem::path& synth_model() {
   static const std::filesystem::path dir = [] {

@@ -15,13 +15,11 @@
 #include "engine/page_cache.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
+#include "cuda_test_support.h"
 #include "test_support.h"
 
 namespace exl {
 namespace model_cuda_test {
-
-#define EXL_REQUIRE_CUDA() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
 
 // mode: 0 prefill, 1 decode, 7 chunked; prefix: first 64 tokens from the page cache.
 std::vector<float> run(Model& m, Backend& be, const std::vector<int32_t>& ids, int64_t chunk, bool prefix,
@@ -97,14 +95,12 @@ INSTANTIATE_TEST_SUITE_P(ExlRef, CudaModels,
 TEST(CudaStories, GreedyTextIdenticalToCpu) {
   EXL_REQUIRE_CUDA();
   EXL_REQUIRE_SHARED("models/stories260K/reference/expected_greedy_200.txt");
-  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
-  auto tok = load_tokenizer(dir.path());
-  auto gpu = make_cuda_backend(0);
-  Model m(dir, *gpu);
+  test::CudaStories st;
+  Model& m = st.model;
   ASSERT_TRUE(m.can_sample_on_device());  // the generator below samples on the GPU
   GeneratorOptions o;
   o.cache_format = KvFormat::fp16;
-  Generator g(m, *tok, o);
+  Generator g(m, *st.tok, o);
   std::string text;
   GenerationJob j;
   j.prompt = {1};
@@ -159,21 +155,19 @@ std::vector<std::vector<int32_t>> greedy_pair(Model& m, Backend& be, bool pipeli
 TEST(CudaStories, PipelinedDecodeMatchesStepByStepAndTheGenerator) {
   EXL_REQUIRE_CUDA();
   EXL_REQUIRE_SHARED("models/stories260K/reference/expected_greedy_200.txt");
-  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
-  auto tok = load_tokenizer(dir.path());
-  auto gpu = make_cuda_backend(0);
-  Model m(dir, *gpu);
+  test::CudaStories st;
+  Model& m = st.model;
   const int steps = 199;
-  const CudaStepStats before = cuda_step_stats(*gpu);
-  const auto piped = greedy_pair(m, *gpu, true, steps);
-  const CudaStepStats after = cuda_step_stats(*gpu);
-  const auto plain = greedy_pair(m, *gpu, false, steps);
+  const CudaStepStats before = cuda_step_stats(*st.gpu);
+  const auto piped = greedy_pair(m, *st.gpu, true, steps);
+  const CudaStepStats after = cuda_step_stats(*st.gpu);
+  const auto plain = greedy_pair(m, *st.gpu, false, steps);
   EXPECT_EQ(piped, plain);
   ASSERT_EQ(piped[0].size(), size_t(steps + 1));
   // Sequence 0 (prompt {1}) is the generator's greedy run, whose text the test above checks.
   GeneratorOptions o;
   o.cache_format = KvFormat::fp16;
-  Generator g(m, *tok, o);
+  Generator g(m, *st.tok, o);
   std::vector<int32_t> generated;
   GenerationJob j;
   j.prompt = {1};
@@ -197,10 +191,9 @@ TEST(CudaStories, PipelinedDecodeMatchesStepByStepAndTheGenerator) {
 TEST(CudaStories, PipelinedDecodeRejectsMisuse) {
   EXL_REQUIRE_CUDA();
   EXL_REQUIRE_SHARED("models/stories260K-hf/config.json");
-  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
-  auto gpu = make_cuda_backend(0);
-  Model m(dir, *gpu);
-  auto pool = gpu->alloc_kv_pool(m.kv_layout(KvFormat::fp16, 16), 4);
+  test::CudaStories st;
+  Model& m = st.model;
+  auto pool = st.gpu->alloc_kv_pool(m.kv_layout(KvFormat::fp16, 16), 4);
   const std::vector<int32_t> table = {0, 1, 2, 3}, two = {1, 2};
   std::vector<int32_t> ids(1);
   std::vector<RowSampling> greedy(1);

@@ -15,13 +15,11 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"
+#include "cuda_test_support.h"
 #include "test_support.h"
 
 namespace exl {
 namespace sampling_cuda_test {
-
-#define EXL_REQUIRE_CUDA() \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description()
 
 struct Config {
   float temperature;

@@ -53,11 +53,16 @@ void expect_matches(const ojson& schema, const ojson& v, const std::string& wher
     ASSERT_TRUE(schema["properties"].contains(k)) << where << ": unexpected " << k;
     const auto& p = schema["properties"][k];
     const std::string t = p["type"];
-    if (t == "string") EXPECT_TRUE(val.is_string()) << where << "." << k << ": " << val;
-    if (t == "integer") EXPECT_TRUE(val.is_number_integer()) << where << "." << k << ": " << val;
-    if (t == "number") EXPECT_TRUE(val.is_number()) << where << "." << k << ": " << val;
-    if (p.value("format", "") == "date")
+    if (t == "string") {
+      EXPECT_TRUE(val.is_string()) << where << "." << k << ": " << val;
+    } else if (t == "integer") {
+      EXPECT_TRUE(val.is_number_integer()) << where << "." << k << ": " << val;
+    } else if (t == "number") {
+      EXPECT_TRUE(val.is_number()) << where << "." << k << ": " << val;
+    }
+    if (p.value("format", "") == "date") {
       EXPECT_TRUE(std::regex_match(val.get<std::string>(), std::regex(R"(\d{4}-\d{2}-\d{2})"))) << where << "." << k;
+    }
   }
 }
 
