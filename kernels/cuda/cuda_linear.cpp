@@ -83,6 +83,7 @@ struct GemvInput {
   bool residual = false;
   const Exl2RopeKv* rope = nullptr;
   const Exl2GemvHandoff* io = nullptr;
+  bool exact = true;
 };
 // ys[j] = input · W_jᵀ for EXL2 matrices of one K (1..k_exl2_gemv_max_jobs) in one gemv launch.
 void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
@@ -161,7 +162,7 @@ class Exl2Linear final : public CudaLinear {
   void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
     const float* bias = bias_.f32();
     if (rows <= k_quant_gemv_max_rows) {
-      gemv(ctx, x, nullptr, y, rows);
+      gemv(ctx, x, y, rows, false);
       return;
     }
     dequant_gemm(ctx, x, y, rows, view_.K, view_.N, bias, [&](int n0, int nc, uint16_t* wt) {
@@ -175,10 +176,16 @@ class Exl2Linear final : public CudaLinear {
     EXL_CUDA_CHECK(exl2_reconstruct_f32(view_, n0, nc, out, ctx.stream()));
   }
 
-  void gemv(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual = false) const {
+  void run_gemv_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
+    gemv(ctx, x, y, rows, true);
+  }
+
+  void gemv(CudaContext& ctx, const float* x, float* y, int64_t rows, bool exact) const {
     const Exl2Linear* self[1] = {this};
     float* ys[1] = {y};
-    gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr});
+    GemvInput in{x};
+    in.exact = exact;
+    gemv_set(ctx, self, ys, rows, in);
   }
 
   Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_;
@@ -307,7 +314,7 @@ class DenseLinear final : public CudaLinear {
 }  // namespace
 
 void CudaLinear::run_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const {
-  if (rows <= gemv_max_rows()) return run(ctx, x, y, rows);
+  if (rows <= gemv_max_rows()) return run_gemv_exact(ctx, x, y, rows);
   const int64_t K = in_features, N = out_features;
   auto* xh = static_cast<uint16_t*>(ctx.scratch(Scratch::act16, size_t(rows * K) * 2));
   auto* xl = static_cast<uint16_t*>(ctx.scratch(Scratch::act16_lo, size_t(rows * K) * 2));
@@ -362,6 +369,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   s.residual = in.residual;
   if (in.rope) s.rope = *in.rope;
   if (in.io) s.io = *in.io;
+  s.exact = in.exact;
   EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
 
@@ -372,8 +380,10 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
   EXL_CHECK(ls.size() == ys.size(), "kernels: cuda: linears: ", ls.size(), " matrices for ", ys.size(), " outputs");
   std::vector<const Exl2Linear*> set;
   std::vector<float*> set_y;
+  GemvInput in{x};
+  in.exact = exact;
   auto flush = [&] {
-    if (!set.empty()) gemv_set(ctx, set, set_y, rows, {x});
+    if (!set.empty()) gemv_set(ctx, set, set_y, rows, in);
   };
   const int64_t gemv_rows = exact ? k_exl2_exact_gemv_max_rows : k_quant_gemv_max_rows;
   for (size_t i = 0; i < ls.size(); ++i) {

@@ -1,7 +1,8 @@
 // Linear layers of the CUDA backend: weights uploaded in their packed form plus derived tables,
 // and the choice of kernel per call. Host code only.
 //   EXL2 / GPTQ: rows ≤ k_quant_gemv_max_rows use the gemv kernels (weights decoded in registers,
-//   fp32 accumulation). Larger batches dequantize column chunks of W to an fp16 scratch [K, nc]
+//   fp32 accumulation; run()'s EXL2 gemv forms 3-, 5- and 6-bit blocks the faster way that rounds
+//   differently from the CPU, run_exact()'s and the fused ops' as the CPU does). Larger batches dequantize column chunks of W to an fp16 scratch [K, nc]
 //   and multiply with cublasGemmEx (fp16 inputs, activations converted to fp16 and saturated at
 //   ±65504, fp32 accumulation and output): tensor cores, at fp16 input precision.
 //   Dense: rows ≤ k_dense_gemv_max_rows use dense_gemv (fp32 accumulation); larger batches use
@@ -50,6 +51,9 @@ class CudaLinear : public PreparedLinear {
  protected:
   // Batches up to this many rows take run()'s gemv kernel.
   virtual int64_t gemv_max_rows() const = 0;
+  // run_exact() at those sizes: run(), except where the gemv has a faster, differently rounded
+  // form for run() (EXL2: Exl2GemvSet::exact).
+  virtual void run_gemv_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const { run(ctx, x, y, rows); }
   // out[K, nc] (fp32, row-major) = W's columns [n0, n0 + nc) in original input order.
   virtual void fill_f32(CudaContext& ctx, int n0, int nc, float* out) const = 0;
   Buffer bias_;  // [N] fp32, empty without bias

@@ -121,43 +121,81 @@ __device__ __forceinline__ void block_dot_h2(const uint32_t (&w)[4][BITS], const
   }
 }
 
+// Value i (0..31) of a 32-row block (BITS words) placed in the top BITS bits of an fp32 mantissa
+// under the exponent of 1.0: the float 1 + q/2^BITS, exact, in a shift (a funnel shift where the
+// value straddles two words) and one `lop3`. With i a compile-time constant the tests fold away.
+template <int BITS>
+__device__ __forceinline__ float one_plus_q(const uint32_t (&w)[BITS], int i) {
+  constexpr int P = 23 - BITS;
+  constexpr uint32_t M = ((1u << BITS) - 1u) << P;
+  const int o = i * BITS, wi = o >> 5, sh = o & 31;
+  uint32_t t;
+  if (sh + BITS > 32) t = __funnelshift_r(w[wi], w[wi + 1], sh - P);
+  else if (sh >= P) t = w[wi] >> (sh - P);
+  else t = w[wi] << (P - sh);
+  uint32_t h;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(t), "n"(M), "n"(0x3F800000u));
+  return __uint_as_float(h);
+}
+
 // One 32-row block for BITS ∈ {3, 5, 6} in fp32 (values extracted across word boundaries).
-template <int BITS, int MB>
+// EXACT: each product is (q − z)·x, as the CPU forms it. Otherwise Σ (q − z)·x is formed as
+// 2^BITS · Σ ((1 + q/2^BITS) − 1.5)·x with z = 2^(BITS−1): a shift, a `lop3` and an fma per weight
+// (the −1.5·Σx once per block and column), one instruction less, but the cancellation rounds the
+// block sum differently (relative ~1e-6), which through a q8/q4 cache can flip near-tie argmaxes.
+template <int BITS, int MB, bool EXACT>
 __device__ __forceinline__ void block_dot_f32(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
                                               float (&acc)[MB][4]) {
   constexpr float Z23 = 8388608.0f + float(1 << (BITS - 1));
+  float sx[MB], dot[MB][4];
+  if constexpr (!EXACT) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+      sx[m] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) dot[m][c] = 0.0f;
+    }
+  }
 #pragma unroll
   for (int r4 = 0; r4 < 32; r4 += 4) {
     float wv[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) wv[k][c] = q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23);
+      for (int c = 0; c < 4; ++c)
+        wv[k][c] = EXACT ? q_minus(exl2_block_value<BITS>(w[c], r4 + k), Z23) : one_plus_q<BITS>(w[c], r4 + k);
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
       const float4 xv = *reinterpret_cast<const float4*>(xs + m * xs_stride + r4);
+      float(&d)[4] = EXACT ? acc[m] : dot[m];
+      if constexpr (!EXACT) sx[m] += (xv.x + xv.y) + (xv.z + xv.w);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        acc[m][c] = fmaf(wv[0][c], xv.x, acc[m][c]);
-        acc[m][c] = fmaf(wv[1][c], xv.y, acc[m][c]);
-        acc[m][c] = fmaf(wv[2][c], xv.z, acc[m][c]);
-        acc[m][c] = fmaf(wv[3][c], xv.w, acc[m][c]);
+        d[c] = fmaf(wv[0][c], xv.x, d[c]);
+        d[c] = fmaf(wv[1][c], xv.y, d[c]);
+        d[c] = fmaf(wv[2][c], xv.z, d[c]);
+        d[c] = fmaf(wv[3][c], xv.w, d[c]);
       }
     }
   }
+  if constexpr (!EXACT)
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[m][c] += float(1 << BITS) * fmaf(-1.5f, sx[m], dot[m][c]);
 }
 
-template <int BITS, int MB>
+template <int BITS, int MB, bool EXACT = true>
 __device__ __forceinline__ void block_dot(const uint32_t (&w)[4][BITS], const float* xs, int xs_stride,
                                           float (&acc)[MB][4]) {
   if constexpr (BITS == 2 || BITS == 4 || BITS == 8) block_dot_h2<BITS, MB>(w, xs, xs_stride, acc);
-  else block_dot_f32<BITS, MB>(w, xs, xs_stride, acc);
+  else block_dot_f32<BITS, MB, EXACT>(w, xs, xs_stride, acc);
 }
 
 // Rows [rb, re) of run `sg` (32-row aligned) for 4 columns; xs holds the activations of row rb.
 // (Prefetching blocks ahead into L2, or holding two blocks' words in registers, measured slower
 // on the H200: BENCHMARKS.md.)
-template <int BITS, int MB>
+template <int BITS, int MB, bool EXACT>
 __device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int rb, int re, int n0, const float* xs,
                             int xs_stride, float (&acc)[MB][4]) {
   const int nblk = (re - rb) >> 5, boff = (rb - sg.row_start) >> 5;
@@ -183,7 +221,7 @@ __device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int 
     for (int m = 0; m < MB; ++m)
 #pragma unroll
       for (int c = 0; c < 4; ++c) bacc[m][c] = 0.0f;
-    block_dot<BITS, MB>(wv, xs + i * 32, xs_stride, bacc);
+    block_dot<BITS, MB, EXACT>(wv, xs + i * 32, xs_stride, bacc);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const uint32_t q = (scode >> (4 * c)) & 15u;
@@ -194,8 +232,8 @@ __device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int 
   }
 }
 
-// segs: the view's segments (shared memory).
-template <int MB>
+// segs: the view's segments (shared memory). EXACT: as block_dot_f32.
+template <int MB, bool EXACT>
 __device__ void segments_dot(const Exl2DeviceView& w, const Exl2Segment* segs, int kw0, int kw1, int k0, int n0,
                              const float* xs, int xs_stride, float (&acc)[MB][4]) {
 #pragma unroll 1
@@ -205,12 +243,12 @@ __device__ void segments_dot(const Exl2DeviceView& w, const Exl2Segment* segs, i
     if (rb >= re) continue;
     const float* xg = xs + (rb - k0);
     switch (sg.bits) {
-      case 2: segment_dot<2, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
-      case 3: segment_dot<3, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
-      case 4: segment_dot<4, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
-      case 5: segment_dot<5, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
-      case 6: segment_dot<6, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
-      default: segment_dot<8, MB>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 2: segment_dot<2, MB, EXACT>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 3: segment_dot<3, MB, EXACT>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 4: segment_dot<4, MB, EXACT>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 5: segment_dot<5, MB, EXACT>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      case 6: segment_dot<6, MB, EXACT>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
+      default: segment_dot<8, MB, EXACT>(w, sg, rb, re, n0, xg, xs_stride, acc); break;
     }
   }
 }
@@ -433,7 +471,8 @@ constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-
 // [tile_begin_j, tile_begin_{j+1}) of grid.x.
 // STREAM: the warp streams the view's segments; otherwise it walks its groups (any layout).
 // IN_ORDER: Exl2GemvHandoff::x_in_order (a norm then comes with ssq).
-template <int MB, bool STREAM, bool IN_ORDER>
+// EXACT: Exl2GemvSet::exact (streamed blocks; the group walk is always exact).
+template <int MB, bool STREAM, bool IN_ORDER, bool EXACT>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5 : 4)
     exl2_gemv_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
                      unsigned* __restrict__ counters) {
@@ -581,7 +620,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     for (int c = 0; c < 4; ++c) acc[m][c] = 0.0f;
 
   if constexpr (STREAM) {
-    if (n0 < w.N && kw0 < kw1) segments_dot<MB>(w, segs, kw0, kw1, k0, n0, xs, k_slice, acc);
+    if (n0 < w.N && kw0 < kw1) segments_dot<MB, EXACT>(w, segs, kw0, kw1, k0, n0, xs, k_slice, acc);
   } else if (n0 < w.N && kw0 < kw1) {
     for (int g = g_first; g < w.n_groups; ++g) {
       const Exl2GroupDesc gd = w.groups[g];
@@ -768,9 +807,13 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
   if ((in_order && ((set.norm_w && !set.io.ssq) || (in_bits & 15) != 0 || (set.jobs[0].w.K & 3) != 0)) ||
       ((in_order || set.io.inv_perm) && mb > k_handoff_mb))
     return cudaErrorInvalidValue;
-#define EXL_GEMV_LAUNCH_IO(M, IO)                                                                           \
-  (streamed ? exl2_gemv_kernel<M, true, IO><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters) \
-            : exl2_gemv_kernel<M, false, IO><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters))
+  // The 1 + q/2^B form only where it was measured faster (b=1 −23 µs, b=2 −39 µs per H200 decode
+  // step); 4-row blocks keep the exact form (BENCHMARKS.md, session 14).
+  const bool fast = !set.exact && mb <= 2;
+#define EXL_GEMV_LAUNCH_IO(M, IO)                                                                                 \
+  (streamed && !fast ? exl2_gemv_kernel<M, true, IO, true><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters)  \
+   : streamed        ? exl2_gemv_kernel<M, true, IO, (M > 2)><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters) \
+                     : exl2_gemv_kernel<M, false, IO, true><<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters))
 #define EXL_GEMV_LAUNCH(M) (in_order ? EXL_GEMV_LAUNCH_IO(M, true) : EXL_GEMV_LAUNCH_IO(M, false))
   switch (mb) {
     case 1: EXL_GEMV_LAUNCH(1); break;

@@ -119,6 +119,9 @@ struct Exl2GemvHandoff {
 // norm_w non-null (x_up null): the input is rms_norm(x) ⊙ norm_w (norm_w [K]), every block
 // reducing its rows of x itself, as the rms_norm kernel does (double sums, the same rounding).
 // residual: y += result instead of y = result (the residual stream; y must not alias x).
+// exact false: streamed 3-, 5- and 6-bit blocks of 1- and 2-row blocks take the faster 1 + q/2^B form, whose block sums
+// round differently from the CPU's (exl2_gemm.cu, block_dot_f32); for forwards that are not held
+// to the CPU's rounding (Backend::linears, not linears_exact).
 struct Exl2GemvSet {
   Exl2GemvJob jobs[k_exl2_gemv_max_jobs];
   int n_jobs = 0;
@@ -126,6 +129,7 @@ struct Exl2GemvSet {
   const float* norm_w = nullptr;
   float norm_eps = 0.0f;
   bool residual = false;
+  bool exact = true;
   Exl2RopeKv rope;  // not with residual
   Exl2GemvHandoff io;
 };
