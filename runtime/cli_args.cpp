@@ -114,6 +114,7 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 
 }  // namespace exl
 
+#include <fstream>
 #include <iostream>
 
 namespace exl {
@@ -130,6 +131,16 @@ int run_command(const CommandSpec& spec, std::span<const std::string> args,
   } catch (const UsageError& e) {
     std::cerr << "exlagent " << spec.name << ": error: " << e.what() << "\n" << spec.usage() << "\n";
     return 2;
+  }
+}
+
+nlohmann::ordered_json read_schema_file(const std::string& path, std::string_view command) {
+  std::ifstream in(path, std::ios::binary);
+  EXL_CHECK(in, "runtime: ", command, ": cannot read schema '", path, "'");
+  try {
+    return nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("runtime: ", command, ": schema '", path, "' is not valid JSON: ", e.what());
   }
 }
 

@@ -56,6 +56,8 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
 namespace exl {
 
 // Runs one command: parses `args` by `spec`, prints help on --help (exit 0), prints the error and
@@ -63,5 +65,9 @@ namespace exl {
 // propagates to main (exit 1).
 int run_command(const CommandSpec& spec, std::span<const std::string> args,
                 const std::function<int(const ParsedArgs&)>& body);
+
+// The JSON Schema in file `path` (keys in file order). Throws exl::Error "runtime: COMMAND: ..."
+// naming the file when it cannot be read or is not JSON.
+nlohmann::ordered_json read_schema_file(const std::string& path, std::string_view command);
 
 }  // namespace exl

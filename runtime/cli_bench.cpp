@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/generator.h"
+#include "engine/grammar_constraint.h"
 #include "engine/memory_plan.h"
 #include "engine/model.h"
 #include "engine/model_dir.h"
@@ -24,7 +25,8 @@ const CommandSpec& bench_spec() {
   static const CommandSpec s{
       "bench",
       "Measure prefill tokens/s, decode tokens/s at several batch sizes and the prefix-cache speed-up\n"
-      "(time to first token of a prompt whose prefix is cached vs cold). Prompts are seeded random\n"
+      "(time to first token of a prompt whose prefix is cached vs cold: the prefix is run once, then\n"
+      "the prefix plus a new suffix, as an agent turn appends a tool result). Prompts are seeded random\n"
       "token ids. On cuda, \"% of roofline\" is the bytes a decode step must read (weights except the\n"
       "embedding table, plus the used KV cache) per step time, over the measured device-to-device copy\n"
       "bandwidth. A decode step is what generation runs: the forward pass, then greedy sampling on\n"
@@ -43,6 +45,11 @@ const CommandSpec& bench_spec() {
        {"--decode-steps", "N", "decode steps per measurement (default 32)"},
        {"--repeat", "N", "repetitions; the best is reported (default 3)"},
        {"--no-pipeline", "", "decode steps wait for their tokens before the next step is queued"},
+       {"--jobs", "N", "generation case: N concurrent jobs through the generator (continuous batching; 0 = skip, default)"},
+       {"--job-tokens", "N", "generation case: tokens per job (default 64)"},
+       {"--schema", "FILE", "generation case: also run the jobs under this JSON Schema's grammar"},
+       {"--prefix-len", "N", "prefix-cache case: tokens of the cached prefix (default 192)"},
+       {"--suffix-len", "N", "prefix-cache case: new tokens after the cached prefix (default 64)"},
        {"--json", "", "print one JSON object"}}};
   return s;
 }
@@ -78,13 +85,20 @@ int cli_bench(std::span<const std::string> args) {
     const auto contexts = parse_list("--context", a.get_or("--context", "128"));
     const int64_t steps = a.get_int("--decode-steps", 32), repeat = a.get_int("--repeat", 3);
     if (steps <= 0 || repeat <= 0) throw UsageError("--decode-steps and --repeat must be positive");
+    const int64_t prefix_len = a.get_int("--prefix-len", 192), suffix_len = a.get_int("--suffix-len", 64);
+    const int64_t n_jobs = a.get_int("--jobs", 0), job_tokens = a.get_int("--job-tokens", 64);
+    if (n_jobs < 0 || job_tokens <= 0) throw UsageError("--jobs must be >= 0 and --job-tokens positive");
+    if (prefix_len < 0 || suffix_len <= 0) throw UsageError("--prefix-len must be >= 0 and --suffix-len positive");
     const KvFormat fmt = a.has("--cache") ? kv_format_from_string(*a.get("--cache")) : default_cache_format(backend_name);
 
     ModelDir dir(*a.get("--model"));
     auto backend = make_backend(backend_name, int(a.get_int("--threads", 0)));
     const int page = 64;
     const int64_t max_pos = dir.config().max_position_embeddings;
-    MemoryRequest req{fmt, page, 16, 1, 4 * page, 4 * page};  // the largest of the pools and steps below
+    // The largest of the pools and steps below.
+    const int prefix_pages = int(2 * ((std::min(prefix_len + suffix_len, max_pos) + page - 1) / page) + 4);
+    MemoryRequest req{fmt, page, prefix_pages, 1, int(std::min(prefix_len + suffix_len, max_pos)),
+                      std::min(prefix_len + suffix_len, max_pos)};
     for (int64_t n : prefill) {
       n = std::min(n, max_pos);
       req.cache_pages = std::max(req.cache_pages, int((n + page - 1) / page));
@@ -197,20 +211,26 @@ int cli_bench(std::span<const std::string> args) {
       }
     }
 
-    {  // prefix cache: the same 4-page prompt twice; the second run reuses 3 full pages
+    {  // prefix cache: prefix + suffix A cold, then prefix + suffix B reusing the prefix's full pages
       auto tok = load_tokenizer(dir.path());
-      const int64_t n = std::min<int64_t>(4 * page, max_pos - 2);
+      const int64_t n_prefix = std::min(prefix_len, max_pos - 2 - suffix_len);
       GeneratorOptions go;
       go.cache_format = fmt;
       go.page_size = page;
-      go.num_pages = 16;
+      go.num_pages = int(2 * ((n_prefix + suffix_len + page - 1) / page) + 4);
       Generator gen(model, *tok, go);
-      auto prompt = random_ids(n);
+      const auto prefix = random_ids(n_prefix);
+      std::vector<int32_t> prompts[2] = {prefix, prefix};
+      for (auto& p : prompts) {
+        const auto suffix = random_ids(suffix_len);
+        p.insert(p.end(), suffix.begin(), suffix.end());
+      }
+      const int64_t n = n_prefix + suffix_len;
       double ttft[2] = {0, 0};
       int64_t cached[2] = {0, 0};
       for (int i = 0; i < 2; ++i) {
         GenerationJob job;
-        job.prompt = prompt;
+        job.prompt = prompts[i];
         job.sampling.temperature = 0;
         job.max_new_tokens = 1;
         job.on_event = [&, i](const GenerationEvent& e) {
@@ -222,8 +242,48 @@ int cli_bench(std::span<const std::string> args) {
         gen.submit(std::move(job));
         gen.run_until_idle();
       }
-      out["prefix_cache"] = {{"prompt_tokens", n},          {"cold_ttft_s", ttft[0]}, {"warm_ttft_s", ttft[1]},
+      out["prefix_cache"] = {{"prompt_tokens", n},          {"prefix_tokens", n_prefix},
+                             {"cold_ttft_s", ttft[0]}, {"warm_ttft_s", ttft[1]},
                              {"warm_cached_tokens", cached[1]}, {"speedup", ttft[1] > 0 ? ttft[0] / ttft[1] : 0.0}};
+    }
+
+    if (n_jobs > 0) {  // generation: n_jobs concurrent jobs, unconstrained and (with --schema) constrained
+      auto tok = load_tokenizer(dir.path());
+      std::shared_ptr<const CompiledGrammar> grammar;
+      if (a.has("--schema")) grammar = compile_json_schema_for(read_schema_file(*a.get("--schema"), "bench"), *tok);
+      const int64_t ctx = std::min(contexts.front(), max_pos - job_tokens - 1);
+      std::vector<std::vector<int32_t>> prompts;
+      for (int64_t j = 0; j < n_jobs; ++j) prompts.push_back(random_ids(ctx));
+      GeneratorOptions go;
+      go.cache_format = fmt;
+      go.page_size = page;
+      go.max_batch_seqs = int(n_jobs);
+      go.num_pages = int(n_jobs * ((ctx + job_tokens + page - 1) / page + 1));
+      go.max_step_tokens = int(std::max<int64_t>(n_jobs, 512));
+      for (int constrained = 0; constrained < (grammar ? 2 : 1); ++constrained) {
+        Generator gen(model, *tok, go);
+        int64_t generated = 0;
+        const auto t0 = Clock::now();
+        for (int64_t j = 0; j < n_jobs; ++j) {
+          GenerationJob job;
+          job.prompt = prompts[size_t(j)];
+          job.sampling.temperature = 0;
+          job.max_new_tokens = int32_t(job_tokens);
+          if (constrained) job.mask = make_grammar_constraint(grammar, *tok);
+          job.on_event = [&](const GenerationEvent& e) {
+            if (e.type == GenerationEvent::Type::done) generated += e.stats.n_generated;
+          };
+          gen.submit(std::move(job));
+        }
+        gen.run_until_idle();
+        const double s_total = secs(t0, Clock::now());
+        out["generation"].push_back({{"jobs", n_jobs},
+                                     {"prompt_tokens", ctx},
+                                     {"grammar", bool(constrained)},
+                                     {"tokens", generated},
+                                     {"seconds", s_total},
+                                     {"tokens_per_s", double(generated) / s_total}});
+      }
     }
 
     if (a.has("--json")) {
@@ -241,6 +301,9 @@ int cli_bench(std::span<const std::string> args) {
                 << d["effective_gb_per_s"].get<double>() << " GB/s read"
                 << (d.contains("roofline_pct") ? cat(", ", d["roofline_pct"].get<double>(), "% of roofline") : std::string())
                 << ")\n";
+    for (const auto& g : out["generation"])
+      std::cout << "generate " << g["jobs"] << " jobs" << (g["grammar"].get<bool>() ? " with the schema's grammar" : "")
+                << ": " << g["tokens"] << " tokens, " << g["tokens_per_s"].get<double>() << " tok/s\n";
     const auto& pc = out["prefix_cache"];
     std::cout << "prefix   " << pc["prompt_tokens"] << "-token prompt, " << pc["warm_cached_tokens"]
               << " cached: TTFT " << pc["cold_ttft_s"].get<double>() * 1e3 << " ms cold, "

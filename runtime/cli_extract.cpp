@@ -52,16 +52,6 @@ std::string read_input(const std::string& name) {
   return text;
 }
 
-nlohmann::ordered_json read_schema(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXL_CHECK(in, "runtime: extract: cannot read schema '", path, "'");
-  try {
-    return nlohmann::ordered_json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("runtime: extract: schema '", path, "' is not valid JSON: ", e.what());
-  }
-}
-
 }  // namespace
 
 int cli_extract(std::span<const std::string> args) {
@@ -79,7 +69,7 @@ int cli_extract(std::span<const std::string> args) {
     validate(ss);
 
     const std::string schema_path = *a.get("--schema");
-    const nlohmann::ordered_json schema = read_schema(schema_path);
+    const nlohmann::ordered_json schema = read_schema_file(schema_path, "extract");
     std::vector<std::string> docs;
     for (const auto& in : a.positionals) docs.push_back(read_input(in));
 

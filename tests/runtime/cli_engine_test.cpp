@@ -70,5 +70,18 @@ TEST(CliBench, JsonReportHasEverySection) {
   EXPECT_GE(j["prefix_cache"]["warm_cached_tokens"].get<int>(), 192);
 }
 
+TEST(CliBench, PrefixCaseReusesThePrefixForANewSuffix) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  auto r = run(cli_bench, {"--model", (test::shared_dir() / "models/stories260K-hf").string(), "--prefill", "8",
+                           "--batch", "1", "--context", "8", "--decode-steps", "1", "--repeat", "1",
+                           "--prefix-len", "128", "--suffix-len", "10", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  const auto pc = nlohmann::json::parse(r.out)["prefix_cache"];
+  EXPECT_EQ(pc["prompt_tokens"].get<int>(), 138);
+  EXPECT_EQ(pc["prefix_tokens"].get<int>(), 128);
+  EXPECT_EQ(pc["warm_cached_tokens"].get<int>(), 128);  // the prefix's two full pages, not the new suffix
+  EXPECT_EQ(run(cli_bench, {"--model", "m", "--suffix-len", "0"}).code, 2);
+}
+
 }  // namespace cli_engine_test
 }  // namespace exl
