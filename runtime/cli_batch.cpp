@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "runtime/batch_request.h"
@@ -19,6 +20,8 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
+constexpr int kBatchExitOutputBusy = 3;
+
 const CommandSpec& batch_spec() {
   static const CommandSpec s{
       "batch",
@@ -28,7 +31,12 @@ const CommandSpec& batch_spec() {
       "results use OpenAI's batch output format or the simple one ({id, output, finish_reason,\n"
       "usage} / {id, error}). Each result is written whole and synced, so the job can be killed\n"
       "at any time and re-run: ids already in the output are skipped. A bad line becomes an error\n"
-      "line. Progress goes to stderr, then a summary.",
+      "line. Progress goes to stderr, then a summary.\n"
+      "The output is locked (flock) while the job runs: a second job on it exits 3 at once. A\n"
+      "partial last line (a job killed mid-write) is removed on resume and named on stderr. When a\n"
+      "write fails (a full disk: ENOSPC; EIO) the job stops at once and exits 1 naming the error;\n"
+      "the output keeps every complete line, and running the job again resumes it.\n"
+      "Exit codes: 0 done (error lines included), 1 an error, 2 bad flags, 3 output in use.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--input", "FILE", "JSONL requests", true},
@@ -110,13 +118,22 @@ int cli_batch(std::span<const std::string> args) {
     const std::optional<ojson> default_schema = read_schema_flag(a);
     const auto lines = read_lines(*a.get("--input"));
     const BatchForm fallback = guess_form(lines);
-    BatchOutputFile out(*a.get("--output"));
+    std::optional<BatchOutputFile> opened;
+    try {
+      opened.emplace(*a.get("--output"));
+    } catch (const BatchOutputBusy& e) {
+      std::cerr << "exlagent batch: error: " << e.what() << " (or choose another --output)\n";
+      return kBatchExitOutputBusy;
+    }
+    BatchOutputFile& out = *opened;
     std::set<std::string> done_keys;
     for (const auto& l : out.existing_lines())
       if (auto k = batch_result_key(l)) done_keys.insert(*k);
     if (out.truncated_bytes() > 0)
-      std::cerr << "batch: removed a partial last line (" << out.truncated_bytes() << " bytes) from '"
-                << *a.get("--output") << "'\n";
+      std::cerr << "batch: output '" << *a.get("--output") << "': removed a partial last line ("
+                << out.truncated_bytes() << " bytes, no newline) left by an interrupted write; it began "
+                << ojson(out.truncated_head()).dump(-1, ' ', false, ojson::error_handler_t::replace)
+                << "; its request runs again\n";
 
     JobEngineOptions eo;
     eo.model_dir = *a.get("--model");
@@ -145,16 +162,25 @@ int cli_batch(std::span<const std::string> args) {
       else todo.push_back(std::move(it));
     }
 
+    // Runs inside engine.step(), so it must not throw: after a failed write it records nothing more
+    // (no result is buffered) and the loop below stops the job.
+    std::string write_error;
     auto record = [&](const std::string& line, bool ok, int64_t tokens) {
-      out.append(line);
+      if (!write_error.empty()) return;
+      try {
+        out.append(line);
+      } catch (const Error& e) {
+        write_error = e.what();
+        return;
+      }
       ++pg.done;
       (ok ? pg.ok : pg.errors) += 1;
       pg.tokens += tokens;
       pg.show(false);
     };
     size_t next = 0;
-    while (next < todo.size() || engine.in_flight() > 0) {
-      while (next < todo.size() && engine.in_flight() < conc) {
+    while ((next < todo.size() || engine.in_flight() > 0) && write_error.empty()) {
+      while (next < todo.size() && engine.in_flight() < conc && write_error.empty()) {
         BatchItem& it = todo[next++];
         if (it.error) {
           record(batch_error_line(it), false, 0);
@@ -172,6 +198,10 @@ int cli_batch(std::span<const std::string> args) {
     std::cerr << "batch: " << pg.total << " requests: " << pg.ok << " ok, " << pg.errors << " errors, " << pg.resumed
               << " already done; " << pg.tokens << " tokens in " << t << " s ("
               << (t > 0 ? double(pg.tokens) / t : 0.0) << " tokens/s)\n";
+    if (!write_error.empty())
+      fail("runtime: batch: stopped: ", write_error, "; the output keeps its ", out.existing_lines().size() + pg.done,
+           " complete result lines, ", pg.total - pg.resumed - pg.done,
+           " requests are not done; run the job again to resume");
     return 0;
   });
 }
