@@ -50,18 +50,6 @@ const CommandSpec& batch_spec() {
   return s;
 }
 
-std::optional<ojson> read_schema_flag(const ParsedArgs& a) {
-  if (!a.has("--schema")) return std::nullopt;
-  const std::string p = *a.get("--schema");
-  std::ifstream in(p, std::ios::binary);
-  EXL_CHECK(in, "runtime: batch: cannot read schema '", p, "'");
-  try {
-    return ojson::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail("runtime: batch: schema '", p, "' is not valid JSON: ", e.what());
-  }
-}
-
 std::vector<std::pair<size_t, std::string>> read_lines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   EXL_CHECK(in, "runtime: batch: cannot read input '", path, "'");
@@ -115,7 +103,8 @@ int cli_batch(std::span<const std::string> args) {
   return run_command(batch_spec(), args, [](const ParsedArgs& a) {
     const long long conc = a.get_int("--concurrency", 16);
     if (conc <= 0) throw UsageError("--concurrency must be positive");
-    const std::optional<ojson> default_schema = read_schema_flag(a);
+    const std::optional<ojson> default_schema =
+        a.has("--schema") ? std::optional<ojson>(read_schema_file(*a.get("--schema"), "batch")) : std::nullopt;
     const auto lines = read_lines(*a.get("--input"));
     const BatchForm fallback = guess_form(lines);
     std::optional<BatchOutputFile> opened;
