@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "engine/utf8.h"
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/regex.h"
 #include "kernels/error.h"
@@ -56,17 +57,21 @@ std::shared_ptr<const TokenIndex> shared_token_index(const Tokenizer& tok) {
 }
 
 std::shared_ptr<const CompiledGrammar> compile_grammar_for(Grammar grammar, const Tokenizer& tokenizer) {
+  if (accepts_nothing(grammar))
+    grammar_fail("grammar: the constraint cannot be satisfied: no output is valid under it (a contradictory schema?)");
+  grammar_poll();
   return std::make_shared<const CompiledGrammar>(std::move(grammar), shared_token_index(tokenizer));
 }
 
 std::shared_ptr<const CompiledGrammar> compile_json_schema_for(const nlohmann::ordered_json& schema,
                                                                const Tokenizer& tokenizer,
                                                                const JsonSchemaOptions& options) {
-  return compile_grammar_for(compile_json_schema(schema, options), tokenizer);
+  return with_grammar_budget(options.budget, [&] { return compile_grammar_for(compile_json_schema(schema, options), tokenizer); });
 }
 
-std::shared_ptr<const CompiledGrammar> compile_regex_for(std::string_view pattern, const Tokenizer& tokenizer) {
-  return compile_grammar_for(compile_regex_grammar(pattern), tokenizer);
+std::shared_ptr<const CompiledGrammar> compile_regex_for(std::string_view pattern, const Tokenizer& tokenizer,
+                                                         const GrammarBudget& budget) {
+  return with_grammar_budget(budget, [&] { return compile_grammar_for(compile_regex_grammar(pattern), tokenizer); });
 }
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const CompiledGrammar> grammar, const Tokenizer& tokenizer)

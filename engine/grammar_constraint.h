@@ -44,11 +44,16 @@ namespace exl {
 // (keyed by its content) and cached for the life of the process.
 std::shared_ptr<const TokenIndex> shared_token_index(const Tokenizer& tokenizer);
 
-// Compiles for `tokenizer`'s vocabulary. Throw GrammarError naming the bad keyword / position.
+// Compiles for `tokenizer`'s vocabulary, under options.budget / `budget` unless a GrammarBudget is
+// already active on this thread (grammar/grammar_budget.h). Throw GrammarError naming the bad
+// keyword / position, GrammarBudgetError / GrammarCancelled when the budget stops the compilation,
+// and a GrammarError when nothing at all satisfies the grammar (a contradictory schema): a
+// constraint that allows no output is refused here rather than failing the generation.
 std::shared_ptr<const CompiledGrammar> compile_json_schema_for(const nlohmann::ordered_json& schema,
                                                                const Tokenizer& tokenizer,
                                                                const JsonSchemaOptions& options = {});
-std::shared_ptr<const CompiledGrammar> compile_regex_for(std::string_view pattern, const Tokenizer& tokenizer);
+std::shared_ptr<const CompiledGrammar> compile_regex_for(std::string_view pattern, const Tokenizer& tokenizer,
+                                                         const GrammarBudget& budget = {});
 std::shared_ptr<const CompiledGrammar> compile_grammar_for(Grammar grammar, const Tokenizer& tokenizer);
 
 class GrammarConstraint : public LogitsMaskHook {

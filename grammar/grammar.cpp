@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 
 namespace exl {
@@ -194,6 +195,12 @@ void closure(const Nfa& nfa, StateSet& set, std::vector<uint8_t>& mark, std::vec
 Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, bool allow_calls) {
   Rule r;
   r.name = std::move(name);
+  max_states = std::min(max_states, grammar_automaton_limit());
+  size_t nfa_edges = 0;
+  for (const auto& edges : nfa.out) nfa_edges += edges.size();
+  // The NFA and the subsets are held only while this runs; the automaton stays charged.
+  GrammarTransientBytes transient;
+  transient.charge(nfa.out.size() * (sizeof(std::vector<NfaEdge>) + 1 + sizeof(int32_t)) + nfa_edges * sizeof(NfaEdge));
   std::array<bool, 257> boundary{};
   boundary[0] = true;
   for (const auto& edges : nfa.out)
@@ -234,6 +241,9 @@ Rule determinize_uncached(const Nfa& nfa, std::string name, size_t max_states, b
     if (it == ids.end()) {
       if (sets.size() >= max_states)
         grammar_fail("grammar: rule '", r.name, "': automaton exceeds ", max_states, " states");
+      // The subset itself (stored once here and once as a kernel), then its row and its state.
+      transient.charge(2 * closed.size() * sizeof(int32_t) + 96 + size_t(r.n_classes) * sizeof(int32_t) + sizeof(DfaState));
+      grammar_charge(1, 0);
       it = ids.emplace(closed, int32_t(sets.size())).first;
       sets.push_back(&it->first);
     }
@@ -342,8 +352,10 @@ Rule determinize(const Nfa& nfa, std::string name, size_t max_states, bool allow
     if (it != c.map.end()) hit = it->second;
   }
   if (hit) {
+    max_states = std::min(max_states, grammar_automaton_limit());
     if (hit->states.size() > max_states)
       grammar_fail("grammar: rule '", name, "': automaton exceeds ", max_states, " states");
+    grammar_charge(hit->states.size(), 0);
     Rule r = *hit;
     r.name = std::move(name);
     return r;
@@ -551,21 +563,25 @@ void check_left_recursion(const Grammar& g) {
 
 }  // namespace
 
+bool accepts_nothing(const Grammar& g) {
+  if (g.root < 0 || size_t(g.root) >= g.rules.size()) return true;
+  return !productive_rules(g)[size_t(g.root)];
+}
+
 Rule determinize_bytes(const Nfa& nfa, std::string name, size_t max_states) {
   return determinize(nfa, std::move(name), max_states, false);
 }
 
-Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
+Grammar GrammarBuilder::finish(int32_t root) {
   Grammar g;
   g.root = root;
-  size_t total = 0;
+  const size_t max_states = grammar_automaton_limit();
   for (size_t i = 0; i < nfas_.size(); ++i) {
     if (ready_[i]) {
       g.rules.push_back(*ready_[i]);
       g.rules.back().name = names_[i];
-      total += g.rules.back().states.size();
-      if (total > limits.max_total_states)
-        grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
+      const Rule& r = g.rules.back();
+      grammar_charge(r.states.size(), r.trans.size() * sizeof(int32_t) + r.states.size() * sizeof(DfaState));
       continue;
     }
     if (is_repeat_[i]) {
@@ -573,14 +589,12 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
-    g.rules.push_back(determinize(nfas_[i], names_[i], limits.max_states_per_rule, true));
+    g.rules.push_back(determinize(nfas_[i], names_[i], max_states, true));
+    grammar_charge(0, g.rules.back().trans.size() * sizeof(int32_t) + g.rules.back().states.size() * sizeof(DfaState));
     if (std::getenv("EXL_GRAMMAR_DEBUG"))
       std::fprintf(stderr, "determinize %s: nfa %zu -> %zu states, %d classes, %.3f ms\n", names_[i].c_str(),
                    nfas_[i].out.size(), g.rules.back().states.size(), g.rules.back().n_classes,
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    total += g.rules.back().states.size();
-    if (total > limits.max_total_states)
-      grammar_fail("grammar: the grammar exceeds ", limits.max_total_states, " automaton states");
   }
   prune(g);
   check_left_recursion(g);
@@ -588,6 +602,8 @@ Grammar GrammarBuilder::finish(int32_t root, const GrammarLimits& limits) {
 }
 
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states) {
+  max_states = std::min(max_states, grammar_automaton_limit());
+  GrammarTransientBytes transient;
   Rule r;
   r.name = a.name;
   if (a.states.empty()) return r;
@@ -606,6 +622,8 @@ Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_s
     auto [it, fresh] = ids.emplace(key, int32_t(pairs.size()));
     if (fresh) {
       if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
+      grammar_charge(1, 0);
+      transient.charge(r.n_classes * sizeof(int32_t) + sizeof(DfaState) + 48);
       pairs.push_back({x, y});
     }
     return it->second;

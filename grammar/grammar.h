@@ -104,12 +104,6 @@ class FragBuilder {
   Nfa* nfa_;
 };
 
-// Limits that keep compilation bounded; exceeded -> GrammarError.
-struct GrammarLimits {
-  size_t max_states_per_rule = 200000;
-  size_t max_total_states = 2000000;
-};
-
 class GrammarBuilder {
  public:
   int32_t add_rule(std::string name);  // an automaton rule with an empty NFA (empty language)
@@ -123,7 +117,9 @@ class GrammarBuilder {
   // Makes rule the byte-only DFA `d` as it is: finish takes it without determinizing again (for
   // large automata built directly, such as length-bounded strings).
   void set_dfa(int32_t rule, std::shared_ptr<const Rule> d);
-  Grammar finish(int32_t root, const GrammarLimits& limits = {});
+  // Determinizes every rule (each within the active GrammarBudget's per-automaton limit, all
+  // charged to it: grammar/grammar_budget.h) and prunes; throws GrammarError.
+  Grammar finish(int32_t root);
 
  private:
   friend Rule determinize_rule(const GrammarBuilder&, int32_t, size_t);
@@ -139,6 +135,9 @@ class GrammarBuilder {
 Rule determinize_bytes(const Nfa& nfa, std::string name, size_t max_states);
 // Product automata of two byte-only DFAs: intersection (a AND b) or difference (a AND NOT b).
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states);
+// Whether no input at all matches the grammar (its root's language is empty: an unsatisfiable
+// schema, a regex like [^\x00-\x{10FFFF}]).
+bool accepts_nothing(const Grammar& g);
 // Whether a byte-only DFA accepts nothing.
 bool is_empty_bytes(const Rule& a);
 // Whether a byte-only DFA accepts `s`.

@@ -1,6 +1,7 @@
 // The error type of the grammar layer: a regex or JSON Schema that cannot be compiled (or enforced
 // exactly), or a misuse of a matcher. Messages start with "grammar: <concept>: " and name the bad
-// input (a regex position, a JSON pointer).
+// input (a regex position, a JSON pointer). Two kinds are told apart by type: a compilation that
+// passed its budget (grammar/grammar_budget.h) and one that was cancelled.
 #pragma once
 #include <sstream>
 #include <stdexcept>
@@ -10,6 +11,16 @@ namespace exl {
 
 struct GrammarError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// The compilation needed more states, bytes or time than its GrammarBudget allows.
+struct GrammarBudgetError : GrammarError {
+  using GrammarError::GrammarError;
+};
+
+// The compilation's cancellation callback said stop (its request went away).
+struct GrammarCancelled : GrammarError {
+  using GrammarError::GrammarError;
 };
 
 template <class... Parts>

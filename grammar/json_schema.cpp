@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
 
@@ -596,8 +597,14 @@ Frag SchemaCompiler::contains_frag(int32_t rule, const Json& n, const std::strin
 }  // namespace json_schema_detail
 
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
-  json_schema_detail::SchemaCompiler c(schema, opts);
-  return c.run();
+  return with_grammar_budget(opts.budget, [&] {
+    try {
+      json_schema_detail::SchemaCompiler c(schema, opts);
+      return c.run();
+    } catch (const nlohmann::json::exception& e) {
+      grammar_fail("grammar: json_schema: a keyword has a value of the wrong type: ", e.what());
+    }
+  });
 }
 
 Grammar compile_json_schema_text(std::string_view schema_text, const JsonSchemaOptions& opts) {

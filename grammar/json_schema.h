@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_budget.h"
 
 namespace exl {
 
@@ -54,8 +55,12 @@ struct JsonSchemaOptions {
   // counts as integers from draft-06 on. Off for generation, so integers come out canonical
   // (parsers read 1.0 as a float).
   bool integer_zero_fraction = false;
+  // What the compilation may spend (grammar/grammar_budget.h); a budget already active on the
+  // calling thread (the server's, per request) takes precedence.
+  GrammarBudget budget;
 };
 
+// Throws GrammarError (GrammarBudgetError / GrammarCancelled when the budget stops it).
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts = {});
 // Parses `schema_text` (keeping property order) then compiles it.
 Grammar compile_json_schema_text(std::string_view schema_text, const JsonSchemaOptions& opts = {});

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "grammar/code_set.h"
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
 #include "grammar/regex.h"
@@ -448,7 +449,12 @@ Rule SchemaCompiler::length_dfa(uint64_t min, uint64_t max) {
   r.n_classes = one.n_classes;
   size_t per = inner.size();
   auto id = [&](uint64_t block, int32_t s) { return int32_t(block * per + size_t(pos[size_t(s)])); };
-  r.states.resize(size_t(blocks) * per);
+  const size_t n_states = size_t(blocks) * per;
+  if (n_states > grammar_automaton_limit())
+    grammar_fail("grammar: json_schema: a string length bound of ", blocks - 1, " characters needs ", n_states,
+                 " automaton states, more than the limit of ", grammar_automaton_limit());
+  grammar_charge(n_states, 0);
+  r.states.resize(n_states);
   r.trans.assign(r.states.size() * size_t(r.n_classes), -1);
   for (uint64_t b = 0; b < blocks; ++b) {
     bool last = max != kUnbounded && b == max;

@@ -1,9 +1,11 @@
 #include "grammar/regex.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "grammar/code_set.h"
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 
 namespace exl {
@@ -343,6 +345,24 @@ struct Emitter {
     return fb.empty();
   }
 
+  // Refuses, before anything is expanded, a counted repetition whose automaton would pass the
+  // per-automaton state limit: about `copies` times the states of one copy of the body.
+  void check_expansion(const RNode& body, const RNode& n, uint32_t copies) {
+    GrammarBuilder scratch;
+    int32_t r = scratch.add_rule("count");
+    scratch.frags(r).set_root(Emitter{scratch, opts, pattern}.emit(r, body));
+    const size_t limit = grammar_automaton_limit();
+    const Rule one = determinize_bytes(scratch.nfa(r), "count", limit);
+    const size_t need = size_t(copies) * std::max<size_t>(1, one.states.size() - 1);
+    if (need > limit) {
+      std::string count = "{" + std::to_string(n.min) + (n.max == n.min ? "" : ",") +
+                          (n.max == kUnbounded || n.max == n.min ? "" : std::to_string(n.max)) + "}";
+      grammar_fail("grammar: regex: '", pattern, "': the repetition ", count, " needs about ", need,
+                   " automaton states, more than the limit of ", limit);
+    }
+    grammar_charge(0, need * (sizeof(NfaEdge) + sizeof(std::vector<NfaEdge>)));
+  }
+
   Frag emit_rep(int32_t rule, const RNode& n) {
     const RNode& k = n.kids[0];
     bool big = n.min > kExpandLimit || (n.max != kUnbounded && n.max > kExpandLimit);
@@ -352,15 +372,27 @@ struct Emitter {
       int32_t rep = gb.add_repeat(gb.name(rule) + "/count", body, n.min, n.max);
       return gb.frags(rule).call(rep);
     }
-    if (n.max != kUnbounded && n.max > 100000) grammar_fail("grammar: regex: '", pattern, "': repetition count too large");
+    const uint32_t copies = n.max == kUnbounded ? n.min + 1 : n.max;
+    if (copies > kExpandLimit) check_expansion(k, n, copies);
+    // Optional copies as a flat chain (each copy's end may leave the repetition), never nested:
+    // nested optionals give every position an epsilon closure as deep as the count, which made
+    // the subset construction quadratic in it.
     std::vector<Frag> parts;
     for (uint32_t i = 0; i < n.min; ++i) parts.push_back(emit(rule, k));
     if (n.max == kUnbounded) {
       parts.push_back(gb.frags(rule).star(emit(rule, k)));
     } else if (n.max > n.min) {
-      Frag tail = gb.frags(rule).opt(emit(rule, k));
-      for (uint32_t i = n.min + 1; i < n.max; ++i) tail = gb.frags(rule).opt(gb.frags(rule).seq({emit(rule, k), tail}));
-      parts.push_back(tail);
+      FragBuilder fb = gb.frags(rule);
+      const int32_t in = gb.nfa(rule).add_state(), out = gb.nfa(rule).add_state();
+      int32_t cur = in;
+      for (uint32_t i = n.min; i < n.max; ++i) {
+        Frag copy = emit(rule, k);
+        fb.eps(cur, out);
+        fb.eps(cur, copy.in);
+        cur = copy.out;
+      }
+      fb.eps(cur, out);
+      parts.push_back({in, out});
     }
     return gb.frags(rule).seq(parts);
   }
@@ -395,11 +427,13 @@ Frag emit_regex(GrammarBuilder& gb, int32_t rule, std::string_view pattern, cons
   return gb.frags(rule).alt(out);
 }
 
-Grammar compile_regex_grammar(std::string_view pattern) {
-  GrammarBuilder gb;
-  int32_t root = gb.add_rule("regex");
-  gb.frags(root).set_root(emit_regex(gb, root, pattern, {}));
-  return gb.finish(root);
+Grammar compile_regex_grammar(std::string_view pattern, const GrammarBudget& budget) {
+  return with_grammar_budget(budget, [&] {
+    GrammarBuilder gb;
+    int32_t root = gb.add_rule("regex");
+    gb.frags(root).set_root(emit_regex(gb, root, pattern, {}));
+    return gb.finish(root);
+  });
 }
 
 }  // namespace exl

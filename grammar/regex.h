@@ -15,11 +15,15 @@
 // Counted repetitions: up to kExpandLimit copies are expanded inline; larger counts become a
 // repeat rule (GrammarBuilder::add_repeat) whose matcher state is the count, so memory stays O(1)
 // in the count. In byte-only mode (no calls allowed, needed for automaton products) larger counts
-// are expanded too, within the grammar's state limits.
+// are expanded too, as a flat chain of copies (linear in the count), and a count whose copies
+// would pass the per-automaton state limit (GrammarBudget) is refused before it is expanded:
+// "grammar: regex: '<pattern>': the repetition {m,n} needs about N automaton states, more than
+// the limit of L".
 #pragma once
 #include <string_view>
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_budget.h"
 
 namespace exl {
 
@@ -32,7 +36,8 @@ struct RegexOptions {
 // Emits the language of `pattern` as a fragment of rule `rule`.
 Frag emit_regex(GrammarBuilder& gb, int32_t rule, std::string_view pattern, const RegexOptions& opts);
 
-// A whole grammar for a full-match regex over raw UTF-8 text.
-Grammar compile_regex_grammar(std::string_view pattern);
+// A whole grammar for a full-match regex over raw UTF-8 text, compiled under `budget` (unless a
+// budget is already active on this thread).
+Grammar compile_regex_grammar(std::string_view pattern, const GrammarBudget& budget = {});
 
 }  // namespace exl

@@ -16,7 +16,9 @@ const CommandSpec& serve_spec() {
       "serve",
       "Serve a model over the OpenAI-compatible HTTP API (POST /v1/chat/completions, POST /v1/completions,\n"
       "GET /v1/models, GET /health, GET /metrics). Listens on loopback unless told otherwise; a non-loopback\n"
-      "address needs an API key. SIGINT/SIGTERM stop accepting, finish running generations, then exit.",
+      "address needs an API key. SIGINT/SIGTERM stop accepting, finish running generations, then exit.\n"
+      "A response_format/tool grammar past a --grammar-* limit is a 400 grammar_budget_exceeded; a client that\n"
+      "disconnects while its grammar compiles cancels the compilation.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--host", "H", "address to listen on (default 127.0.0.1)"},
@@ -29,6 +31,9 @@ const CommandSpec& serve_spec() {
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
        {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
+       {"--grammar-max-states", "N", "automaton states one request's output grammar may build in all (default 8000000)"},
+       {"--grammar-max-mb", "MB", "memory one request's grammar compilation may use (default 256)"},
+       {"--grammar-timeout-ms", "MS", "time one request's grammar compilation may take (default 5000)"},
        {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"},
        {"--session-dir", "DIR", "agent session transcripts (default: <temp>/exlagent-sessions)"},
        {"--read-root", "DIR", "offer the read_file tool to agent sessions, reading only under DIR"},
@@ -68,6 +73,14 @@ int cli_serve(std::span<const std::string> args) {
     const long long body = a.get_int("--max-body", (long long)o.max_body_bytes);
     if (body <= 0) throw UsageError("--max-body must be positive");
     o.max_body_bytes = size_t(body);
+    const long long g_states = a.get_int("--grammar-max-states", (long long)o.grammar_budget.max_states);
+    const long long g_mb = a.get_int("--grammar-max-mb", (long long)(o.grammar_budget.max_bytes >> 20));
+    const long long g_ms = a.get_int("--grammar-timeout-ms", (long long)o.grammar_budget.timeout.count());
+    if (g_states <= 0 || g_mb <= 0 || g_ms <= 0 || g_ms > 3600000 || g_mb > (1 << 20))
+      throw UsageError("--grammar-max-states, --grammar-max-mb and --grammar-timeout-ms must be positive (at most 1 h, 1 TiB)");
+    o.grammar_budget.max_states = size_t(g_states);
+    o.grammar_budget.max_bytes = size_t(g_mb) << 20;
+    o.grammar_budget.timeout = std::chrono::milliseconds(g_ms);
     o.chat_template = a.get_or("--chat-template", "");
     o.session_dir = a.get_or("--session-dir", "");
     o.read_root = a.get_or("--read-root", "");

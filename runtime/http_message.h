@@ -1,6 +1,7 @@
 // Plain HTTP request and response values, independent of the network library, so routing and
 // response building can be tested without sockets. Header names are stored lower-case.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -14,6 +15,9 @@ struct HttpRequest {
   std::string target;  // "/v1/models?x=1"
   std::map<std::string, std::string> headers;
   std::string body;
+  // True once the client has gone away (set by the connection; callable only while the request
+  // is being routed). Long work polls it, e.g. grammar compilation. Empty = never.
+  std::function<bool()> client_gone;
 
   // The value of a header (name in any case), "" when absent.
   std::string header(std::string_view name) const;

@@ -1,7 +1,10 @@
 #include "runtime/http_session.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -43,6 +46,13 @@ HttpRequest to_request(const http::request<http::string_body>& r) {
   }
   out.body = r.body();
   return out;
+}
+
+// Whether the peer closed the connection (EOF or a pending error), without consuming its bytes.
+bool http_peer_has_closed(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 std::string chunked(const std::string& data) {
@@ -104,7 +114,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       state_->metrics().count_request(kWsPath, 101);
       return start_ws_session(stream_.release_socket(), parser_->release(), state_);
     }
-    RouteResult r = route(to_request(req), *state_);
+    HttpRequest request = to_request(req);
+    request.client_gone = [fd = stream_.socket().native_handle()] { return http_peer_has_closed(fd); };
+    RouteResult r = route(request, *state_);
     if (r.plan) return start_generation(std::move(*r.plan));
     send(std::move(r.response), keep_alive_);
   }

@@ -57,6 +57,8 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
   try {
     EXL_CHECK(schema.is_object() || schema.is_boolean(), "the schema must be a JSON object");
     hooks_[key] = schema_hook_factory(schema, *tok_);
+  } catch (const GrammarCancelled&) {
+    throw;
   } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
     err = cat("runtime: job: schema: ", e.what());
   }

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "engine/grammar_constraint.h"
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "runtime/api_error.h"
 #include "sessions/tool_call_grammar.h"
@@ -54,7 +55,7 @@ GrammarCache& cache() {
 }  // namespace
 
 std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, const Tokenizer& tok,
-                                                       TemplateFamily family) {
+                                                       TemplateFamily family, const GrammarBudget& budget) {
   const bool calls = r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named;
   const bool json = r.response_format == "json_object" || r.response_format == "json_schema";
   if (!calls && !json) return nullptr;
@@ -76,11 +77,19 @@ std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, con
                               o.final_schema.dump(), '|', with_tools ? r.tools.dump() : std::string(), '|',
                               reinterpret_cast<uintptr_t>(shared_token_index(tok).get()));
   std::shared_ptr<const CompiledGrammar> g;
+  const char* param = calls ? "tools" : "response_format";
   try {
     g = cache().get(key, [&] {
-      std::vector<ToolCallSpec> tools = with_tools ? tool_specs_from_openai(r.tools) : std::vector<ToolCallSpec>{};
-      return compile_grammar_for(tool_call_grammar(family, tools, o), tok);
+      return with_grammar_budget(budget, [&] {
+        std::vector<ToolCallSpec> tools = with_tools ? tool_specs_from_openai(r.tools) : std::vector<ToolCallSpec>{};
+        return compile_grammar_for(tool_call_grammar(family, tools, o), tok);
+      });
     });
+  } catch (const GrammarCancelled& e) {
+    throw ApiError(499, "invalid_request_error", cat("The request was cancelled: ", e.what()), param, "request_cancelled");
+  } catch (const GrammarBudgetError& e) {
+    bad_request(cat("This request's output constraint is too large to compile: ", e.what()), param,
+                "grammar_budget_exceeded");
   } catch (const GrammarError& e) {
     bad_request(cat("This request's output constraint cannot be enforced: ", e.what()),
                 calls ? "tools" : "response_format", "unsupported_schema");

@@ -96,7 +96,9 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
 
 RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
-  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family());
+  GrammarBudget budget = state.options().grammar_budget;
+  budget.cancelled = req.client_gone;
+  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family(), budget);
   std::string text;
   try {
     text = state.chat_template()->render(cr.messages, cr.tools, true);

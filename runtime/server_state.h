@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "engine/model_dir.h"
 #include "engine/tokenizer.h"
+#include "grammar/grammar_budget.h"
 #include "kernels/backend.h"
 #include "runtime/metrics.h"
 #include "sessions/chat_template.h"
@@ -34,6 +35,7 @@ struct ServerOptions {
   int max_batch_seqs = 16;
   size_t max_body_bytes = 8u << 20;
   int io_threads = 2;
+  GrammarBudget grammar_budget;              // per request's constraint; the request's disconnect cancels it
   std::string chat_template;                 // override name; empty = detect
   std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions
   std::string read_root;                     // directory the read_file tool may read; empty = no read_file

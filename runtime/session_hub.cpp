@@ -32,13 +32,14 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
   tool_opts.read_root = std::move(read_root);
   for (auto& t : make_builtin_tools(tool_opts)) builtins_.add(std::move(t));
   env_.find_tool = [this](const std::string& name) { return find_tool(name); };
-  env_.constraint = [this](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
+  env_.constraint = [this, budget = state.options().grammar_budget](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
     TurnConstraintFactory f;
     {
       std::lock_guard lk(mu_);
       f = constraint_;
     }
-    return f ? f(ctx) : make_agent_turn_constraint(ctx, *env_.tokenizer);
+    if (f) return f(ctx);
+    return with_grammar_budget(budget, [&] { return make_agent_turn_constraint(ctx, *env_.tokenizer); });
   };
   env_.executor = pool_.get_executor();
   env_.dir = dir.empty() ? std::filesystem::temp_directory_path() / "exlagent-sessions" : std::move(dir);
