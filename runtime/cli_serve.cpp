@@ -23,7 +23,11 @@ const CommandSpec& serve_spec() {
        {"--port", "P", "port (default 8421; 0 = any free port, printed on start)"},
        {"--api-key", "KEY", "require this key (Authorization: Bearer KEY or x-api-key: KEY)"},
        {"--api-key-file", "F", "read the key from a file (first line)"},
-       {"--allowed-host", "H", "also accept this Host header value ('*' = any)", false, true},
+       {"--allow-host", "H", "also accept this Host header value ('*' = any); others get 403", false, true},
+       {"--allowed-host", "H", "the same as --allow-host (older name)", false, true},
+       {"--allow-origin", "O", "also accept requests from this web origin (https://app.example:8443; '*' = any)",
+        false, true},
+       {"--metrics-public", "", "serve GET /metrics without the API key"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
@@ -60,7 +64,11 @@ int cli_serve(std::span<const std::string> args) {
     if (a.has("--api-key")) o.api_key = *a.get("--api-key");
     if (a.has("--api-key-file")) o.api_key = read_key_file(*a.get("--api-key-file"));
     if (a.has("--api-key") && o.api_key.empty()) throw UsageError("--api-key must not be empty");
-    if (auto it = a.values.find("--allowed-host"); it != a.values.end()) o.allowed_hosts = it->second;
+    for (const char* flag : {"--allow-host", "--allowed-host"})
+      if (auto it = a.values.find(flag); it != a.values.end())
+        o.allowed_hosts.insert(o.allowed_hosts.end(), it->second.begin(), it->second.end());
+    if (auto it = a.values.find("--allow-origin"); it != a.values.end()) o.allowed_origins = it->second;
+    o.metrics_public = a.has("--metrics-public");
     o.backend = a.get_or("--backend", o.backend);
     o.cpu_threads = int(a.get_int("--threads", 0));
     o.cache_pages = int(a.get_int("--cache-pages", o.cache_pages));
@@ -73,6 +81,7 @@ int cli_serve(std::span<const std::string> args) {
     o.read_root = a.get_or("--read-root", "");
     if (a.has("--cache-pages") && o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");
+    if (std::string problem = bind_address_problem(o); !problem.empty()) throw UsageError(problem);
 
     auto state = std::make_shared<ServerState>(o);
     if (a.has("--agent-script"))

@@ -14,6 +14,11 @@ namespace exl {
 
 class Listener;
 
+// Why options.host may not be listened on, or "" when it may: it must be an IP address (or
+// "localhost"), and a non-loopback one needs an API key. `serve` checks this before loading the
+// model and exits 2; the Server constructor enforces it too.
+std::string bind_address_problem(const ServerOptions& options);
+
 class Server {
  public:
   // Binds (port 0 picks a free port). Refuses a non-loopback host without an API key and

@@ -25,7 +25,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8421;                      // 0 = any free port
   std::string api_key;                       // empty = no key (loopback only)
+  bool metrics_public = false;               // serve /metrics without the key
   std::vector<std::string> allowed_hosts;    // extra Host header values; "*" = any
+  std::vector<std::string> allowed_origins;  // extra Origin values ("https://app.example:8443"); "*" = any
   std::string backend = "cpu";
   int cpu_threads = 0;
   int cache_pages = 0;                       // 0 = fit the free device memory (512 on cpu)
@@ -67,6 +69,10 @@ class ServerState {
   std::shared_ptr<void> admit_generation();
   int64_t running_generations() const { return running_; }
   void begin_drain() { draining_ = true; }
+  // The port the listener is bound to (options().port may be 0): set by Server once bound, read
+  // by the Origin check; 0 until then.
+  void set_bound_port(uint16_t port) { bound_port_ = port; }
+  uint16_t bound_port() const { return bound_port_; }
   bool draining() const { return draining_; }
 
   // Prompt tokens for rendered text: special-token text parsed, bos added as the tokenizer says
@@ -86,6 +92,7 @@ class ServerState {
   Metrics metrics_;
   std::atomic<int64_t> running_{0};
   std::atomic<bool> draining_{false};
+  std::atomic<uint16_t> bound_port_{0};
   std::unique_ptr<SessionHub> hub_;  // after gen_: destroyed first
 };
 

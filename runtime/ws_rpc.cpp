@@ -23,13 +23,6 @@ std::string rpc_result(const Json& id, Json result) {
   return dump({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
 }
 
-// Origin "scheme://host[:port]" -> the host:port part for host_allowed.
-std::string origin_authority(const std::string& origin) {
-  const size_t p = origin.find("://");
-  if (p == std::string::npos) return {};
-  return origin.substr(p + 3, origin.find('/', p + 3) - (p + 3));
-}
-
 bool offers_subprotocol(const std::string& header) {
   size_t pos = 0;
   while (pos <= header.size()) {
@@ -208,12 +201,8 @@ std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState
     return error_response(ApiError(status, "invalid_request_error", message, {}, code));
   };
   if (req.path() != kWsPath) return reject(404, "unknown_url", cat("No WebSocket endpoint at ", req.path(), "."));
-  if (!host_allowed(req.header("host"), state.options()))
-    return reject(403, "host_not_allowed", cat("Host '", req.header("host"), "' is not allowed."));
-  const std::string origin = req.header("origin");
-  if (!origin.empty() && !host_allowed(origin_authority(origin), state.options()))
-    return reject(403, "origin_not_allowed", cat("Origin '", origin, "' is not allowed."));
   try {
+    check_request_source(req, state);
     check_api_key(req, state.options());
   } catch (const ApiError& e) {
     return error_response(e);

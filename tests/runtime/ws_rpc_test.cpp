@@ -67,12 +67,17 @@ TEST_F(WsRpc, UpgradeChecks) {
   r.target = "/v1/ws";
   r.headers = {{"host", "127.0.0.1:8421"}, {"authorization", "Bearer k"}, {"sec-websocket-protocol", "foo, exlagent.v1"}};
   EXPECT_FALSE(check_ws_upgrade(r, *state_).has_value());
-  r.headers["origin"] = "http://localhost:3000";
-  EXPECT_FALSE(check_ws_upgrade(r, *state_).has_value());
   auto status = [&](HttpRequest x) {
     auto e = check_ws_upgrade(x, *state_);
     return e ? e->status : 101;
   };
+  // The Origin check is the HTTP routes' one: only the server's own loopback origins by default.
+  state_->set_bound_port(8421);
+  r.headers["origin"] = "http://localhost:8421";
+  EXPECT_EQ(status(r), 101);
+  HttpRequest other_port = r;
+  other_port.headers["origin"] = "http://localhost:3000";  // another local web app
+  EXPECT_EQ(status(other_port), 403);
   HttpRequest o = r;
   o.headers["origin"] = "https://evil.example";
   EXPECT_EQ(status(o), 403);
@@ -90,6 +95,7 @@ TEST_F(WsRpc, UpgradeChecks) {
   HttpRequest t = r;
   t.target = "/v1/other";
   EXPECT_EQ(status(t), 404);
+  state_->set_bound_port(0);
 }
 
 }  // namespace ws_rpc_test
