@@ -34,7 +34,10 @@ const CommandSpec& serve_spec() {
        {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
        {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"},
-       {"--session-dir", "DIR", "agent session transcripts (default: <temp>/exlagent-sessions)"},
+       {"--session-dir", "DIR",
+        "agent session transcripts, a private 0700 directory (default: <temp>/exlagent-sessions-<uid>)"},
+       {"--session-retain", "N", "transcripts kept, oldest deleted first (default 1000; 0 = no limit)"},
+       {"--session-retain-bytes", "BYTES", "bytes of transcripts kept (default 268435456; 0 = no limit)"},
        {"--read-root", "DIR", "offer the read_file tool to agent sessions, reading only under DIR"},
        {"--agent-script", "FILE", "tests/benchmarks only: JSON array of replies forced on agent turns 1, 2, ..."}}};
   return s;
@@ -78,6 +81,12 @@ int cli_serve(std::span<const std::string> args) {
     o.max_body_bytes = size_t(body);
     o.chat_template = a.get_or("--chat-template", "");
     o.session_dir = a.get_or("--session-dir", "");
+    const long long retain = a.get_int("--session-retain", (long long)o.session_retain_files);
+    const long long retain_bytes = a.get_int("--session-retain-bytes", (long long)o.session_retain_bytes);
+    if (retain < 0) throw UsageError("--session-retain must be 0 or more");
+    if (retain_bytes < 0) throw UsageError("--session-retain-bytes must be 0 or more");
+    o.session_retain_files = size_t(retain);
+    o.session_retain_bytes = uint64_t(retain_bytes);
     o.read_root = a.get_or("--read-root", "");
     if (a.has("--cache-pages") && o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");

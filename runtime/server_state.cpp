@@ -38,7 +38,8 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   model_ = load_planned_model(*dir_, *backend_, req, plan);
   go.num_pages = plan.cache_pages;
   gen_ = std::make_unique<Generator>(*model_, *tok_, go);
-  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root);
+  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root,
+                                      TranscriptRetention{opts_.session_retain_files, opts_.session_retain_bytes});
 }
 
 ServerState::~ServerState() {

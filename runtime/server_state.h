@@ -37,7 +37,9 @@ struct ServerOptions {
   size_t max_body_bytes = 8u << 20;
   int io_threads = 2;
   std::string chat_template;                 // override name; empty = detect
-  std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions
+  std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions-<uid>
+  size_t session_retain_files = 1000;        // transcripts kept (oldest deleted first); 0 = no limit
+  uint64_t session_retain_bytes = uint64_t(256) << 20;  // bytes of transcripts kept; 0 = no limit
   std::string read_root;                     // directory the read_file tool may read; empty = no read_file
 };
 

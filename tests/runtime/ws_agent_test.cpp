@@ -286,6 +286,44 @@ TEST_F(WsAgent, BadFramesMethodsAndLimits) {
   expect_server_alive();
 }
 
+// Issue 28: create+close of sessions filled a shared temp directory with world-readable
+// transcripts that were never deleted. Now: a private directory, 0600 files, and a retention limit.
+TEST(WsAgentTranscripts, PrivateAndBounded) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 64;
+  o.cpu_threads = 1;
+  const auto sessions = test::temp_dir("WsAgentTranscripts") / "sessions";
+  o.session_dir = sessions.string();
+  o.session_retain_files = 3;
+  auto state = std::make_shared<ServerState>(o);
+  Server server(state);
+  server.start();
+  WsTestClient c(server.port(), "");
+  for (int i = 0; i < 12; ++i) {
+    json created = c.call("sessions/create", {{"system", "You are helpful."}});
+    ASSERT_TRUE(created.contains("result")) << created;
+    ASSERT_TRUE(c.call("sessions/close", {{"sessionId", created["result"]["sessionId"]}}).contains("result"));
+  }
+  EXPECT_EQ(c.call("server/info")["result"]["protocol"], "exlagent.v1");  // every close has been handled
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(sessions)) {
+    ++files;
+    EXPECT_EQ(e.path().extension(), ".json") << e.path();
+    EXPECT_EQ(std::filesystem::status(e.path()).permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << e.path();
+  }
+  EXPECT_GE(files, 1u);
+  EXPECT_LE(files, 3u);
+  EXPECT_EQ(std::filesystem::status(sessions).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
+}
+
 // Graceful shutdown drains agent runs: a session waiting for a client's tool when the server is
 // told to stop gets the answer and finishes; new requests meanwhile get "shutting down".
 TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {

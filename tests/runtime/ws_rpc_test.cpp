@@ -21,6 +21,7 @@ class WsRpc : public testing::Test {
       ServerOptions o;
       o.model_dir = dir.string();
       o.api_key = "k";
+      o.session_dir = (std::filesystem::temp_directory_path() / ("exl-ws-rpc-" + std::to_string(::getpid()))).string();
       state_ = std::make_shared<ServerState>(o);
     }
   }
