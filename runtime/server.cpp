@@ -13,6 +13,8 @@ namespace exl {
 
 namespace net = boost::asio;
 
+constexpr auto kCloseTimeout = std::chrono::seconds(2);
+
 struct Server::Impl {
   std::shared_ptr<ServerState> state;
   net::io_context ioc;
@@ -81,6 +83,11 @@ void Server::shutdown(std::chrono::seconds drain_timeout) {
   auto busy = [&] { return impl_->state->running_generations() > 0 || impl_->state->sessions().running_sessions() > 0; };
   while (busy() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  impl_->state->sessions().settle();
+  impl_->state->close_connections();
+  const auto close_deadline = std::chrono::steady_clock::now() + kCloseTimeout;
+  while (impl_->state->open_closers() > 0 && std::chrono::steady_clock::now() < close_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the last responses go out
   impl_->work.reset();
   impl_->ioc.stop();

@@ -62,6 +62,32 @@ std::shared_ptr<void> ServerState::admit_generation() {
   return std::shared_ptr<void>(static_cast<void*>(this), [this](void*) { --running_; });
 }
 
+uint64_t ServerState::add_closer(std::function<void()> closer) {
+  std::lock_guard lk(closers_mu_);
+  const uint64_t id = next_closer_++;
+  closers_[id] = std::move(closer);
+  return id;
+}
+
+void ServerState::remove_closer(uint64_t id) {
+  std::lock_guard lk(closers_mu_);
+  closers_.erase(id);
+}
+
+void ServerState::close_connections() {
+  std::vector<std::function<void()>> all;
+  {
+    std::lock_guard lk(closers_mu_);
+    for (const auto& [id, f] : closers_) all.push_back(f);
+  }
+  for (auto& f : all) f();
+}
+
+size_t ServerState::open_closers() const {
+  std::lock_guard lk(closers_mu_);
+  return closers_.size();
+}
+
 std::vector<int32_t> ServerState::encode_prompt(const std::string& text) const {
   std::vector<int32_t> ids = tok_->encode(text, true);
   if (ids.size() >= 2 && tok_->bos_id() && ids[0] == *tok_->bos_id() && ids[1] == *tok_->bos_id())

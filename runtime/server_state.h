@@ -6,7 +6,10 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,14 @@ class ServerState {
   uint16_t bound_port() const { return bound_port_; }
   bool draining() const { return draining_; }
 
+  // Long-lived connections (WebSocket) that must close cleanly at shutdown register a closer:
+  // a non-blocking callable that asks the connection to close (it posts to the connection's
+  // strand). close_connections() calls every closer once; connections unregister when they end.
+  uint64_t add_closer(std::function<void()> closer);
+  void remove_closer(uint64_t id);
+  void close_connections();
+  size_t open_closers() const;
+
   // Prompt tokens for rendered text: special-token text parsed, bos added as the tokenizer says
   // but never twice (templates write bos themselves).
   std::vector<int32_t> encode_prompt(const std::string& text) const;
@@ -95,6 +106,9 @@ class ServerState {
   std::atomic<int64_t> running_{0};
   std::atomic<bool> draining_{false};
   std::atomic<uint16_t> bound_port_{0};
+  mutable std::mutex closers_mu_;
+  std::map<uint64_t, std::function<void()>> closers_;  // guarded by closers_mu_
+  uint64_t next_closer_ = 1;                           // guarded by closers_mu_
   std::unique_ptr<SessionHub> hub_;  // after gen_: destroyed first
 };
 

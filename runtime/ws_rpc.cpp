@@ -133,13 +133,20 @@ bool over_rate(WsPeer& peer) {
   return ++peer.window_count > kWsMaxMessagesPerSecond;
 }
 
+// The id to answer a request frame with: its own when it is a request with a valid id, else null.
+Json request_id(const Json& msg) {
+  if (!msg.is_object() || !msg.contains("method") || !msg.contains("id")) return nullptr;
+  const Json& id = msg["id"];
+  return id.is_string() || id.is_number_integer() ? id : Json(nullptr);
+}
+
 }  // namespace
 
 std::optional<std::string> handle_rpc_message(std::string_view text, ServerState& state, WsPeer* peer) {
-  if (peer && over_rate(*peer))
-    return rpc_error(nullptr, rpc_code::rate_limited,
-                     cat("Rate limited: more than ", kWsMaxMessagesPerSecond, " messages in one second; message dropped"));
   Json msg = Json::parse(text.begin(), text.end(), nullptr, false);
+  if (peer && over_rate(*peer))
+    return rpc_error(msg.is_discarded() ? Json(nullptr) : request_id(msg), rpc_code::rate_limited,
+                     cat("Rate limited: more than ", kWsMaxMessagesPerSecond, " messages in one second; message dropped"));
   if (msg.is_discarded()) return rpc_error(nullptr, rpc_code::parse_error, "Parse error: the frame is not valid JSON");
   if (json_too_deep(msg))
     return rpc_error(nullptr, rpc_code::invalid_request, cat("Invalid Request: nested deeper than ", kMaxJsonDepth, " levels"));

@@ -22,13 +22,39 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// A field of type T, or fallback when absent or null. Numbers are range-checked, never wrapped
+// or truncated: an integer must be a JSON integer within T's range, a float finite and within
+// float's range.
 template <class T>
 T field(const Json& j, const char* key, T fallback, const char* what) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const Json::exception&) {
-    fail("sessions: agent config: '", key, "' must be ", what);
+  const Json& v = j[key];
+  if constexpr (std::is_integral_v<T>) {
+    using lim = std::numeric_limits<T>;
+    auto out_of_range = [&] {
+      fail("sessions: agent config: '", key, "' must be an integer in [", +lim::min(), ", ", +lim::max(), "], got ",
+           v.dump());
+    };
+    if (!v.is_number_integer()) fail("sessions: agent config: '", key, "' must be ", what);
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > uint64_t(lim::max())) out_of_range();
+      return T(v.get<uint64_t>());
+    }
+    const int64_t x = v.get<int64_t>();
+    if (x < 0 ? (!lim::is_signed || x < int64_t(lim::min())) : uint64_t(x) > uint64_t(lim::max())) out_of_range();
+    return T(x);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) fail("sessions: agent config: '", key, "' must be ", what);
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > double(std::numeric_limits<T>::max()))
+      fail("sessions: agent config: '", key, "' is out of range, got ", v.dump());
+    return T(d);
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const Json::exception&) {
+      fail("sessions: agent config: '", key, "' must be ", what);
+    }
   }
 }
 

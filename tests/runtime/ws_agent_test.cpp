@@ -355,11 +355,49 @@ TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
   json refused = c.call("server/info");
   ASSERT_TRUE(refused.contains("error")) << refused;
   EXPECT_EQ(refused["error"]["code"], rpc_code::shutting_down);
+  json create = c.call("sessions/create", {{"tools", {"lookup"}}});
+  ASSERT_TRUE(create.contains("error")) << "sessions/create during the drain: " << create;
+  EXPECT_EQ(create["error"]["code"], rpc_code::shutting_down);
   c.send({{"jsonrpc", "2.0"}, {"id", (*call)["id"]}, {"result", {{"content", {{{"type", "text"}, {"text", "4"}}}}}}});
   auto done = c.next_of("sessions/event", "done");
   ASSERT_TRUE(done) << json(c.seen()).dump();
   EXPECT_EQ((*done)["params"]["reason"], "final") << *done;
+  // Then a normal close: 1001 going away, not a dropped connection (1006).
+  while (c.next(std::chrono::milliseconds(10000))) {
+  }
+  EXPECT_EQ(c.last_error(), boost::beast::websocket::error::closed) << c.last_error().message();
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::going_away);
   EXPECT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+// Issue 28: on shutdown with nothing running, idle WebSocket clients were dropped without a close
+// frame (1006); they now get 1001 going away.
+TEST(WsAgentShutdown, IdleConnectionsGetGoingAway) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 64;
+  o.cpu_threads = 1;
+  o.session_dir = (test::temp_dir("WsAgentShutdownIdle") / "sessions").string();
+  auto state = std::make_shared<ServerState>(o);
+  Server server(state);
+  server.start();
+  WsTestClient a(server.port(), ""), b(server.port(), "");
+  ASSERT_TRUE(a.call("sessions/create", json::object()).contains("result"));
+  ASSERT_TRUE(b.call("server/info").contains("result"));
+  auto stopped = std::async(std::launch::async, [&server] { server.shutdown(std::chrono::seconds(5)); });
+  auto read_a = std::async(std::launch::async, [&a] { return a.next(std::chrono::milliseconds(10000)); });
+  auto read_b = std::async(std::launch::async, [&b] { return b.next(std::chrono::milliseconds(10000)); });
+  EXPECT_FALSE(read_a.get().has_value());
+  EXPECT_FALSE(read_b.get().has_value());
+  stopped.get();
+  for (WsTestClient* c : {&a, &b}) {
+    EXPECT_EQ(c->last_error(), boost::beast::websocket::error::closed) << c->last_error().message();
+    EXPECT_EQ(c->close_reason().code, boost::beast::websocket::close_code::going_away);
+  }
 }
 
 }  // namespace ws_agent_test
