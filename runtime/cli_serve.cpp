@@ -15,8 +15,23 @@ const CommandSpec& serve_spec() {
   static const CommandSpec s{
       "serve",
       "Serve a model over the OpenAI-compatible HTTP API (POST /v1/chat/completions, POST /v1/completions,\n"
-      "GET /v1/models, GET /health, GET /metrics). Listens on loopback unless told otherwise; a non-loopback\n"
-      "address needs an API key. SIGINT/SIGTERM stop accepting, finish running generations, then exit.",
+      "GET /v1/models, GET /health, GET /metrics) and agent sessions over WebSocket (/v1/ws).\n"
+      "\n"
+      "Access: listens on loopback unless told otherwise; a non-loopback --host without an API key is\n"
+      "refused (exit 2). Every request, and the WebSocket upgrade, needs a Host that is loopback, the bind\n"
+      "address or an --allow-host value, and an Origin (sent by browsers) that is this server's own\n"
+      "http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT or an --allow-origin value; others\n"
+      "get 403. With a key, every route but /health needs it (/metrics too, unless --metrics-public).\n"
+      "\n"
+      "Limits: request body --max-body; --max-sessions generations in flight (then 503) and live agent\n"
+      "sessions; WebSocket messages 4 MiB (close 1009), 256 frames per second per connection (-32012),\n"
+      "sessions/send content 1 MiB (-32013), 16 MiB of unsent frames per connection (close 1008); numbers\n"
+      "in requests are range-checked (no wrap); read_file reads files up to 1 MiB under --read-root only.\n"
+      "Transcripts are 0600 files in a private 0700 --session-dir, the oldest deleted beyond\n"
+      "--session-retain files or --session-retain-bytes.\n"
+      "\n"
+      "SIGINT/SIGTERM: stop accepting, refuse new requests (503, WebSocket -32017), let running generations\n"
+      "and agent runs finish (up to 30 s), send WebSocket clients their last events and a 1001 close, exit.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--host", "H", "address to listen on (default 127.0.0.1)"},
