@@ -15,17 +15,36 @@ const CommandSpec& serve_spec() {
   static const CommandSpec s{
       "serve",
       "Serve a model over the OpenAI-compatible HTTP API (POST /v1/chat/completions, POST /v1/completions,\n"
-      "GET /v1/models, GET /health, GET /metrics). Listens on loopback unless told otherwise; a non-loopback\n"
-      "address needs an API key. SIGINT/SIGTERM stop accepting, finish running generations, then exit.\n"
-      "A response_format/tool grammar past a --grammar-* limit is a 400 grammar_budget_exceeded; a client that\n"
-      "disconnects while its grammar compiles cancels the compilation.",
+      "GET /v1/models, GET /health, GET /metrics) and agent sessions over WebSocket (/v1/ws).\n"
+      "\n"
+      "Access: listens on loopback unless told otherwise; a non-loopback --host without an API key is\n"
+      "refused (exit 2). Every request, and the WebSocket upgrade, needs a Host that is loopback, the bind\n"
+      "address or an --allow-host value, and an Origin (sent by browsers) that is this server's own\n"
+      "http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT or an --allow-origin value; others\n"
+      "get 403. With a key, every route but /health needs it (/metrics too, unless --metrics-public).\n"
+      "\n"
+      "Limits: request body --max-body; --max-sessions generations in flight (then 503) and live agent\n"
+      "sessions; WebSocket messages 4 MiB (close 1009), 256 frames per second per connection (-32012),\n"
+      "sessions/send content 1 MiB (-32013), 16 MiB of unsent frames per connection (close 1008); numbers\n"
+      "in requests are range-checked (no wrap); read_file reads files up to 1 MiB under --read-root only.\n"
+      "Transcripts are 0600 files in a private 0700 --session-dir, the oldest deleted beyond\n"
+      "--session-retain files or --session-retain-bytes. A response_format/tool grammar past a --grammar-*\n"
+      "limit is a 400 grammar_budget_exceeded; a client that disconnects while its grammar compiles cancels\n"
+      "the compilation.\n"
+      "\n"
+      "SIGINT/SIGTERM: stop accepting, refuse new requests (503, WebSocket -32017), let running generations\n"
+      "and agent runs finish (up to 30 s), send WebSocket clients their last events and a 1001 close, exit.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--host", "H", "address to listen on (default 127.0.0.1)"},
        {"--port", "P", "port (default 8421; 0 = any free port, printed on start)"},
        {"--api-key", "KEY", "require this key (Authorization: Bearer KEY or x-api-key: KEY)"},
        {"--api-key-file", "F", "read the key from a file (first line)"},
-       {"--allowed-host", "H", "also accept this Host header value ('*' = any)", false, true},
+       {"--allow-host", "H", "also accept this Host header value ('*' = any); others get 403", false, true},
+       {"--allowed-host", "H", "the same as --allow-host (older name)", false, true},
+       {"--allow-origin", "O", "also accept requests from this web origin (https://app.example:8443; '*' = any)",
+        false, true},
+       {"--metrics-public", "", "serve GET /metrics without the API key"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
@@ -35,7 +54,10 @@ const CommandSpec& serve_spec() {
        {"--grammar-max-mb", "MB", "memory one request's grammar compilation may use (default 256)"},
        {"--grammar-timeout-ms", "MS", "time one request's grammar compilation may take (default 5000)"},
        {"--chat-template", "NAME", "llama3, llama3.0, chatml, qwen2.5, mistral or llama2 (default: detect)"},
-       {"--session-dir", "DIR", "agent session transcripts (default: <temp>/exlagent-sessions)"},
+       {"--session-dir", "DIR",
+        "agent session transcripts, a private 0700 directory (default: <temp>/exlagent-sessions-<uid>)"},
+       {"--session-retain", "N", "transcripts kept, oldest deleted first (default 1000; 0 = no limit)"},
+       {"--session-retain-bytes", "BYTES", "bytes of transcripts kept (default 268435456; 0 = no limit)"},
        {"--read-root", "DIR", "offer the read_file tool to agent sessions, reading only under DIR"},
        {"--agent-script", "FILE", "tests/benchmarks only: JSON array of replies forced on agent turns 1, 2, ..."}}};
   return s;
@@ -65,7 +87,11 @@ int cli_serve(std::span<const std::string> args) {
     if (a.has("--api-key")) o.api_key = *a.get("--api-key");
     if (a.has("--api-key-file")) o.api_key = read_key_file(*a.get("--api-key-file"));
     if (a.has("--api-key") && o.api_key.empty()) throw UsageError("--api-key must not be empty");
-    if (auto it = a.values.find("--allowed-host"); it != a.values.end()) o.allowed_hosts = it->second;
+    for (const char* flag : {"--allow-host", "--allowed-host"})
+      if (auto it = a.values.find(flag); it != a.values.end())
+        o.allowed_hosts.insert(o.allowed_hosts.end(), it->second.begin(), it->second.end());
+    if (auto it = a.values.find("--allow-origin"); it != a.values.end()) o.allowed_origins = it->second;
+    o.metrics_public = a.has("--metrics-public");
     o.backend = a.get_or("--backend", o.backend);
     o.cpu_threads = int(a.get_int("--threads", 0));
     o.cache_pages = int(a.get_int("--cache-pages", o.cache_pages));
@@ -83,9 +109,16 @@ int cli_serve(std::span<const std::string> args) {
     o.grammar_budget.timeout = std::chrono::milliseconds(g_ms);
     o.chat_template = a.get_or("--chat-template", "");
     o.session_dir = a.get_or("--session-dir", "");
+    const long long retain = a.get_int("--session-retain", (long long)o.session_retain_files);
+    const long long retain_bytes = a.get_int("--session-retain-bytes", (long long)o.session_retain_bytes);
+    if (retain < 0) throw UsageError("--session-retain must be 0 or more");
+    if (retain_bytes < 0) throw UsageError("--session-retain-bytes must be 0 or more");
+    o.session_retain_files = size_t(retain);
+    o.session_retain_bytes = uint64_t(retain_bytes);
     o.read_root = a.get_or("--read-root", "");
     if (a.has("--cache-pages") && o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");
+    if (std::string problem = bind_address_problem(o); !problem.empty()) throw UsageError(problem);
 
     auto state = std::make_shared<ServerState>(o);
     if (a.has("--agent-script"))

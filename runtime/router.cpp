@@ -16,13 +16,24 @@ namespace {
 
 using json = nlohmann::json;
 
-bool equal_constant_time(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i]) ^ uint8_t(b[i % std::max<size_t>(b.size(), 1)]);
-  return diff == 0 && !b.empty();
+std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return out;
 }
 
 }  // namespace
+
+bool keys_equal(std::string_view given, std::string_view expected) {
+  const size_t n = std::max(given.size(), expected.size());
+  volatile uint64_t diff = uint64_t(given.size() ^ expected.size());
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t a = i < given.size() ? uint8_t(given[i]) : 0;
+    const uint8_t b = i < expected.size() ? uint8_t(expected[i]) : 0;
+    diff = diff | uint64_t(a ^ b);
+  }
+  return diff == 0 && !expected.empty();
+}
 
 void check_api_key(const HttpRequest& req, const ServerOptions& opts) {
   if (opts.api_key.empty()) return;
@@ -36,7 +47,7 @@ void check_api_key(const HttpRequest& req, const ServerOptions& opts) {
     throw ApiError(401, "invalid_request_error",
                    "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.", {},
                    "missing_api_key");
-  if (!equal_constant_time(key, opts.api_key))
+  if (!keys_equal(key, opts.api_key))
     throw ApiError(401, "invalid_request_error", "Incorrect API key provided.", {}, "invalid_api_key");
 }
 
@@ -140,17 +151,14 @@ RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& en
   for (std::string_view known : kRoutes)
     if (path == known) endpoint = std::string(known);
   RouteResult r;
+  check_request_source(req, state);
   if (path == "/health") {
     require_method(req, "GET");
     r.response = json_response(state.draining() ? json{{"status", "draining"}} : json{{"status", "ok"}},
                                state.draining() ? 503 : 200);
     return r;
   }
-  if (!host_allowed(req.header("host"), state.options()))
-    throw ApiError(403, "invalid_request_error",
-                   cat("Host '", req.header("host"), "' is not allowed; use a loopback address or --allowed-host."), {},
-                   "host_not_allowed");
-  check_api_key(req, state.options());
+  if (path != "/metrics" || !state.options().metrics_public) check_api_key(req, state.options());
   if (path == "/v1/chat/completions") {
     require_method(req, "POST");
     return chat_completions(req, state);
@@ -195,6 +203,34 @@ bool host_allowed(std::string_view host_header, const ServerOptions& opts) {
   if (is_loopback_host(opts.host)) return false;
   if (h == opts.host) return true;
   return opts.allowed_hosts.empty();
+}
+
+bool origin_allowed(std::string_view origin_header, const ServerOptions& opts, uint16_t port) {
+  std::string origin = lower_ascii(origin_header);
+  while (!origin.empty() && (origin.back() == ' ' || origin.back() == '\t')) origin.pop_back();
+  if (origin.empty()) return false;
+  const std::string p = std::to_string(port);
+  if (port != 0 &&
+      (origin == "http://127.0.0.1:" + p || origin == "http://localhost:" + p || origin == "http://[::1]:" + p))
+    return true;
+  for (const auto& a : opts.allowed_origins) {
+    std::string allowed = lower_ascii(a);
+    while (!allowed.empty() && allowed.back() == '/') allowed.pop_back();
+    if (allowed == "*" || allowed == origin) return true;
+  }
+  return false;
+}
+
+void check_request_source(const HttpRequest& req, const ServerState& state) {
+  if (!host_allowed(req.header("host"), state.options()))
+    throw ApiError(403, "invalid_request_error",
+                   cat("Host '", req.header("host"), "' is not allowed; use a loopback address or --allow-host."), {},
+                   "host_not_allowed");
+  const auto origin = req.headers.find("origin");
+  if (origin != req.headers.end() && !origin_allowed(origin->second, state.options(), state.bound_port()))
+    throw ApiError(403, "invalid_request_error",
+                   cat("Origin '", origin->second, "' is not allowed; a web page may call this server only from an "
+                       "origin given with --allow-origin."), {}, "origin_not_allowed");
 }
 
 RouteResult route(const HttpRequest& req, ServerState& state) {

@@ -1,6 +1,8 @@
 // The HTTP server: a listener on options.host:port, an io_context run by options.io_threads
 // threads, and the Generator's engine thread. Graceful shutdown stops accepting, refuses new
-// generations (503), waits for running ones to finish (up to a deadline), then stops.
+// generations (503) and new WebSocket requests (-32017), waits for running generations and agent
+// runs to finish (up to a deadline), sends WebSocket clients their queued frames (a run's done
+// event included) and a 1001 close frame (up to 2 s more), then stops.
 // Thread-safety: construct, start and shut down from one thread; port() from any.
 #pragma once
 #include <chrono>
@@ -13,6 +15,11 @@
 namespace exl {
 
 class Listener;
+
+// Why options.host may not be listened on, or "" when it may: it must be an IP address (or
+// "localhost"), and a non-loopback one needs an API key. `serve` checks this before loading the
+// model and exits 2; the Server constructor enforces it too.
+std::string bind_address_problem(const ServerOptions& options);
 
 class Server {
  public:

@@ -38,7 +38,8 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   model_ = load_planned_model(*dir_, *backend_, req, plan);
   go.num_pages = plan.cache_pages;
   gen_ = std::make_unique<Generator>(*model_, *tok_, go);
-  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root);
+  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root,
+                                      TranscriptRetention{opts_.session_retain_files, opts_.session_retain_bytes});
 }
 
 ServerState::~ServerState() {
@@ -59,6 +60,32 @@ std::shared_ptr<void> ServerState::admit_generation() {
     return nullptr;
   }
   return std::shared_ptr<void>(static_cast<void*>(this), [this](void*) { --running_; });
+}
+
+uint64_t ServerState::add_closer(std::function<void()> closer) {
+  std::lock_guard lk(closers_mu_);
+  const uint64_t id = next_closer_++;
+  closers_[id] = std::move(closer);
+  return id;
+}
+
+void ServerState::remove_closer(uint64_t id) {
+  std::lock_guard lk(closers_mu_);
+  closers_.erase(id);
+}
+
+void ServerState::close_connections() {
+  std::vector<std::function<void()>> all;
+  {
+    std::lock_guard lk(closers_mu_);
+    for (const auto& [id, f] : closers_) all.push_back(f);
+  }
+  for (auto& f : all) f();
+}
+
+size_t ServerState::open_closers() const {
+  std::lock_guard lk(closers_mu_);
+  return closers_.size();
 }
 
 std::vector<int32_t> ServerState::encode_prompt(const std::string& text) const {

@@ -6,7 +6,10 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8421;                      // 0 = any free port
   std::string api_key;                       // empty = no key (loopback only)
+  bool metrics_public = false;               // serve /metrics without the key
   std::vector<std::string> allowed_hosts;    // extra Host header values; "*" = any
+  std::vector<std::string> allowed_origins;  // extra Origin values ("https://app.example:8443"); "*" = any
   std::string backend = "cpu";
   int cpu_threads = 0;
   int cache_pages = 0;                       // 0 = fit the free device memory (512 on cpu)
@@ -37,7 +42,9 @@ struct ServerOptions {
   int io_threads = 2;
   GrammarBudget grammar_budget;              // per request's constraint; the request's disconnect cancels it
   std::string chat_template;                 // override name; empty = detect
-  std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions
+  std::string session_dir;                   // agent transcripts; empty = <temp>/exlagent-sessions-<uid>
+  size_t session_retain_files = 1000;        // transcripts kept (oldest deleted first); 0 = no limit
+  uint64_t session_retain_bytes = uint64_t(256) << 20;  // bytes of transcripts kept; 0 = no limit
   std::string read_root;                     // directory the read_file tool may read; empty = no read_file
 };
 
@@ -69,7 +76,19 @@ class ServerState {
   std::shared_ptr<void> admit_generation();
   int64_t running_generations() const { return running_; }
   void begin_drain() { draining_ = true; }
+  // The port the listener is bound to (options().port may be 0): set by Server once bound, read
+  // by the Origin check; 0 until then.
+  void set_bound_port(uint16_t port) { bound_port_ = port; }
+  uint16_t bound_port() const { return bound_port_; }
   bool draining() const { return draining_; }
+
+  // Long-lived connections (WebSocket) that must close cleanly at shutdown register a closer:
+  // a non-blocking callable that asks the connection to close (it posts to the connection's
+  // strand). close_connections() calls every closer once; connections unregister when they end.
+  uint64_t add_closer(std::function<void()> closer);
+  void remove_closer(uint64_t id);
+  void close_connections();
+  size_t open_closers() const;
 
   // Prompt tokens for rendered text: special-token text parsed, bos added as the tokenizer says
   // but never twice (templates write bos themselves).
@@ -88,6 +107,10 @@ class ServerState {
   Metrics metrics_;
   std::atomic<int64_t> running_{0};
   std::atomic<bool> draining_{false};
+  std::atomic<uint16_t> bound_port_{0};
+  mutable std::mutex closers_mu_;
+  std::map<uint64_t, std::function<void()>> closers_;  // guarded by closers_mu_
+  uint64_t next_closer_ = 1;                           // guarded by closers_mu_
   std::unique_ptr<SessionHub> hub_;  // after gen_: destroyed first
 };
 

@@ -4,6 +4,8 @@
 // waits for done. Turns are scripted (ForcedTextHook: turn 1 calls the tool, turn 2 answers) so
 // a tiny model does real prefill/decode work of a fixed shape. Reports throughput and TTFT
 // percentiles (send -> first token event, as the client sees it).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -149,7 +151,8 @@ int cli_bench_sessions(std::span<const std::string> args) {
     const int n = int(a.get_int("--sessions", 64));
     if (n <= 0) throw UsageError("--sessions must be positive");
     o.max_sessions = n;
-    o.session_dir = (std::filesystem::temp_directory_path() / "exlagent-bench-sessions").string();
+    o.session_dir =
+        (std::filesystem::temp_directory_path() / ("exlagent-bench-sessions-" + std::to_string(::geteuid()))).string();
     auto state = std::make_shared<ServerState>(o);
     state->sessions().set_turn_constraint(scripted_turns(
         state->tokenizer(), {state->chat_template()->family() == TemplateFamily::mistral

@@ -1,5 +1,7 @@
 #include "runtime/session_hub.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -22,8 +24,9 @@ std::string new_session_id() {
 
 }  // namespace
 
-SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root)
-    : max_sessions_(max_sessions) {
+SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root,
+                       TranscriptRetention retention)
+    : max_sessions_(max_sessions), retention_(retention) {
   env_.generator = &state.generator();
   env_.tokenizer = &state.tokenizer();
   env_.chat_template = state.chat_template();
@@ -42,7 +45,9 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
     return with_grammar_budget(budget, [&] { return make_agent_turn_constraint(ctx, *env_.tokenizer); });
   };
   env_.executor = pool_.get_executor();
-  env_.dir = dir.empty() ? std::filesystem::temp_directory_path() / "exlagent-sessions" : std::move(dir);
+  env_.dir = dir.empty() ? std::filesystem::temp_directory_path() / ("exlagent-sessions-" + std::to_string(::geteuid()))
+                         : std::move(dir);
+  prepare_private_dir(env_.dir);
   env_.context_length = state.context_length();
 }
 
@@ -80,7 +85,27 @@ std::shared_ptr<AgentSession> SessionHub::adopt(std::shared_ptr<AgentSession> s,
   return s;
 }
 
+void SessionHub::settle() {
+  std::vector<std::shared_ptr<AgentSession>> live;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, o] : sessions_) live.push_back(o.session);
+  }
+  for (auto& s : live) s->messages();  // a round trip through the session's strand
+}
+
+void SessionHub::prune() {
+  std::vector<std::string> live;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, o] : sessions_) live.push_back(id);
+  }
+  std::lock_guard lk(prune_mu_);
+  prune_transcripts(env_.dir, retention_, live);
+}
+
 std::shared_ptr<AgentSession> SessionHub::create(AgentConfig config, AgentSink sink, uint64_t owner) {
+  prune();
   {
     std::lock_guard lk(mu_);
     if (int(sessions_.size()) >= max_sessions_)
@@ -123,6 +148,7 @@ void SessionHub::close(const std::string& id, uint64_t owner) {
     sessions_.erase(id);
   }
   s->close();
+  prune();
 }
 
 void SessionHub::close_owner(uint64_t owner) {

@@ -45,14 +45,22 @@ inline constexpr size_t kMaxToolsPerClient = 128;
 
 class SessionHub {
  public:
-  // dir: transcripts (empty = <temp>/exlagent-sessions).
+  // dir: transcripts (empty = <temp>/exlagent-sessions-<uid>), made private with
+  // prepare_private_dir (throws exl::Error when it is unsafe); retention is applied when a session
+  // is created or closed, sparing live sessions' transcripts.
   // read_root: the directory the built-in read_file tool may read (empty: no read_file).
-  SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root = {});
+  SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root = {},
+             TranscriptRetention retention = {});
   ~SessionHub();
   // Server shutdown, while the network's io_context still exists: closes every session and runs
   // the hub's pending work to the end, so no session (nor its event sink, which posts to a
   // connection's executor) outlives the io_context. Later calls find no sessions.
   void shutdown();
+
+  // Waits until every live session's strand has run the work queued before the call, so the
+  // events of runs that have ended (their done event) are already handed to their sinks.
+  // Used by the drain before connections are closed. Must not be called from a session strand.
+  void settle();
 
   std::shared_ptr<AgentSession> create(AgentConfig config, AgentSink sink, uint64_t owner);
   // The live session `id` of this owner, else the saved transcript loaded under this owner.
@@ -88,10 +96,13 @@ class SessionHub {
     uint64_t owner;
   };
   std::shared_ptr<AgentSession> adopt(std::shared_ptr<AgentSession> s, uint64_t owner);
+  void prune();
 
   boost::asio::thread_pool pool_{2};
   AgentEnv env_;
   int max_sessions_;
+  TranscriptRetention retention_;
+  std::mutex prune_mu_;                        // one prune at a time
   mutable std::mutex mu_;
   std::map<std::string, Owned> sessions_;      // guarded by mu_
   std::map<std::string, Registered> tools_;    // guarded by mu_

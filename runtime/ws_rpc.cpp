@@ -23,13 +23,6 @@ std::string rpc_result(const Json& id, Json result) {
   return dump({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
 }
 
-// Origin "scheme://host[:port]" -> the host:port part for host_allowed.
-std::string origin_authority(const std::string& origin) {
-  const size_t p = origin.find("://");
-  if (p == std::string::npos) return {};
-  return origin.substr(p + 3, origin.find('/', p + 3) - (p + 3));
-}
-
 bool offers_subprotocol(const std::string& header) {
   size_t pos = 0;
   while (pos <= header.size()) {
@@ -140,13 +133,20 @@ bool over_rate(WsPeer& peer) {
   return ++peer.window_count > kWsMaxMessagesPerSecond;
 }
 
+// The id to answer a request frame with: its own when it is a request with a valid id, else null.
+Json request_id(const Json& msg) {
+  if (!msg.is_object() || !msg.contains("method") || !msg.contains("id")) return nullptr;
+  const Json& id = msg["id"];
+  return id.is_string() || id.is_number_integer() ? id : Json(nullptr);
+}
+
 }  // namespace
 
 std::optional<std::string> handle_rpc_message(std::string_view text, ServerState& state, WsPeer* peer) {
-  if (peer && over_rate(*peer))
-    return rpc_error(nullptr, rpc_code::rate_limited,
-                     cat("Rate limited: more than ", kWsMaxMessagesPerSecond, " messages in one second; message dropped"));
   Json msg = Json::parse(text.begin(), text.end(), nullptr, false);
+  if (peer && over_rate(*peer))
+    return rpc_error(msg.is_discarded() ? Json(nullptr) : request_id(msg), rpc_code::rate_limited,
+                     cat("Rate limited: more than ", kWsMaxMessagesPerSecond, " messages in one second; message dropped"));
   if (msg.is_discarded()) return rpc_error(nullptr, rpc_code::parse_error, "Parse error: the frame is not valid JSON");
   if (json_too_deep(msg))
     return rpc_error(nullptr, rpc_code::invalid_request, cat("Invalid Request: nested deeper than ", kMaxJsonDepth, " levels"));
@@ -208,12 +208,8 @@ std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState
     return error_response(ApiError(status, "invalid_request_error", message, {}, code));
   };
   if (req.path() != kWsPath) return reject(404, "unknown_url", cat("No WebSocket endpoint at ", req.path(), "."));
-  if (!host_allowed(req.header("host"), state.options()))
-    return reject(403, "host_not_allowed", cat("Host '", req.header("host"), "' is not allowed."));
-  const std::string origin = req.header("origin");
-  if (!origin.empty() && !host_allowed(origin_authority(origin), state.options()))
-    return reject(403, "origin_not_allowed", cat("Origin '", origin, "' is not allowed."));
   try {
+    check_request_source(req, state);
     check_api_key(req, state.options());
   } catch (const ApiError& e) {
     return error_response(e);

@@ -51,8 +51,8 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
 // The connection is gone: closes its sessions, fails its tools' pending calls, drops its tools.
 void close_ws_peer(WsPeer& peer, ServerState& state);
 
-// Checks a WebSocket upgrade request for /v1/ws: Host allowlist, Origin (absent, or a loopback or
-// allowed host), API key, and the exlagent.v1 subprotocol. nullopt = accept.
+// Checks a WebSocket upgrade request for /v1/ws: Host and Origin (check_request_source, as for
+// every HTTP route), API key, and the exlagent.v1 subprotocol. nullopt = accept.
 std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& request, ServerState& state);
 
 }  // namespace exl

@@ -29,6 +29,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     peer_.id = g_next_peer++;
   }
   ~WsSession() {
+    if (closer_id_) state_->remove_closer(closer_id_);
     end_peer();
     --state_->metrics().open_connections;
   }
@@ -62,6 +63,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }));
     ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
       if (ec) return self->end_peer();
+      std::weak_ptr<WsSession> w = self;
+      self->closer_id_ = self->state_->add_closer([w, ex = self->ws_.get_executor()] {
+        net::post(ex, [w] {
+          if (auto s = w.lock()) s->go_away();
+        });
+      });
+      if (self->state_->draining()) return self->go_away();
       self->do_read();
     });
   }
@@ -93,8 +101,15 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       if (ec) return self->end_peer();
       self->queued_bytes_ -= self->queue_.front().size();
       self->queue_.pop_front();
-      if (!self->queue_.empty()) self->do_write();
+      if (!self->queue_.empty()) return self->do_write();
+      if (self->going_away_) self->close(websocket::close_code::going_away, "server shutting down");
     });
+  }
+
+  // Server shutdown: the frames already queued go out, then a 1001 close frame.
+  void go_away() {
+    going_away_ = true;
+    if (queue_.empty()) close(websocket::close_code::going_away, "server shutting down");
   }
 
   void close(websocket::close_code code, const char* reason) {
@@ -112,6 +127,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   WsPeer peer_;
   bool peer_ended_ = false;
   bool closing_ = false;
+  bool going_away_ = false;
+  uint64_t closer_id_ = 0;
 };
 
 }  // namespace

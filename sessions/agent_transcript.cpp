@@ -1,9 +1,18 @@
 #include "sessions/agent_transcript.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
+#include <type_traits>
 
 #include "kernels/error.h"
 
@@ -13,13 +22,39 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// A field of type T, or fallback when absent or null. Numbers are range-checked, never wrapped
+// or truncated: an integer must be a JSON integer within T's range, a float finite and within
+// float's range.
 template <class T>
 T field(const Json& j, const char* key, T fallback, const char* what) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const Json::exception&) {
-    fail("sessions: agent config: '", key, "' must be ", what);
+  const Json& v = j[key];
+  if constexpr (std::is_integral_v<T>) {
+    using lim = std::numeric_limits<T>;
+    auto out_of_range = [&] {
+      fail("sessions: agent config: '", key, "' must be an integer in [", +lim::min(), ", ", +lim::max(), "], got ",
+           v.dump());
+    };
+    if (!v.is_number_integer()) fail("sessions: agent config: '", key, "' must be ", what);
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > uint64_t(lim::max())) out_of_range();
+      return T(v.get<uint64_t>());
+    }
+    const int64_t x = v.get<int64_t>();
+    if (x < 0 ? (!lim::is_signed || x < int64_t(lim::min())) : uint64_t(x) > uint64_t(lim::max())) out_of_range();
+    return T(x);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) fail("sessions: agent config: '", key, "' must be ", what);
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > double(std::numeric_limits<T>::max()))
+      fail("sessions: agent config: '", key, "' is out of range, got ", v.dump());
+    return T(d);
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const Json::exception&) {
+      fail("sessions: agent config: '", key, "' must be ", what);
+    }
   }
 }
 
@@ -131,25 +166,125 @@ std::filesystem::path transcript_path(const std::filesystem::path& dir, std::str
   return dir / (std::string(id) + ".json");
 }
 
+namespace {
+
+// Creates dir with mode 0700 (its parents as usual) when it does not exist; st gets its lstat.
+void create_private_dir(const std::filesystem::path& dir, struct stat& st) {
+  const std::string shown = dir.string();
+  if (::lstat(dir.c_str(), &st) == 0) return;
+  EXL_CHECK(errno == ENOENT, "sessions: transcript: cannot inspect directory '", shown, "': ", std::strerror(errno));
+  if (dir.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir.parent_path(), ec);
+    EXL_CHECK(!ec, "sessions: transcript: cannot create '", dir.parent_path().string(), "': ", ec.message());
+  }
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    fail("sessions: transcript: cannot create directory '", shown, "': ", std::strerror(errno));
+  EXL_CHECK(::lstat(dir.c_str(), &st) == 0, "sessions: transcript: cannot inspect directory '", shown, "': ",
+            std::strerror(errno));
+}
+
+}  // namespace
+
+void prepare_private_dir(const std::filesystem::path& dir) {
+  const std::string shown = dir.string();
+  struct stat st {};
+  create_private_dir(dir, st);
+  EXL_CHECK(!S_ISLNK(st.st_mode), "sessions: transcript: directory '", shown,
+            "' is a symlink; refusing to keep transcripts there (give a real directory with --session-dir)");
+  EXL_CHECK(S_ISDIR(st.st_mode), "sessions: transcript: '", shown, "' is not a directory");
+  EXL_CHECK(st.st_uid == ::geteuid(), "sessions: transcript: directory '", shown, "' belongs to uid ", st.st_uid,
+            ", not to this user (uid ", ::geteuid(), "); refusing to keep transcripts there");
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+  EXL_CHECK((st.st_mode & 077) == 0, "sessions: transcript: directory '", shown, "' has mode ", mode,
+            "; transcripts need a private directory (chmod 700 it, or give another --session-dir)");
+}
+
 void save_transcript(const std::filesystem::path& dir, const Transcript& t) {
   const auto path = transcript_path(dir, t.id);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  EXL_CHECK(!ec, "sessions: transcript: cannot create '", dir.string(), "': ", ec.message());
+  struct stat st {};
+  create_private_dir(dir, st);
   static thread_local std::mt19937_64 rng(std::random_device{}());
   auto tmp = path;
   tmp += ".tmp" + std::to_string(rng() % 1000000000);
   Json j = {{"version", 1}, {"id", t.id}, {"config", to_json(t.config)}, {"messages", messages_to_json(t.messages)}};
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    EXL_CHECK(bool(f), "sessions: transcript: cannot write '", tmp.string(), "'");
-    f << j.dump(1, ' ', false, Json::error_handler_t::replace);
-    f.flush();
-    EXL_CHECK(bool(f), "sessions: transcript: write to '", tmp.string(), "' failed");
+  const std::string text = j.dump(1, ' ', false, Json::error_handler_t::replace);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  EXL_CHECK(fd >= 0, "sessions: transcript: cannot write '", tmp.string(), "': ", std::strerror(errno));
+  size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += size_t(n);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  std::error_code ec;
+  if (err != 0) {
+    std::filesystem::remove(tmp, ec);
+    fail("sessions: transcript: write to '", tmp.string(), "' failed: ", std::strerror(err));
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) std::filesystem::remove(tmp);
   EXL_CHECK(!ec, "sessions: transcript: cannot rename '", tmp.string(), "' to '", path.string(), "': ", ec.message());
+}
+
+size_t prune_transcripts(const std::filesystem::path& dir, const TranscriptRetention& r,
+                         const std::vector<std::string>& keep) {
+  namespace fs = std::filesystem;
+  struct Entry {
+    fs::file_time_type mtime;
+    std::string id;
+    uint64_t bytes;
+  };
+  std::vector<Entry> entries;
+  size_t kept = 0;
+  uint64_t kept_bytes = 0;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    const std::string name = p.filename().string();
+    std::error_code fec;
+    if (!it->is_regular_file(fec) || fec) continue;
+    const auto mtime = it->last_write_time(fec);
+    if (fec) continue;
+    if (name.find(".json.tmp") != std::string::npos) {
+      if (now - mtime > std::chrono::minutes(1)) fs::remove(p, fec);
+      continue;
+    }
+    if (p.extension() != ".json") continue;
+    const std::string id = p.stem().string();
+    if (!valid_session_id(id)) continue;
+    const uint64_t bytes = it->file_size(fec);
+    if (fec) continue;
+    if (std::find(keep.begin(), keep.end(), id) != keep.end()) {
+      ++kept;
+      kept_bytes += bytes;
+      continue;
+    }
+    entries.push_back({mtime, id, bytes});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.mtime != b.mtime ? a.mtime < b.mtime : a.id < b.id; });
+  uint64_t total = kept_bytes;
+  for (const auto& e : entries) total += e.bytes;
+  size_t count = entries.size() + kept, removed = 0;
+  for (const auto& e : entries) {
+    const bool over_count = r.max_files > 0 && count > r.max_files;
+    const bool over_bytes = r.max_bytes > 0 && total > r.max_bytes;
+    if (!over_count && !over_bytes) break;
+    std::error_code fec;
+    if (fs::remove(dir / (e.id + ".json"), fec)) ++removed;
+    --count;
+    total -= e.bytes;
+  }
+  return removed;
 }
 
 Transcript load_transcript(const std::filesystem::path& dir, std::string_view id) {

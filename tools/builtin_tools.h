@@ -12,7 +12,10 @@
 //  current_time   {timezone?}: ISO 8601 date-time ("2026-11-30T01:02:03Z" or "...+05:30"); timezone
 //                 is "UTC", "Z" or an offset ±HH:MM within -12:00..+14:00.
 //  read_file      {path}: a UTF-8 text file under `read_root`; relative paths only, no ".."
-//                 components, symlinks may not resolve outside the root, size capped.
+//                 components, size capped. The path is walked one component at a time with
+//                 openat(O_NOFOLLOW) from a directory fd of the root held since start, so a
+//                 symlink or directory swapped in mid-read cannot lead outside; symlinks are
+//                 followed only when their target is relative and stays under the root.
 #pragma once
 #include <chrono>
 #include <cstdint>

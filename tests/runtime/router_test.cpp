@@ -112,6 +112,63 @@ TEST_F(Router, HostAllowlist) {
   EXPECT_TRUE(host_allowed("192.168.1.5", lo));
 }
 
+// Issue 28: a web page could fire "simple" text/plain POSTs (no CORS preflight) at a keyless
+// server; every route now refuses a foreign Origin, and a foreign Host, with a 403 error object.
+TEST_F(Router, OriginAndHostAllowlistOnEveryRoute) {
+  ServerOptions o;
+  o.model_dir = (test::shared_dir() / kModel).string();  // no API key
+  auto st = std::make_shared<ServerState>(o);
+  st->set_bound_port(8421);
+  auto with = [](HttpRequest r, const char* origin) {
+    r.headers.erase("authorization");
+    r.headers["origin"] = origin;
+    r.headers["content-type"] = "text/plain";
+    return r;
+  };
+  const HttpRequest post = req("POST", "/v1/chat/completions", chat_body(), "");
+  for (const char* bad : {"https://evil.example", "http://localhost:8422", "https://localhost:8421", "null",
+                          "http://127.0.0.1:8421.evil.example", ""}) {
+    expect_error(route(with(post, bad), *st), 403, "invalid_request_error", {}, "origin_not_allowed");
+    expect_error(route(with(req("GET", "/health", {}, ""), bad), *st), 403, "invalid_request_error", {},
+                 "origin_not_allowed");
+    expect_error(route(with(req("GET", "/metrics", {}, ""), bad), *st), 403, "invalid_request_error", {},
+                 "origin_not_allowed");
+  }
+  EXPECT_EQ(st->running_generations(), 0);
+  for (const char* good : {"http://127.0.0.1:8421", "http://localhost:8421", "http://[::1]:8421", "HTTP://LocalHost:8421"})
+    EXPECT_TRUE(route(with(post, good), *st).plan.has_value()) << good;
+  EXPECT_TRUE(route(post, *st).plan.has_value()) << "no Origin header (curl, SDKs)";
+  HttpRequest rebound = req("GET", "/health", {}, "");
+  rebound.headers["host"] = "attacker.example:8421";
+  expect_error(route(rebound, *st), 403, "invalid_request_error", {}, "host_not_allowed");
+
+  ServerOptions listed;
+  listed.allowed_origins = {"https://app.example:8443/"};
+  EXPECT_TRUE(origin_allowed("https://app.example:8443", listed, 8421));
+  EXPECT_TRUE(origin_allowed("HTTPS://APP.EXAMPLE:8443", listed, 8421));
+  EXPECT_FALSE(origin_allowed("https://app.example", listed, 8421));
+  EXPECT_FALSE(origin_allowed("http://localhost:8421", listed, 0));  // port unknown: nothing by default
+  listed.allowed_origins = {"*"};
+  EXPECT_TRUE(origin_allowed("https://anything.example", listed, 8421));
+}
+
+TEST_F(Router, MetricsNeedTheKeyUnlessPublic) {
+  expect_error(route(req("GET", "/metrics", {}, ""), *state_), 401, "invalid_request_error", {}, "missing_api_key");
+  ServerOptions o;
+  o.metrics_public = true;
+  auto st = make_state(o);
+  EXPECT_EQ(route(req("GET", "/metrics", {}, ""), *st).response.status, 200);
+  expect_error(route(req("GET", "/v1/models", {}, ""), *st), 401, "invalid_request_error", {}, "missing_api_key");
+}
+
+TEST(RouterKeys, KeysEqualComparesWholeKeys) {
+  EXPECT_TRUE(keys_equal("sekret", "sekret"));
+  for (const char* given : {"", "s", "sekre", "sekreT", "sekret ", "sekretsekret", "tekret"})
+    EXPECT_FALSE(keys_equal(given, "sekret")) << given;
+  EXPECT_FALSE(keys_equal(std::string_view("sekret\0", 7), "sekret"));
+  EXPECT_FALSE(keys_equal("", ""));
+}
+
 TEST_F(Router, UnknownRoutesMethodsAndMalformedBodies) {
   expect_error(route(req("GET", "/v1/nothing"), *state_), 404, "invalid_request_error", {}, "unknown_url");
   expect_error(route(req("GET", "/v1/chat/completions"), *state_), 405, "invalid_request_error");

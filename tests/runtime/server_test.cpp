@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
+#include "runtime/cli_commands.h"
+#include "runtime/cli_runner.h"
 #include "runtime/server.h"
 #include "test_support.h"
 
@@ -358,6 +360,60 @@ TEST_F(ServerFixture, WebSocketJsonRpc) {
   EXPECT_EQ(refused("exlagent.v1", "https://evil.example", kKey), 403);
   EXPECT_EQ(refused("exlagent.v1", "", ""), 401);
   expect_good_request_still_works();
+}
+
+// Issue 28: `serve --host 0.0.0.0` without a key is a usage error (exit 2), found before the
+// model is loaded; with a key it gets as far as loading the model.
+TEST(ServerCli, NonLoopbackBindWithoutKeyExits2) {
+  const std::string missing = (test::temp_dir("ServerCli") / "no-model").string();
+  for (const char* host : {"0.0.0.0", "192.168.1.5", "::"}) {
+    auto r = test::run_cli(cli_serve, {"--model", missing, "--host", host});
+    EXPECT_EQ(r.code, 2) << host << ": " << r.err << r.error;
+    EXPECT_NE(r.err.find("refusing to listen on non-loopback address"), std::string::npos) << r.err;
+  }
+  auto bad = test::run_cli(cli_serve, {"--model", missing, "--host", "example.com"});
+  EXPECT_EQ(bad.code, 2) << bad.err << bad.error;
+  EXPECT_NE(bad.err.find("is not an IP address"), std::string::npos) << bad.err;
+  auto keyed = test::run_cli(cli_serve, {"--model", missing, "--host", "0.0.0.0", "--api-key", "k"});
+  EXPECT_EQ(keyed.code, -1) << "expected the missing model to be the error: " << keyed.err;
+}
+
+// Issue 28: a page on any web origin could POST text/plain (no CORS preflight) to a keyless server.
+TEST(ServerOrigin, KeylessServerRefusesForeignOriginsOnHttp) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: " << dir;
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.cpu_threads = 1;
+  o.allowed_origins = {"https://app.example"};
+  auto st = std::make_shared<ServerState>(o);
+  Server server(st);
+  server.start();
+  const uint16_t port = server.port();
+  auto post = [port](const std::string& origin) {
+    net::io_context ioc;
+    tcp::socket sock(ioc);
+    sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
+    req.set(http::field::host, "127.0.0.1:" + std::to_string(port));
+    req.set(http::field::content_type, "text/plain");
+    if (!origin.empty()) req.set(http::field::origin, origin);
+    req.body() = R"({"prompt":"Once upon a time","max_tokens":2})";
+    req.prepare_payload();
+    http::write(sock, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(sock, buf, res);
+    return std::make_pair(res.result_int(), res.body());
+  };
+  auto [status, body] = post("http://evil.example");
+  EXPECT_EQ(status, 403) << body;
+  EXPECT_EQ(json::parse(body)["error"]["code"], "origin_not_allowed") << body;
+  EXPECT_EQ(post("http://localhost:" + std::to_string(port + 1)).first, 403);
+  EXPECT_EQ(post("http://localhost:" + std::to_string(port)).first, 200);
+  EXPECT_EQ(post("https://app.example").first, 200);
+  EXPECT_EQ(post("").first, 200);
 }
 
 TEST(ServerLifecycle, RefusesNonLoopbackWithoutKeyAndDrainsOnShutdown) {

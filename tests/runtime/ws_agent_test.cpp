@@ -286,6 +286,44 @@ TEST_F(WsAgent, BadFramesMethodsAndLimits) {
   expect_server_alive();
 }
 
+// Issue 28: create+close of sessions filled a shared temp directory with world-readable
+// transcripts that were never deleted. Now: a private directory, 0600 files, and a retention limit.
+TEST(WsAgentTranscripts, PrivateAndBounded) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 64;
+  o.cpu_threads = 1;
+  const auto sessions = test::temp_dir("WsAgentTranscripts") / "sessions";
+  o.session_dir = sessions.string();
+  o.session_retain_files = 3;
+  auto state = std::make_shared<ServerState>(o);
+  Server server(state);
+  server.start();
+  WsTestClient c(server.port(), "");
+  for (int i = 0; i < 12; ++i) {
+    json created = c.call("sessions/create", {{"system", "You are helpful."}});
+    ASSERT_TRUE(created.contains("result")) << created;
+    ASSERT_TRUE(c.call("sessions/close", {{"sessionId", created["result"]["sessionId"]}}).contains("result"));
+  }
+  EXPECT_EQ(c.call("server/info")["result"]["protocol"], "exlagent.v1");  // every close has been handled
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(sessions)) {
+    ++files;
+    EXPECT_EQ(e.path().extension(), ".json") << e.path();
+    EXPECT_EQ(std::filesystem::status(e.path()).permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << e.path();
+  }
+  EXPECT_GE(files, 1u);
+  EXPECT_LE(files, 3u);
+  EXPECT_EQ(std::filesystem::status(sessions).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
+}
+
 // Graceful shutdown drains agent runs: a session waiting for a client's tool when the server is
 // told to stop gets the answer and finishes; new requests meanwhile get "shutting down".
 TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
@@ -317,11 +355,49 @@ TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
   json refused = c.call("server/info");
   ASSERT_TRUE(refused.contains("error")) << refused;
   EXPECT_EQ(refused["error"]["code"], rpc_code::shutting_down);
+  json create = c.call("sessions/create", {{"tools", {"lookup"}}});
+  ASSERT_TRUE(create.contains("error")) << "sessions/create during the drain: " << create;
+  EXPECT_EQ(create["error"]["code"], rpc_code::shutting_down);
   c.send({{"jsonrpc", "2.0"}, {"id", (*call)["id"]}, {"result", {{"content", {{{"type", "text"}, {"text", "4"}}}}}}});
   auto done = c.next_of("sessions/event", "done");
   ASSERT_TRUE(done) << json(c.seen()).dump();
   EXPECT_EQ((*done)["params"]["reason"], "final") << *done;
+  // Then a normal close: 1001 going away, not a dropped connection (1006).
+  while (c.next(std::chrono::milliseconds(10000))) {
+  }
+  EXPECT_EQ(c.last_error(), boost::beast::websocket::error::closed) << c.last_error().message();
+  EXPECT_EQ(c.close_reason().code, boost::beast::websocket::close_code::going_away);
   EXPECT_EQ(stopped.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+// Issue 28: on shutdown with nothing running, idle WebSocket clients were dropped without a close
+// frame (1006); they now get 1001 going away.
+TEST(WsAgentShutdown, IdleConnectionsGetGoingAway) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 64;
+  o.cpu_threads = 1;
+  o.session_dir = (test::temp_dir("WsAgentShutdownIdle") / "sessions").string();
+  auto state = std::make_shared<ServerState>(o);
+  Server server(state);
+  server.start();
+  WsTestClient a(server.port(), ""), b(server.port(), "");
+  ASSERT_TRUE(a.call("sessions/create", json::object()).contains("result"));
+  ASSERT_TRUE(b.call("server/info").contains("result"));
+  auto stopped = std::async(std::launch::async, [&server] { server.shutdown(std::chrono::seconds(5)); });
+  auto read_a = std::async(std::launch::async, [&a] { return a.next(std::chrono::milliseconds(10000)); });
+  auto read_b = std::async(std::launch::async, [&b] { return b.next(std::chrono::milliseconds(10000)); });
+  EXPECT_FALSE(read_a.get().has_value());
+  EXPECT_FALSE(read_b.get().has_value());
+  stopped.get();
+  for (WsTestClient* c : {&a, &b}) {
+    EXPECT_EQ(c->last_error(), boost::beast::websocket::error::closed) << c->last_error().message();
+    EXPECT_EQ(c->close_reason().code, boost::beast::websocket::close_code::going_away);
+  }
 }
 
 }  // namespace ws_agent_test

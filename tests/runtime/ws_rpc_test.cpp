@@ -2,8 +2,11 @@
 // the upgrade checks (Host, Origin, API key, subprotocol).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
+#include "runtime/session_hub.h"
 #include "runtime/ws_rpc.h"
 #include "test_support.h"
 
@@ -21,6 +24,7 @@ class WsRpc : public testing::Test {
       ServerOptions o;
       o.model_dir = dir.string();
       o.api_key = "k";
+      o.session_dir = (std::filesystem::temp_directory_path() / ("exl-ws-rpc-" + std::to_string(::getpid()))).string();
       state_ = std::make_shared<ServerState>(o);
     }
   }
@@ -61,18 +65,65 @@ TEST_F(WsRpc, MethodsAndNotifications) {
   EXPECT_FALSE(handle_rpc_message(R"({"jsonrpc":"2.0","id":9,"result":{}})", *state_).has_value());
 }
 
+// Issue 28: a rate-limited request was answered with id null, so its caller waited forever.
+TEST_F(WsRpc, RateLimitedRequestsKeepTheirId) {
+  WsPeer peer;
+  peer.send = [](std::string) {};
+  json last;
+  for (int i = 1; i <= kWsMaxMessagesPerSecond + 1; ++i) {
+    auto r = handle_rpc_message(json({{"jsonrpc", "2.0"}, {"id", "req-" + std::to_string(i)}, {"method", "server/info"}}).dump(),
+                                *state_, &peer);
+    ASSERT_TRUE(r.has_value());
+    last = json::parse(*r);
+  }
+  ASSERT_TRUE(last.contains("error")) << last << " (the window may have rolled over; rerun)";
+  EXPECT_EQ(last["error"]["code"], rpc_code::rate_limited);
+  EXPECT_EQ(last["id"], "req-" + std::to_string(kWsMaxMessagesPerSecond + 1));
+  auto garbage = handle_rpc_message("{nope", *state_, &peer);
+  ASSERT_TRUE(garbage.has_value());
+  EXPECT_TRUE(json::parse(*garbage)["id"].is_null());
+}
+
+// Issue 28: "maxTokens": 4294967301 became 5 (integer wrap). Numbers out of range are invalid params.
+TEST_F(WsRpc, OutOfRangeNumbersAreInvalidParams) {
+  WsPeer peer;
+  peer.id = 777;
+  peer.send = [](std::string) {};
+  for (const char* params : {R"({"maxTokens":4294967301})", R"({"maxTokens":-4294967295})",
+                             R"({"maxTurns":4294967297})", R"({"maxTokens":5.5})", R"({"toolTimeoutMs":18446744073709551615})",
+                             R"({"sampling":{"top_k":4294967301}})", R"({"sampling":{"seed":-1}})",
+                             R"({"sampling":{"temperature":1e300}})"}) {
+    const std::string frame = std::string(R"({"jsonrpc":"2.0","id":5,"method":"sessions/create","params":)") + params + "}";
+    auto r = handle_rpc_message(frame, *state_, &peer);
+    ASSERT_TRUE(r.has_value());
+    json j = json::parse(*r);
+    ASSERT_TRUE(j.contains("error")) << params << " -> " << j;
+    EXPECT_EQ(j["error"]["code"], rpc_code::invalid_params) << params;
+    EXPECT_EQ(j["id"], 5);
+  }
+  auto ok = json::parse(*handle_rpc_message(
+      R"({"jsonrpc":"2.0","id":6,"method":"sessions/create","params":{"maxTokens":7}})", *state_, &peer));
+  ASSERT_TRUE(ok.contains("result")) << ok;
+  close_ws_peer(peer, *state_);
+}
+
 TEST_F(WsRpc, UpgradeChecks) {
   HttpRequest r;
   r.method = "GET";
   r.target = "/v1/ws";
   r.headers = {{"host", "127.0.0.1:8421"}, {"authorization", "Bearer k"}, {"sec-websocket-protocol", "foo, exlagent.v1"}};
   EXPECT_FALSE(check_ws_upgrade(r, *state_).has_value());
-  r.headers["origin"] = "http://localhost:3000";
-  EXPECT_FALSE(check_ws_upgrade(r, *state_).has_value());
   auto status = [&](HttpRequest x) {
     auto e = check_ws_upgrade(x, *state_);
     return e ? e->status : 101;
   };
+  // The Origin check is the HTTP routes' one: only the server's own loopback origins by default.
+  state_->set_bound_port(8421);
+  r.headers["origin"] = "http://localhost:8421";
+  EXPECT_EQ(status(r), 101);
+  HttpRequest other_port = r;
+  other_port.headers["origin"] = "http://localhost:3000";  // another local web app
+  EXPECT_EQ(status(other_port), 403);
   HttpRequest o = r;
   o.headers["origin"] = "https://evil.example";
   EXPECT_EQ(status(o), 403);
@@ -90,6 +141,7 @@ TEST_F(WsRpc, UpgradeChecks) {
   HttpRequest t = r;
   t.target = "/v1/other";
   EXPECT_EQ(status(t), 404);
+  state_->set_bound_port(0);
 }
 
 }  // namespace ws_rpc_test
