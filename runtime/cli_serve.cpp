@@ -16,7 +16,9 @@ const CommandSpec& serve_spec() {
       "serve",
       "Serve a model over the OpenAI-compatible HTTP API (POST /v1/chat/completions, POST /v1/completions,\n"
       "GET /v1/models, GET /health, GET /metrics). Listens on loopback unless told otherwise; a non-loopback\n"
-      "address needs an API key. SIGINT/SIGTERM stop accepting, finish running generations, then exit.",
+      "address needs an API key. SIGINT/SIGTERM stop accepting, finish running generations, then exit.\n"
+      "Chat messages and tools are tokenized as text (special-token text in them stays text); a\n"
+      "/v1/completions prompt is the client's own template and has its special-token text parsed.",
       {},
       {{"--model", "DIR", "model directory", true},
        {"--host", "H", "address to listen on (default 127.0.0.1)"},

@@ -97,9 +97,9 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
 RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
   auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family());
-  std::string text;
+  RenderedPrompt prompt;
   try {
-    text = state.chat_template()->render(cr.messages, cr.tools, true);
+    prompt = state.chat_template()->render(cr.messages, cr.tools, true);
   } catch (const Error& e) {
     bad_request(e.what(), "messages");
   }
@@ -108,7 +108,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   meta.id = random_id("chatcmpl-");
   meta.tools_enabled = cr.tool_choice != ToolChoice::none;
   RouteResult r;
-  r.plan = plan_generation(state, cr.gen, state.encode_prompt(text), std::move(meta));
+  r.plan = plan_generation(state, cr.gen, state.encode_prompt(prompt), std::move(meta));
   r.plan->job.mask = std::move(mask);
   for (const auto& s : state.chat_template()->stop_strings())
     if (!s.empty()) r.plan->job.stop_strings.push_back(s);
@@ -117,7 +117,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
 
 RouteResult completions(const HttpRequest& req, ServerState& state) {
   CompletionRequest cr = parse_completion_request(req.body, state.tokenizer().vocab_size());
-  std::vector<int32_t> prompt = state.encode_prompt(cr.prompt);
+  std::vector<int32_t> prompt = state.encode_raw_prompt(cr.prompt);
   if (prompt.empty()) {
     if (!state.tokenizer().bos_id()) bad_request("'prompt' is empty and the model has no BOS token.", "prompt");
     prompt.push_back(*state.tokenizer().bos_id());
