@@ -5,12 +5,13 @@
 // (see each family below) instead of evaluating Jinja, so a model's template is recognized by its
 // distinctive markers (detect_template_family) and can be overridden by name.
 //
-// Prefix stability: render(messages[:k]) is a prefix of render(messages) whenever messages[:k]
-// ends at a turn boundary (after a user or assistant message, or after the last of a run of tool
-// messages), and render(messages[:k], add_generation_prompt=true) is a prefix of render(messages)
-// when messages[k] is an assistant message. So every new turn of a conversation is a prefix-cache
-// hit. Where an official template would rewrite earlier turns (Mistral moves the system prompt and
-// the tool list to the last user message) we keep them at the first one and say so.
+// Prefix stability: render(messages[:k]).text is a prefix of render(messages).text whenever
+// messages[:k] ends at a turn boundary (after a user or assistant message, or after the last of a
+// run of tool messages), and render(messages[:k], add_generation_prompt=true).text is a prefix
+// of it when messages[k] is an assistant message. So every new turn of a conversation is a
+// prefix-cache hit. Where an official template would rewrite earlier turns (Mistral moves the
+// system prompt and the tool list to the last user message) we keep them at the first one and
+// say so.
 //
 // Prompt injection: render marks which bytes of the prompt are the template's own markup
 // (RenderedPrompt::markup); everything else — message content of every role, tool names,
@@ -19,7 +20,9 @@
 // vocabulary marks special) into special ids only inside markup, so text a user, a tool or a file
 // supplies always reaches the model as plain text and can neither close a turn nor open one. A
 // prompt whose content holds no special-token text tokenizes exactly as encode(text, true) would.
-// Always tokenize a RenderedPrompt with tokenize_prompt, never its text with encode.
+// Non-special added tokens (Qwen's <tool_call>, <think>) are recognised in content as Hugging Face
+// does; they open no turn. Always tokenize a RenderedPrompt with tokenize_prompt, never its text
+// with encode.
 //
 // Immutable after construction; render/parse may be called from any thread.
 #pragma once
