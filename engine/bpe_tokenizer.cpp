@@ -146,11 +146,20 @@ std::optional<int32_t> BpeTokenizer::piece_id(std::string_view piece) const {
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_special) const {
+  return encode_pieces(added_.split(text, add_special), add_special);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_marked(std::string_view text, std::span<const TextRange> markup) const {
+  return encode_pieces(added_.split(text, markup), true);
+}
+
+std::vector<int32_t> BpeTokenizer::encode_pieces(std::span<const AddedTokenSplitter::Piece> pieces,
+                                                 bool add_bos) const {
   std::vector<int32_t> ids;
-  if (add_special && specials_.add_bos && specials_.bos) ids.push_back(*specials_.bos);
+  if (add_bos && specials_.add_bos && specials_.bos) ids.push_back(*specials_.bos);
   std::string storage;
   std::vector<std::string_view> words;
-  for (const auto& piece : added_.split(text, add_special)) {
+  for (const auto& piece : pieces) {
     if (piece.id >= 0) {
       ids.push_back(piece.id);
       continue;

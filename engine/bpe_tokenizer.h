@@ -23,9 +23,11 @@ class BpeTokenizer : public Tokenizer {
   explicit BpeTokenizer(const std::filesystem::path& json_file);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
+  std::vector<int32_t> encode_marked(std::string_view text, std::span<const TextRange> markup) const override;
   std::optional<int32_t> piece_id(std::string_view piece) const override;
 
  private:
+  std::vector<int32_t> encode_pieces(std::span<const AddedTokenSplitter::Piece> pieces, bool add_bos) const;
   void load(const nlohmann::json& j, const std::string& where);
   void load_decoder(const nlohmann::json& j, const std::string& where);
   void load_post_processor(const nlohmann::json& j);

@@ -71,8 +71,18 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, bool 
     encode_text(text, ids);
     return ids;
   }
+  return encode_pieces(specials_text_.split(text, true));
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode_marked(std::string_view text,
+                                                           std::span<const TextRange> markup) const {
+  return encode_pieces(specials_text_.split(text, markup));
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode_pieces(std::span<const AddedTokenSplitter::Piece> pieces) const {
+  std::vector<int32_t> ids;
   if (specials_.add_bos && specials_.bos) ids.push_back(*specials_.bos);
-  for (const auto& piece : specials_text_.split(text, true)) {
+  for (const auto& piece : pieces) {
     if (piece.id >= 0)
       ids.push_back(piece.id);
     else

@@ -1,7 +1,9 @@
 // A SentencePiece tokenizer.model, encoded by libsentencepiece itself (the reference).
 // With add_special, the text of control and unknown pieces ("<s>", "</s>", "<unk>") is parsed
 // into their ids and the text between them is encoded piece by piece, each with its own dummy
-// prefix, as Hugging Face's Llama tokenizer (legacy mode) does. Token bytes: byte pieces
+// prefix, as Hugging Face's Llama tokenizer (legacy mode) does; encode_marked does so only inside
+// markup, and control-piece text elsewhere stays in its piece (libsentencepiece never encodes
+// text into a control id). Token bytes: byte pieces
 // "<0xXX>" -> the byte, "▁" -> " ", control and unknown pieces -> their text (special).
 #pragma once
 #include <filesystem>
@@ -23,9 +25,11 @@ class SentencePieceTokenizer : public Tokenizer {
   ~SentencePieceTokenizer() override;
 
   std::vector<int32_t> encode(std::string_view text, bool add_special = true) const override;
+  std::vector<int32_t> encode_marked(std::string_view text, std::span<const TextRange> markup) const override;
   std::optional<int32_t> piece_id(std::string_view piece) const override;
 
  private:
+  std::vector<int32_t> encode_pieces(std::span<const AddedTokenSplitter::Piece> pieces) const;
   void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;

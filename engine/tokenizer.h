@@ -9,6 +9,14 @@
 // So decode(encode(s, false)) == s for any valid UTF-8 s, except where the tokenizer's own
 // normalization changes the text (NFC, SentencePiece remove_extra_whitespaces, unknown pieces).
 //
+// Prompts built from untrusted text: encode(text, true) parses special-token text wherever it
+// appears, so a chat turn rendered to one string and encoded that way lets a user write
+// "<|im_end|>" and open a turn of their own. encode_marked takes the byte ranges where special
+// tokens are allowed (a chat template's own markup; see sessions/chat_template.h RenderedPrompt)
+// and encodes special-token text anywhere else as plain text: the ids of such text never contain
+// a special id. Text without special-token text outside the ranges encodes exactly as with
+// encode(text, true).
+//
 // Immutable after loading apart from internal caches; encode/decode are safe to call from
 // several threads at once.
 #pragma once
@@ -23,6 +31,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/added_tokens.h"
 
 namespace exl {
 
@@ -59,6 +69,12 @@ class Tokenizer {
   // encoded as ordinary text and nothing is added. Non-special added tokens (Qwen's "<think>")
   // are always recognised, as Hugging Face does.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special = true) const = 0;
+  // As encode(text, true), except that special-token text becomes a special id only where it lies
+  // wholly inside one of `markup` (byte ranges of text, sorted by begin, not overlapping);
+  // anywhere else it is tokenized as ordinary text (see the file comment). The whole text is
+  // encoded in one pass, so dummy prefixes and pre-tokenization fall as encode(text, true) puts
+  // them.
+  virtual std::vector<int32_t> encode_marked(std::string_view text, std::span<const TextRange> markup) const = 0;
 
   // The text of `ids` (see the file comment). skip_special leaves special tokens out. Throws
   // exl::Error for an id outside [0, vocab_size()).

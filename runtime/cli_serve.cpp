@@ -30,7 +30,8 @@ const CommandSpec& serve_spec() {
       "Transcripts are 0600 files in a private 0700 --session-dir, the oldest deleted beyond\n"
       "--session-retain files or --session-retain-bytes. A response_format/tool grammar past a --grammar-*\n"
       "limit is a 400 grammar_budget_exceeded; a client that disconnects while its grammar compiles cancels\n"
-      "the compilation.\n"
+      "the compilation. Chat messages and tools are tokenized as text (special-token text in them stays\n"
+      "text); a /v1/completions prompt is the client's own template and has its special-token text parsed.\n"
       "\n"
       "SIGINT/SIGTERM: stop accepting, refuse new requests (503, WebSocket -32017), let running generations\n"
       "and agent runs finish (up to 30 s), send WebSocket clients their last events and a 1001 close, exit.",

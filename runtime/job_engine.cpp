@@ -66,10 +66,8 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
   if (!err.empty()) fail(err);
 }
 
-std::vector<int32_t> JobEngine::encode_prompt(const std::string& text) const {
-  std::vector<int32_t> ids = tok_->encode(text, true);
-  if (ids.size() >= 2 && tok_->bos_id() && ids[0] == *tok_->bos_id() && ids[1] == *tok_->bos_id()) ids.erase(ids.begin());
-  return ids;
+std::vector<int32_t> JobEngine::encode_prompt(const RenderedPrompt& prompt) const {
+  return tokenize_prompt(*tok_, prompt);
 }
 
 GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {

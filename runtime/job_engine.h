@@ -76,8 +76,9 @@ class JobEngine {
   // The generator, for callers that run it on its own thread (start/stop) between job batches;
   // no job of this engine may be in flight meanwhile.
   Generator& generator() { return *gen_; }
-  // Rendered chat text -> prompt tokens (BOS once).
-  std::vector<int32_t> encode_prompt(const std::string& text) const;
+  // A rendered conversation -> prompt tokens (tokenize_prompt: special tokens only from the
+  // template's markup, BOS once).
+  std::vector<int32_t> encode_prompt(const RenderedPrompt& prompt) const;
 
   // Throws exl::Error ("runtime: job: schema: ...") when the schema cannot be compiled.
   void check_schema(const nlohmann::ordered_json& schema);

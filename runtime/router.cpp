@@ -110,9 +110,9 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   GrammarBudget budget = state.options().grammar_budget;
   budget.cancelled = req.client_gone;
   auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family(), budget);
-  std::string text;
+  RenderedPrompt prompt;
   try {
-    text = state.chat_template()->render(cr.messages, cr.tools, true);
+    prompt = state.chat_template()->render(cr.messages, cr.tools, true);
   } catch (const Error& e) {
     bad_request(e.what(), "messages");
   }
@@ -121,7 +121,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   meta.id = random_id("chatcmpl-");
   meta.tools_enabled = cr.tool_choice != ToolChoice::none;
   RouteResult r;
-  r.plan = plan_generation(state, cr.gen, state.encode_prompt(text), std::move(meta));
+  r.plan = plan_generation(state, cr.gen, state.encode_prompt(prompt), std::move(meta));
   r.plan->job.mask = std::move(mask);
   for (const auto& s : state.chat_template()->stop_strings())
     if (!s.empty()) r.plan->job.stop_strings.push_back(s);
@@ -130,7 +130,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
 
 RouteResult completions(const HttpRequest& req, ServerState& state) {
   CompletionRequest cr = parse_completion_request(req.body, state.tokenizer().vocab_size());
-  std::vector<int32_t> prompt = state.encode_prompt(cr.prompt);
+  std::vector<int32_t> prompt = state.encode_raw_prompt(cr.prompt);
   if (prompt.empty()) {
     if (!state.tokenizer().bos_id()) bad_request("'prompt' is empty and the model has no BOS token.", "prompt");
     prompt.push_back(*state.tokenizer().bos_id());

@@ -88,7 +88,11 @@ size_t ServerState::open_closers() const {
   return closers_.size();
 }
 
-std::vector<int32_t> ServerState::encode_prompt(const std::string& text) const {
+std::vector<int32_t> ServerState::encode_prompt(const RenderedPrompt& prompt) const {
+  return tokenize_prompt(*tok_, prompt);
+}
+
+std::vector<int32_t> ServerState::encode_raw_prompt(const std::string& text) const {
   std::vector<int32_t> ids = tok_->encode(text, true);
   if (ids.size() >= 2 && tok_->bos_id() && ids[0] == *tok_->bos_id() && ids[1] == *tok_->bos_id())
     ids.erase(ids.begin());

@@ -90,9 +90,12 @@ class ServerState {
   void close_connections();
   size_t open_closers() const;
 
-  // Prompt tokens for rendered text: special-token text parsed, bos added as the tokenizer says
-  // but never twice (templates write bos themselves).
-  std::vector<int32_t> encode_prompt(const std::string& text) const;
+  // Prompt tokens of a rendered conversation: tokenize_prompt (special tokens only from the
+  // template's markup, never from message content).
+  std::vector<int32_t> encode_prompt(const RenderedPrompt& prompt) const;
+  // Prompt tokens of a raw /v1/completions prompt, which the client templates itself: its
+  // special-token text is parsed, bos added as the tokenizer says but never twice.
+  std::vector<int32_t> encode_raw_prompt(const std::string& text) const;
 
  private:
   ServerOptions opts_;

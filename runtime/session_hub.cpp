@@ -30,7 +30,7 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
   env_.generator = &state.generator();
   env_.tokenizer = &state.tokenizer();
   env_.chat_template = state.chat_template();
-  env_.encode_prompt = [&state](const std::string& text) { return state.encode_prompt(text); };
+  env_.encode_prompt = [&state](const RenderedPrompt& p) { return state.encode_prompt(p); };
   BuiltinToolOptions tool_opts;
   tool_opts.read_root = std::move(read_root);
   for (auto& t : make_builtin_tools(tool_opts)) builtins_.add(std::move(t));

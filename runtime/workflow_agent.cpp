@@ -65,7 +65,7 @@ std::vector<AgentConversationResult> run_agent_conversations(JobEngine& engine, 
   env.generator = &engine.generator();
   env.tokenizer = &engine.tokenizer();
   env.chat_template = engine.chat_template();
-  env.encode_prompt = [&engine](const std::string& text) { return engine.encode_prompt(text); };
+  env.encode_prompt = [&engine](const RenderedPrompt& p) { return engine.encode_prompt(p); };
   env.find_tool = [&tools](const std::string& name) { return tools.find(name); };
   env.constraint = std::move(constraint);
   env.executor = pool.get_executor();

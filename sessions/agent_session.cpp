@@ -144,19 +144,12 @@ nlohmann::ordered_json AgentSession::offered_tools() const {
   return out;
 }
 
-std::vector<int32_t> AgentSession::build_prompt(const std::string& text) const {
-  for (const auto& c : contexts_) {
-    if (c.tokens.empty() || text.size() < c.text.size() || text.compare(0, c.text.size(), c.text) != 0) continue;
-    std::vector<int32_t> out = c.tokens;
-    const std::string rest = text.substr(c.text.size());
-    if (!rest.empty()) {
-      std::vector<int32_t> more = env_.tokenizer->encode(rest, true);
-      if (!more.empty() && env_.tokenizer->bos_id() && more.front() == *env_.tokenizer->bos_id()) more.erase(more.begin());
-      out.insert(out.end(), more.begin(), more.end());
-    }
-    return out;
-  }
-  return env_.encode_prompt(text);
+std::vector<int32_t> AgentSession::build_prompt(const RenderedPrompt& prompt) const {
+  const std::string& text = prompt.text;
+  for (const auto& c : contexts_)
+    if (!c.tokens.empty() && text.size() >= c.text.size() && text.compare(0, c.text.size(), c.text) == 0)
+      return tokenize_prompt_after(*env_.tokenizer, c.tokens, c.text.size(), prompt);
+  return env_.encode_prompt(prompt);
 }
 
 void AgentSession::next_turn() {
@@ -164,15 +157,15 @@ void AgentSession::next_turn() {
   if (turn_ >= config_.max_turns) return finish_run("max_turns");
   ++turn_;
   const nlohmann::ordered_json tools = offered_tools();
-  std::string text;
+  RenderedPrompt rendered;
   try {
-    text = env_.chat_template->render(messages_, tools, true);
+    rendered = env_.chat_template->render(messages_, tools, true);
   } catch (const Error& e) {
     emit("error", {{"message", e.what()}});
     return finish_run("error");
   }
-  prompt_ = build_prompt(text);
-  prompt_text_ = std::move(text);
+  prompt_ = build_prompt(rendered);
+  prompt_text_ = std::move(rendered.text);
   generated_.clear();
   generated_text_.clear();
   const int64_t room = env_.context_length - int64_t(prompt_.size());

@@ -52,7 +52,7 @@ struct AgentEnv {
   Generator* generator = nullptr;
   const Tokenizer* tokenizer = nullptr;
   std::shared_ptr<const ChatTemplate> chat_template;
-  std::function<std::vector<int32_t>(const std::string&)> encode_prompt;  // rendered text -> prompt
+  std::function<std::vector<int32_t>(const RenderedPrompt&)> encode_prompt;  // tokenize_prompt, usually
   std::function<std::shared_ptr<Tool>(const std::string&)> find_tool;     // nullptr when unknown
   TurnConstraintFactory constraint;  // empty = make_agent_turn_constraint (the grammar seam)
   boost::asio::any_io_executor executor;
@@ -95,7 +95,7 @@ class AgentSession : public std::enable_shared_from_this<AgentSession> {
   void emit(std::string type, nlohmann::json data);
   void save();
   nlohmann::ordered_json offered_tools() const;
-  std::vector<int32_t> build_prompt(const std::string& text) const;
+  std::vector<int32_t> build_prompt(const RenderedPrompt& prompt) const;
 
   AgentEnv env_;
   std::string id_;

@@ -1,5 +1,6 @@
 #include "sessions/chat_template.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -53,6 +54,26 @@ TemplateChoice parse_template_name(std::string_view name) {
   if (name == "llama2") return {TemplateFamily::llama2, {}};
   fail("sessions: chat template: unknown template name '", name,
        "' (expected llama3, llama3.0, chatml, qwen2.5, mistral or llama2)");
+}
+
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tokenizer, const RenderedPrompt& prompt) {
+  std::vector<int32_t> ids = tokenizer.encode_marked(prompt.text, prompt.markup);
+  const auto bos = tokenizer.bos_id();
+  if (ids.size() >= 2 && bos && ids[0] == *bos && ids[1] == *bos) ids.erase(ids.begin());
+  return ids;
+}
+
+std::vector<int32_t> tokenize_prompt_after(const Tokenizer& tokenizer, std::span<const int32_t> prefix_ids,
+                                           size_t prefix_bytes, const RenderedPrompt& prompt) {
+  std::vector<int32_t> out(prefix_ids.begin(), prefix_ids.end());
+  if (prefix_bytes >= prompt.text.size()) return out;
+  std::vector<TextRange> markup;
+  for (const auto& r : prompt.markup)
+    if (r.end > prefix_bytes) markup.push_back({std::max(r.begin, prefix_bytes) - prefix_bytes, r.end - prefix_bytes});
+  std::vector<int32_t> more = tokenizer.encode_marked(std::string_view(prompt.text).substr(prefix_bytes), markup);
+  if (!more.empty() && tokenizer.bos_id() && more.front() == *tokenizer.bos_id()) more.erase(more.begin());
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
 }
 
 std::string ChatTemplate::make_tool_call_id(uint64_t random) const { return "call_" + chat_detail::alnum_id(random, 24); }
@@ -118,6 +139,16 @@ TemplateChoice choose_template(const std::filesystem::path& model_dir, std::stri
 }
 
 namespace chat_detail {
+
+void PromptWriter::markup(std::string_view s) {
+  if (s.empty()) return;
+  const size_t at = p_.text.size();
+  p_.text += s;
+  if (!p_.markup.empty() && p_.markup.back().end == at) p_.markup.back().end = p_.text.size();
+  else p_.markup.push_back({at, p_.text.size()});
+}
+
+void PromptWriter::text(std::string_view s) { p_.text += s; }
 
 bool has_tools(const nlohmann::ordered_json& tools) { return tools.is_array() && !tools.empty(); }
 

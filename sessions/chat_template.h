@@ -5,12 +5,24 @@
 // (see each family below) instead of evaluating Jinja, so a model's template is recognized by its
 // distinctive markers (detect_template_family) and can be overridden by name.
 //
-// Prefix stability: render(messages[:k]) is a prefix of render(messages) whenever messages[:k]
-// ends at a turn boundary (after a user or assistant message, or after the last of a run of tool
-// messages), and render(messages[:k], add_generation_prompt=true) is a prefix of render(messages)
-// when messages[k] is an assistant message. So every new turn of a conversation is a prefix-cache
-// hit. Where an official template would rewrite earlier turns (Mistral moves the system prompt and
-// the tool list to the last user message) we keep them at the first one and say so.
+// Prefix stability: render(messages[:k]).text is a prefix of render(messages).text whenever
+// messages[:k] ends at a turn boundary (after a user or assistant message, or after the last of a
+// run of tool messages), and render(messages[:k], add_generation_prompt=true).text is a prefix
+// of it when messages[k] is an assistant message. So every new turn of a conversation is a
+// prefix-cache hit. Where an official template would rewrite earlier turns (Mistral moves the
+// system prompt and the tool list to the last user message) we keep them at the first one and
+// say so.
+//
+// Prompt injection: render marks which bytes of the prompt are the template's own markup
+// (RenderedPrompt::markup); everything else — message content of every role, tool names,
+// descriptions, schemas, call ids and arguments — is content. tokenize_prompt turns special-token
+// text ("<|im_end|>", "<|eot_id|>", "<|start_header_id|>", "[INST]", "</s>", ... whatever the
+// vocabulary marks special) into special ids only inside markup, so text a user, a tool or a file
+// supplies always reaches the model as plain text and can neither close a turn nor open one. A
+// prompt whose content holds no special-token text tokenizes exactly as encode(text, true) would.
+// Non-special added tokens (Qwen's <tool_call>, <think>) are recognised in content as Hugging Face
+// does; they open no turn. Always tokenize a RenderedPrompt with tokenize_prompt, never its text
+// with encode.
 //
 // Immutable after construction; render/parse may be called from any thread.
 #pragma once
@@ -24,6 +36,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/tokenizer.h"
 
 namespace exl {
 
@@ -66,17 +80,35 @@ struct TemplateChoice {
   bool llama3_0 = false;       // Llama 3: the 3.0 template (no dated system turn, no tool format)
 };
 
+// A rendered conversation: the prompt text and the byte ranges of it the template itself wrote
+// (sorted, not overlapping), where special-token text is meant as special tokens.
+struct RenderedPrompt {
+  std::string text;
+  std::vector<TextRange> markup;
+};
+
+// The prompt tokens of `prompt`: special tokens parsed only inside its markup
+// (Tokenizer::encode_marked), bos added as the tokenizer says but never twice (templates write
+// bos themselves).
+std::vector<int32_t> tokenize_prompt(const Tokenizer& tokenizer, const RenderedPrompt& prompt);
+// The prompt tokens of `prompt` continuing `prefix_ids`, the tokens already held for its first
+// `prefix_bytes` bytes (a previous turn, for prefix caching): prefix_ids followed by the rest of
+// the text tokenized as tokenize_prompt does (special tokens only inside markup), without a bos.
+// Requires prefix_bytes <= prompt.text.size().
+std::vector<int32_t> tokenize_prompt_after(const Tokenizer& tokenizer, std::span<const int32_t> prefix_ids,
+                                           size_t prefix_bytes, const RenderedPrompt& prompt);
+
 class ChatTemplate {
  public:
   virtual ~ChatTemplate() = default;
   virtual TemplateFamily family() const = 0;
 
-  // The prompt for `messages`. tools: an array of OpenAI tool objects
+  // The prompt for `messages` with its markup marked (see the file comment). tools: an array of OpenAI tool objects
   // ({"type":"function","function":{name, description, parameters}}), rendered in the given
   // order; empty or null means none. Throws exl::Error ("sessions: chat template: ...") for a
   // conversation the family cannot express (an unknown role, tools for Llama 2).
-  virtual std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
-                             bool add_generation_prompt) const = 0;
+  virtual RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                                bool add_generation_prompt) const = 0;
 
   // Splits generated text (without the end-of-turn marker) into content and tool calls.
   // With tools_enabled false, or when the text does not hold well-formed calls, everything is

@@ -13,6 +13,18 @@
 
 namespace exl::chat_detail {
 
+// Builds a RenderedPrompt: markup() for the template's own text, text() for anything taken from
+// the conversation or the tools.
+class PromptWriter {
+ public:
+  void markup(std::string_view s);
+  void text(std::string_view s);
+  RenderedPrompt take() { return std::move(p_); }
+
+ private:
+  RenderedPrompt p_;
+};
+
 std::unique_ptr<ChatTemplate> make_llama3(TemplateTokens tokens, bool version_3_0);
 std::unique_ptr<ChatTemplate> make_chatml(TemplateTokens tokens, std::string default_system);
 std::unique_ptr<ChatTemplate> make_mistral(TemplateTokens tokens);

@@ -12,8 +12,8 @@ class Llama2Template final : public ChatTemplate {
   explicit Llama2Template(TemplateTokens t) : tok_(std::move(t)) {}
   TemplateFamily family() const override { return TemplateFamily::llama2; }
 
-  std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
-                     bool add_generation_prompt) const override {
+  RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                        bool add_generation_prompt) const override {
     if (has_tools(tools)) template_error(family(), "Llama 2 has no tool format; choose another template");
     std::string system;
     bool has_system = false;
@@ -22,19 +22,28 @@ class Llama2Template final : public ChatTemplate {
       has_system = true;
       messages = messages.subspan(1);
     }
-    std::string out;
+    PromptWriter out;
     for (size_t i = 0; i < messages.size(); ++i) {
       const auto& m = messages[i];
       if ((m.role == "user") != (i % 2 == 0) || (m.role != "user" && m.role != "assistant") || !m.tool_calls.empty())
         template_error(family(), "conversation roles must alternate user/assistant/user/assistant/... (message " +
                                      std::to_string(i) + " is '" + m.role + "')");
+      // The <<SYS>> block is plain text in Llama 2's vocabulary, and the template trims it together
+      // with the message, so the whole block is content.
       std::string content = m.content;
       if (i == 0 && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
-      if (m.role == "user") out += tok_.bos + "[INST] " + std::string(trim(content)) + " [/INST]";
-      else out += " " + std::string(trim(content)) + " " + tok_.eos;
+      if (m.role == "user") {
+        out.markup(tok_.bos + "[INST] ");
+        out.text(trim(content));
+        out.markup(" [/INST]");
+      } else {
+        out.markup(" ");
+        out.text(trim(content));
+        out.markup(" " + tok_.eos);
+      }
     }
     (void)add_generation_prompt;  // the [/INST] of the last user turn is the generation prompt
-    return out;
+    return out.take();
   }
 
   ParsedReply parse_reply(std::string_view text, bool) const override { return {std::string(text), {}}; }

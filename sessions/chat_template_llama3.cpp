@@ -20,63 +20,71 @@ class Llama3Template final : public ChatTemplate {
   Llama3Template(TemplateTokens t, bool v30) : tok_(std::move(t)), v30_(v30) {}
   TemplateFamily family() const override { return TemplateFamily::llama3; }
 
-  std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
-                     bool add_generation_prompt) const override {
+  RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                        bool add_generation_prompt) const override {
     const bool with_tools = has_tools(tools);
-    std::string out = tok_.bos;
+    PromptWriter out;
+    out.markup(tok_.bos);
     if (v30_) {
       if (with_tools) template_error(family(), "the Llama 3.0 template has no tool format; choose 'llama3'");
       for (const auto& m : messages) {
         if (!m.tool_calls.empty() || (m.role != "system" && m.role != "user" && m.role != "assistant"))
           template_error(family(), "the Llama 3.0 template has no role '" + m.role + "' or tool calls");
-        out += header(m.role);
-        out += trim(m.content);
-        out += kEot;
+        out.markup(header(m.role));
+        out.text(trim(m.content));
+        out.markup(kEot);
       }
-      if (add_generation_prompt) out += header("assistant");
-      return out;
+      if (add_generation_prompt) out.markup(header("assistant"));
+      return out.take();
     }
     std::string_view system;
     if (!messages.empty() && messages[0].role == "system") {
       system = trim(messages[0].content);
       messages = messages.subspan(1);
     }
-    out += header("system");
-    if (with_tools) out += "Environment: ipython\n";
-    out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
-    out += system;
-    out += kEot;
+    out.markup(header("system"));
+    if (with_tools) out.markup("Environment: ipython\n");
+    out.markup("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+    out.text(system);
+    out.markup(kEot);
     if (with_tools) {
       if (messages.empty()) template_error(family(), "tools need a first user message to carry them");
-      out += header("user");
-      out += "Given the following functions, please respond with a JSON for a function call "
-             "with its proper arguments that best answers the given prompt.\n\n"
-             "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
-             "value}.Do not use variables.\n\n";
-      for (const auto& t : tools) out += python_json_dumps(t, 4) + "\n\n";
-      out += trim(messages[0].content);
-      out += kEot;
+      out.markup(header("user"));
+      out.markup("Given the following functions, please respond with a JSON for a function call "
+                 "with its proper arguments that best answers the given prompt.\n\n"
+                 "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
+                 "its value}.Do not use variables.\n\n");
+      for (const auto& t : tools) {
+        out.text(python_json_dumps(t, 4));
+        out.markup("\n\n");
+      }
+      out.text(trim(messages[0].content));
+      out.markup(kEot);
       messages = messages.subspan(1);
     }
     for (const auto& m : messages) {
       if (!m.tool_calls.empty()) {
         if (m.tool_calls.size() != 1) template_error(family(), "this model only supports single tool-calls at once");
         const auto& c = m.tool_calls[0];
-        out += header("assistant");
-        out += "{\"name\": \"" + c.name + "\", \"parameters\": " + python_json_dumps(arguments_value(c.arguments)) + "}";
+        out.markup(header("assistant"));
+        out.markup("{\"name\": \"");
+        out.text(c.name);
+        out.markup("\", \"parameters\": ");
+        out.text(python_json_dumps(arguments_value(c.arguments)));
+        out.markup("}");
       } else if (m.role == "tool" || m.role == "ipython") {
-        out += header("ipython");
-        out += python_json_dumps(nlohmann::ordered_json(m.content));
+        out.markup(header("ipython"));
+        out.text(python_json_dumps(nlohmann::ordered_json(m.content)));
       } else {
         if (m.role != "system" && m.role != "user" && m.role != "assistant")
           template_error(family(), "unknown role '" + m.role + "'");
-        out += header(m.role);
-        out += trim(m.content);
+        out.markup(header(m.role));
+        out.text(trim(m.content));
       }
-      out += kEot;
+      out.markup(kEot);
     }
-    if (add_generation_prompt) out += header("assistant");
-    return out;
+    if (add_generation_prompt) out.markup(header("assistant"));
+    return out.take();
   }
 
   ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {

@@ -16,25 +16,33 @@ namespace {
 
 constexpr std::string_view kToolCalls = "[TOOL_CALLS]";
 
-std::string available_tools(const nlohmann::ordered_json& tools) {
-  std::string out = "[AVAILABLE_TOOLS] [";
+void write_available_tools(PromptWriter& out, const nlohmann::ordered_json& tools) {
+  out.markup("[AVAILABLE_TOOLS] [");
   bool first_tool = true;
   for (const auto& t : tools) {
-    if (!first_tool) out += ", ";
+    if (!first_tool) out.markup(", ");
     first_tool = false;
-    out += "{\"type\": \"function\", \"function\": {";
+    out.markup("{\"type\": \"function\", \"function\": {");
     const auto& fn = t.contains("function") ? t["function"] : t;
     bool first = true;
     for (auto it = fn.begin(); it != fn.end(); ++it) {
       if (it.key() == "return") continue;
-      if (!first) out += ", ";
+      if (!first) out.markup(", ");
       first = false;
-      if (it->is_string()) out += "\"" + it.key() + "\": \"" + it->get<std::string>() + "\"";
-      else out += "\"" + it.key() + "\": " + python_json_dumps(*it);
+      out.markup("\"");
+      out.text(it.key());
+      out.markup("\": ");
+      if (it->is_string()) {
+        out.markup("\"");
+        out.text(it->get<std::string>());
+        out.markup("\"");
+      } else {
+        out.text(python_json_dumps(*it));
+      }
     }
-    out += "}}";
+    out.markup("}}");
   }
-  return out + "][/AVAILABLE_TOOLS]";
+  out.markup("][/AVAILABLE_TOOLS]");
 }
 
 class MistralTemplate final : public ChatTemplate {
@@ -42,8 +50,8 @@ class MistralTemplate final : public ChatTemplate {
   explicit MistralTemplate(TemplateTokens t) : tok_(std::move(t)) {}
   TemplateFamily family() const override { return TemplateFamily::mistral; }
 
-  std::string render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
-                     bool add_generation_prompt) const override {
+  RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
+                        bool add_generation_prompt) const override {
     std::string system;
     bool has_system = false;
     if (!messages.empty() && messages[0].role == "system") {
@@ -51,36 +59,50 @@ class MistralTemplate final : public ChatTemplate {
       has_system = true;
       messages = messages.subspan(1);
     }
-    std::string out = tok_.bos;
+    PromptWriter out;
+    out.markup(tok_.bos);
     bool first_user = true;
     for (const auto& m : messages) {
       if (m.role == "user") {
-        if (first_user && has_tools(tools)) out += available_tools(tools);
-        if (first_user && has_system) out += "[INST] " + system + "\n\n" + m.content + "[/INST]";
-        else out += "[INST] " + m.content + "[/INST]";
+        if (first_user && has_tools(tools)) write_available_tools(out, tools);
+        out.markup("[INST] ");
+        if (first_user && has_system) {
+          out.text(system);
+          out.markup("\n\n");
+        }
+        out.text(m.content);
+        out.markup("[/INST]");
         first_user = false;
       } else if (m.role == "assistant" && !m.tool_calls.empty()) {
-        out += "[TOOL_CALLS] [";
+        out.markup("[TOOL_CALLS] [");
         for (size_t i = 0; i < m.tool_calls.size(); ++i) {
           const auto& c = m.tool_calls[i];
           nlohmann::ordered_json fn = {{"name", c.name}, {"arguments", arguments_value(c.arguments)}};
           std::string j = python_json_dumps(fn);
           j.pop_back();
-          out += j + ", \"id\": \"" + c.id + "\"}";
-          out += i + 1 < m.tool_calls.size() ? ", " : "]" + tok_.eos;
+          out.text(j);
+          out.markup(", \"id\": \"");
+          out.text(c.id);
+          out.markup("\"}");
+          out.markup(i + 1 < m.tool_calls.size() ? ", " : "]" + tok_.eos);
         }
       } else if (m.role == "assistant") {
-        out += " " + std::string(trim(m.content)) + tok_.eos;
+        out.markup(" ");
+        out.text(trim(m.content));
+        out.markup(tok_.eos);
       } else if (m.role == "tool") {
-        out += "[TOOL_RESULTS] {\"content\": " + m.content + ", \"call_id\": \"" + m.tool_call_id +
-               "\"}[/TOOL_RESULTS]";
+        out.markup("[TOOL_RESULTS] {\"content\": ");
+        out.text(m.content);
+        out.markup(", \"call_id\": \"");
+        out.text(m.tool_call_id);
+        out.markup("\"}[/TOOL_RESULTS]");
       } else {
         template_error(family(), "only user, assistant and tool roles are supported after an optional first "
                                  "system message, got '" + m.role + "'");
       }
     }
     (void)add_generation_prompt;  // the [/INST] of the last user turn is the generation prompt
-    return out;
+    return out.take();
   }
 
   ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {

@@ -132,6 +132,33 @@ TEST(TokenizerAddedTokens, LongestLeftmostAndOptions) {
   EXPECT_EQ(ids("swordfish word.", false), (V{{"swordfish ", -1}, {"word", 15}, {".", -1}}));
 }
 
+// Issue #28: special tokens count only inside the ranges the caller marks as markup; their text
+// elsewhere stays text, and non-special tokens are found everywhere, even inside such text.
+TEST(TokenizerAddedTokens, SpecialTokensOnlyInsideMarkupRanges) {
+  AddedTokenSplitter sp({{10, "<a>", true}, {11, "<a><b>", true}, {12, "<t>", false}, {13, "<t><u>", true},
+                         {14, "[R]", true, false, /*rstrip=*/true}});
+  using V = std::vector<std::pair<std::string, int32_t>>;
+  auto ids = [&](std::string_view text, std::vector<TextRange> ranges) {
+    V out;
+    for (const auto& p : sp.split(text, ranges)) out.emplace_back(std::string(p.text), p.id);
+    return out;
+  };
+  //                  0123456789012345
+  const char* text = "<a>x<a>y<a><b>z";
+  EXPECT_EQ(ids(text, {}), (V{{text, -1}}));
+  EXPECT_EQ(ids(text, {{0, 15}}), (V{{"<a>", 10}, {"x", -1}, {"<a>", 10}, {"y", -1}, {"<a><b>", 11}, {"z", -1}}));
+  EXPECT_EQ(ids(text, {{0, 3}, {8, 14}}), (V{{"<a>", 10}, {"x<a>y", -1}, {"<a><b>", 11}, {"z", -1}}));
+  // A match must lie wholly inside one range: overlapping its end or spanning two ranges is text,
+  // and the shorter token inside the rejected one is still found where it is markup.
+  EXPECT_EQ(ids(text, {{8, 13}}), (V{{"<a>x<a>y", -1}, {"<a>", 10}, {"<b>z", -1}}));
+  EXPECT_EQ(ids(text, {{8, 11}, {11, 14}}), (V{{"<a>x<a>y", -1}, {"<a>", 10}, {"<b>z", -1}}));
+  EXPECT_EQ(ids(text, {{9, 15}}), (V{{text, -1}}));
+  // Non-special tokens are recognised in content, also where a rejected special one starts.
+  EXPECT_EQ(ids("q<t><u>r<t>", {}), (V{{"q", -1}, {"<t>", 12}, {"<u>r", -1}, {"<t>", 12}}));
+  // Options of an accepted token still apply; a rejected one's are not.
+  EXPECT_EQ(ids("[R]  s[R]  t", {{6, 9}}), (V{{"[R]  s", -1}, {"[R]  ", 14}, {"t", -1}}));
+}
+
 TEST(TokenizerUtf8, LossyConversionByMaximalSubparts) {
   const std::string fffd = "\xEF\xBF\xBD";
   EXPECT_EQ(utf8::lossy("a\xC3\xA9z"), "a\xC3\xA9z");

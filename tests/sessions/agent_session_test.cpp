@@ -110,7 +110,7 @@ class AgentSessionTest : public testing::Test {
     e.generator = &state_->generator();
     e.tokenizer = &state_->tokenizer();
     e.chat_template = state_->chat_template();
-    e.encode_prompt = [](const std::string& t) { return state_->encode_prompt(t); };
+    e.encode_prompt = [](const RenderedPrompt& p) { return state_->encode_prompt(p); };
     e.find_tool = [tool](const std::string& name) { return tool && tool->spec().name == name ? tool : nullptr; };
     const Tokenizer* tok = e.tokenizer;
     e.constraint = [tok, replies](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {

@@ -48,13 +48,13 @@ const char* kMistralTools =
 TEST(ChatTemplate, Llama31PlainConversation) {
   std::vector<ChatMessage> m = {msg("system", "You are terse."), msg("user", "Hi there"), msg("assistant", "Hello."),
                                 msg("user", "Bye")};
-  EXPECT_EQ(tmpl("llama3")->render(m, nullptr, true),
+  EXPECT_EQ(tmpl("llama3")->render(m, nullptr, true).text,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
             "2023\nToday Date: 26 Jul 2024\n\nYou are terse.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi "
             "there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_header_id|>user<|"
             "end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   std::vector<ChatMessage> m2 = {msg("user", "Hi"), msg("assistant", "Hello.")};
-  EXPECT_EQ(tmpl("llama3")->render(m2, Json::array(), false),
+  EXPECT_EQ(tmpl("llama3")->render(m2, Json::array(), false).text,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
             "2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|"
             "start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>");
@@ -64,7 +64,7 @@ TEST(ChatTemplate, Llama31ToolCallAndIpythonResult) {
   std::vector<ChatMessage> m = {msg("user", "Weather in Oslo?"), call({{"call_1", R"({"city":"Oslo"})"}}),
                                 result("call_1", "4 C")};
   EXPECT_EQ(
-      tmpl("llama3")->render(m, tools(), true),
+      tmpl("llama3")->render(m, tools(), true).text,
       "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: "
       "December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the "
       "following functions, please respond with a JSON for a function call with its proper arguments that best "
@@ -90,7 +90,7 @@ TEST(ChatTemplate, Llama30FromSharedTokenizerConfig) {
   EXPECT_EQ(choice->family, TemplateFamily::llama3);
   EXPECT_TRUE(choice->llama3_0);
   std::vector<ChatMessage> m = {msg("system", "You are terse."), msg("user", "Hi there")};
-  EXPECT_EQ(make_chat_template(*choice, {"<|begin_of_text|>", ""})->render(m, nullptr, true),
+  EXPECT_EQ(make_chat_template(*choice, {"<|begin_of_text|>", ""})->render(m, nullptr, true).text,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|><|start_header_"
             "id|>user<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_THROW(make_chat_template(*choice, {})->render(m, tools(), true), Error);
@@ -98,7 +98,7 @@ TEST(ChatTemplate, Llama30FromSharedTokenizerConfig) {
 
 TEST(ChatTemplate, Qwen25DefaultSystemAndParallelCalls) {
   std::vector<ChatMessage> m = {msg("user", "Hi there"), msg("assistant", "Hello."), msg("user", "Bye")};
-  EXPECT_EQ(tmpl("qwen2.5")->render(m, nullptr, true),
+  EXPECT_EQ(tmpl("qwen2.5")->render(m, nullptr, true).text,
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
             "assistant.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n<|"
             "im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
@@ -108,7 +108,7 @@ TEST(ChatTemplate, Qwen25DefaultSystemAndParallelCalls) {
                                 result("call_1", "4 C"),
                                 result("call_2", "19 C"),
                                 msg("assistant", "Cold and warm.")};
-  EXPECT_EQ(tmpl("qwen2.5")->render(t, tools(), false),
+  EXPECT_EQ(tmpl("qwen2.5")->render(t, tools(), false).text,
             std::string("<|im_start|>system\nYou are terse.\n\n") + kToolBlockQwen +
                 "<|im_start|>user\nWeather in Oslo and Rome?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": "
                 "\"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\": "
@@ -124,7 +124,7 @@ TEST(ChatTemplate, Qwen3TemplateDetectedAsPlainChatml) {
   EXPECT_EQ(choice.default_system, "");
   std::vector<ChatMessage> m = {msg("user", "Weather in Oslo?"), call({{"call_1", R"({"city":"Oslo"})"}}, "Let me check."),
                                 result("call_1", "4 C")};
-  EXPECT_EQ(make_chat_template(choice, {})->render(m, tools(), true),
+  EXPECT_EQ(make_chat_template(choice, {})->render(m, tools(), true).text,
             std::string("<|im_start|>system\n") + kToolBlockQwen +
                 "<|im_start|>user\nWeather in Oslo?<|im_end|>\n<|im_start|>assistant\nLet me "
                 "check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
@@ -134,23 +134,23 @@ TEST(ChatTemplate, Qwen3TemplateDetectedAsPlainChatml) {
 
 TEST(ChatTemplate, MistralV03Tools) {
   std::vector<ChatMessage> single = {msg("system", "You are terse."), msg("user", "Weather in Oslo?")};
-  EXPECT_EQ(tmpl("mistral")->render(single, tools(), true),
+  EXPECT_EQ(tmpl("mistral")->render(single, tools(), true).text,
             std::string("<s>") + kMistralTools + "[INST] You are terse.\n\nWeather in Oslo?[/INST]");
   std::vector<ChatMessage> multi = {msg("user", "Weather in Oslo?"), call({{"abcDEF123", R"({"city":"Oslo"})"}}),
                                     result("abcDEF123", "4"), msg("assistant", "It is 4 degrees.")};
-  EXPECT_EQ(tmpl("mistral")->render(multi, tools(), false),
+  EXPECT_EQ(tmpl("mistral")->render(multi, tools(), false).text,
             std::string("<s>") + kMistralTools +
                 "[INST] Weather in Oslo?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": "
                 "\"Oslo\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS] {\"content\": 4, \"call_id\": "
                 "\"abcDEF123\"}[/TOOL_RESULTS] It is 4 degrees.</s>");
-  EXPECT_EQ(tmpl("mistral")->render(std::vector<ChatMessage>{msg("user", "Hi there")}, nullptr, true),
+  EXPECT_EQ(tmpl("mistral")->render(std::vector<ChatMessage>{msg("user", "Hi there")}, nullptr, true).text,
             "<s>[INST] Hi there[/INST]");
 }
 
 TEST(ChatTemplate, Llama2SystemAndAlternation) {
   std::vector<ChatMessage> m = {msg("system", "You are terse."), msg("user", "Hi there"), msg("assistant", "Hello."),
                                 msg("user", "Bye")};
-  EXPECT_EQ(tmpl("llama2")->render(m, nullptr, true),
+  EXPECT_EQ(tmpl("llama2")->render(m, nullptr, true).text,
             "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello. </s><s>[INST] Bye [/INST]");
   EXPECT_THROW(tmpl("llama2")->render(std::vector<ChatMessage>{msg("user", "a"), msg("user", "b")}, nullptr, true),
                Error);
@@ -177,14 +177,14 @@ TEST(ChatTemplate, EarlierTurnsNeverChange) {
     const auto& c = tool_capable ? conv : plain;
     const Json t = tool_capable ? tools() : Json();
     auto tp = tmpl(name);
-    const std::string full = tp->render(c, t, true);
+    const std::string full = tp->render(c, t, true).text;
     const size_t first = 1;
     for (size_t k = first; k < c.size(); ++k) {
       std::span<const ChatMessage> head(c.data(), k + 1);
       if (c[k].role == "tool" && k + 1 < c.size() && c[k + 1].role == "tool") continue;
-      EXPECT_EQ(full.rfind(tp->render(head, t, false), 0), 0u) << name << " k=" << k;
+      EXPECT_EQ(full.rfind(tp->render(head, t, false).text, 0), 0u) << name << " k=" << k;
       if (k + 1 < c.size() && c[k + 1].role == "assistant") {
-        EXPECT_EQ(full.rfind(tp->render(head, t, true), 0), 0u) << name << " generation prompt k=" << k;
+        EXPECT_EQ(full.rfind(tp->render(head, t, true).text, 0), 0u) << name << " generation prompt k=" << k;
       }
     }
   }
@@ -229,8 +229,8 @@ TEST(ChatTemplate, RenderedCallParsesBackToTheSameCall) {
   for (const char* name : {"chatml", "llama3", "mistral"}) {
     auto tp = tmpl(name);
     std::vector<ChatMessage> m = {msg("user", "Weather in Oslo?"), call({{"abcDEF123", R"({"city":"Oslo","days":[1,2]})"}})};
-    const std::string prompt = tp->render(std::span(m.data(), 1), tools(), true);
-    std::string full = tp->render(m, tools(), false);
+    const std::string prompt = tp->render(std::span(m.data(), 1), tools(), true).text;
+    std::string full = tp->render(m, tools(), false).text;
     ASSERT_EQ(full.rfind(prompt, 0), 0u) << name;
     std::string reply = full.substr(prompt.size());
     for (const auto& stop : tp->stop_strings())
