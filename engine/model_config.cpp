@@ -97,9 +97,7 @@ RopeConfig parse_rope(const json& cfg, const std::string& label) {
   return r;
 }
 
-}  // namespace
-
-ModelConfig parse_model_config(const json& root, const std::string& label) {
+ModelConfig parse_model_config_fields(const json& root, const std::string& label) {
   EXL_CHECK(root.is_object(), "engine: config: '", label, "': not a JSON object");
   const json& j = (root.contains("text_config") && root["text_config"].is_object()) ? root["text_config"] : root;
   ModelConfig c;
@@ -159,6 +157,16 @@ ModelConfig parse_model_config(const json& root, const std::string& label) {
     c.checkpoint_format = q.value("checkpoint_format", std::string());
   }
   return c;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& root, const std::string& label) {
+  try {
+    return parse_model_config_fields(root, label);
+  } catch (const json::exception& e) {
+    fail("engine: config: '", label, "': a field has the wrong type: ", e.what());
+  }
 }
 
 }  // namespace exl

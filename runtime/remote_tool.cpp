@@ -40,6 +40,8 @@ ToolSpec parse_remote_tool_spec(const json& t) {
 ToolResult tool_result_from_mcp(const json& r) {
   ToolResult out;
   if (!r.is_object()) return {"Error: the tool client sent a malformed result", true};
+  if (r.contains("isError") && !r["isError"].is_boolean())
+    return {"Error: the tool client sent a malformed result (isError is not a boolean)", true};
   out.is_error = r.value("isError", false);
   std::string text;
   if (r.contains("content") && r["content"].is_array())
