@@ -152,7 +152,7 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     return rpc_error(nullptr, rpc_code::invalid_request, cat("Invalid Request: nested deeper than ", kMaxJsonDepth, " levels"));
   if (msg.is_array())
     return rpc_error(nullptr, rpc_code::invalid_request, "Invalid Request: JSON-RPC batches are not supported");
-  if (!msg.is_object() || msg.value("jsonrpc", "") != "2.0")
+  if (!msg.is_object() || !msg.contains("jsonrpc") || msg["jsonrpc"] != "2.0")
     return rpc_error(nullptr, rpc_code::invalid_request, "Invalid Request: expected a JSON-RPC 2.0 object");
   const bool has_id = msg.contains("id");
   const Json id = has_id ? msg["id"] : Json(nullptr);
