@@ -21,6 +21,8 @@ struct ApiError : Error {
 [[noreturn]] void bad_request(const std::string& message, const std::string& param = {}, const std::string& code = {});
 
 std::string error_json(const ApiError& e);
+// The error as a response; 401 carries WWW-Authenticate, 503 (overloaded, out of KV cache, shutting
+// down) carries Retry-After: 1.
 HttpResponse error_response(const ApiError& e);
 
 }  // namespace exl

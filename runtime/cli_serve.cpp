@@ -23,9 +23,11 @@ const CommandSpec& serve_spec() {
       "http://127.0.0.1:PORT, http://localhost:PORT, http://[::1]:PORT or an --allow-origin value; others\n"
       "get 403. With a key, every route but /health needs it (/metrics too, unless --metrics-public).\n"
       "\n"
-      "Limits: request body --max-body; --max-sessions generations in flight (then 503) and live agent\n"
+      "Limits: request body --max-body; prompts --max-prompt-bytes of text, then --max-prompt-tokens (400\n"
+      "context_length_exceeded; an agent turn ends with an error event); a request must arrive within\n"
+      "--read-timeout; --max-sessions generations in flight (then 503 with Retry-After) and live agent\n"
       "sessions; WebSocket messages 4 MiB (close 1009), 256 frames per second per connection (-32012),\n"
-      "sessions/send content 1 MiB (-32013), 16 MiB of unsent frames per connection (close 1008); numbers\n"
+      "sessions/send content 1 MiB or --max-prompt-bytes (-32013), 16 MiB of unsent frames per connection (close 1008); numbers\n"
       "in requests are range-checked (no wrap); read_file reads files up to 1 MiB under --read-root only.\n"
       "Transcripts are 0600 files in a private 0700 --session-dir, the oldest deleted beyond\n"
       "--session-retain files or --session-retain-bytes. A response_format/tool grammar past a --grammar-*\n"
@@ -51,6 +53,12 @@ const CommandSpec& serve_spec() {
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
        {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
+       {"--max-prompt-tokens", "N",
+        "prompt tokens a request or agent turn may have (default: the context, or the KV cache if smaller)"},
+       {"--max-prompt-bytes", "BYTES",
+        "bytes of prompt text (message contents and tool-call arguments, a completions prompt, an agent's\n"
+        "conversation), checked before tokenizing (default 1048576)"},
+       {"--read-timeout", "S", "seconds one HTTP request (headers and body) may take to arrive (default 60)"},
        {"--grammar-max-states", "N", "automaton states one request's output grammar may build in all (default 8000000)"},
        {"--grammar-max-mb", "MB", "memory one request's grammar compilation may use (default 256)"},
        {"--grammar-timeout-ms", "MS", "time one request's grammar compilation may take (default 5000)"},
@@ -100,6 +108,15 @@ int cli_serve(std::span<const std::string> args) {
     const long long body = a.get_int("--max-body", (long long)o.max_body_bytes);
     if (body <= 0) throw UsageError("--max-body must be positive");
     o.max_body_bytes = size_t(body);
+    const long long prompt_tokens = a.get_int("--max-prompt-tokens", 0);
+    const long long prompt_bytes = a.get_int("--max-prompt-bytes", (long long)o.max_prompt_bytes);
+    const long long read_s = a.get_int("--read-timeout", 60);
+    if (a.has("--max-prompt-tokens") && prompt_tokens <= 0) throw UsageError("--max-prompt-tokens must be positive");
+    if (prompt_bytes <= 0) throw UsageError("--max-prompt-bytes must be positive");
+    if (read_s <= 0 || read_s > 3600) throw UsageError("--read-timeout must be in [1, 3600] seconds");
+    o.max_prompt_tokens = prompt_tokens;
+    o.max_prompt_bytes = size_t(prompt_bytes);
+    o.read_timeout = std::chrono::seconds(read_s);
     const long long g_states = a.get_int("--grammar-max-states", (long long)o.grammar_budget.max_states);
     const long long g_mb = a.get_int("--grammar-max-mb", (long long)(o.grammar_budget.max_bytes >> 20));
     const long long g_ms = a.get_int("--grammar-timeout-ms", (long long)o.grammar_budget.timeout.count());

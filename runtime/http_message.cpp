@@ -38,6 +38,7 @@ HttpResponse error_response(const ApiError& e) {
   r.status = e.status;
   r.body = error_json(e);
   if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 

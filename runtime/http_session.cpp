@@ -31,7 +31,6 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr auto kReadTimeout = std::chrono::seconds(60);
 constexpr size_t kMaxPending = 8u << 20;
 constexpr size_t kMaxPipelined = 64u << 10;
 
@@ -82,7 +81,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_.emplace();
     parser_->body_limit(state_->options().max_body_bytes);
     parser_->header_limit(64 * 1024);
-    stream_.expires_after(kReadTimeout);
+    stream_.expires_after(state_->options().read_timeout);
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
   }
 
@@ -129,7 +128,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res->body() = std::move(resp.body);
     res->keep_alive(keep_alive && !state_->draining());
     res->prepare_payload();
-    stream_.expires_after(kReadTimeout);
+    stream_.expires_after(state_->options().read_timeout);
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       self->on_response_written(ec, !res->keep_alive());
     });

@@ -74,13 +74,41 @@ void require_method(const HttpRequest& req, const char* method) {
                                                      method, "."), {}, "method_not_allowed");
 }
 
+// Prompt limits, checked before the expensive steps: the text's bytes before it is tokenized,
+// then its tokens before a grammar is compiled or the generation admitted.
+void check_prompt_bytes(const ServerState& state, size_t bytes, const char* param) {
+  const size_t limit = state.options().max_prompt_bytes;
+  if (bytes > limit)
+    bad_request(cat("The prompt has ", bytes, " bytes of text; this server accepts at most ", limit,
+                    " (--max-prompt-bytes)."),
+                param, "context_length_exceeded");
+}
+
+void check_prompt_tokens(const ServerState& state, size_t n_prompt, const char* param) {
+  const int64_t ctx = state.context_length();
+  const int64_t limit = state.max_prompt_tokens();
+  if (int64_t(n_prompt) >= ctx)
+    bad_request(cat("This model's maximum context length is ", ctx, " tokens; the prompt has ", n_prompt, " tokens."),
+                param, "context_length_exceeded");
+  if (int64_t(n_prompt) > limit)
+    bad_request(cat("The prompt has ", n_prompt, " tokens; this server accepts at most ", limit,
+                    " (--max-prompt-tokens)."),
+                param, "context_length_exceeded");
+}
+
+size_t chat_prompt_bytes(const ChatRequest& cr) {
+  size_t n = 0;
+  for (const auto& m : cr.messages) {
+    n += m.content.size();
+    for (const auto& c : m.tool_calls) n += c.name.size() + c.arguments.size();
+  }
+  return n;
+}
+
 GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, std::vector<int32_t> prompt,
                                CompletionMeta meta) {
   const int64_t ctx = state.context_length();
   const int64_t n_prompt = int64_t(prompt.size());
-  if (n_prompt >= ctx)
-    bad_request(cat("This model's maximum context length is ", ctx, " tokens; the prompt has ", n_prompt, " tokens."),
-                "messages", "context_length_exceeded");
   const int64_t room = ctx - n_prompt;
   if (g.max_tokens && *g.max_tokens > room)
     bad_request(cat("This model's maximum context length is ", ctx, " tokens; the prompt has ", n_prompt,
@@ -107,21 +135,24 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
 
 RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
-  GrammarBudget budget = state.options().grammar_budget;
-  budget.cancelled = req.client_gone;
-  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family(), budget);
+  check_prompt_bytes(state, chat_prompt_bytes(cr), "messages");
   RenderedPrompt prompt;
   try {
     prompt = state.chat_template()->render(cr.messages, cr.tools, true);
   } catch (const Error& e) {
     bad_request(e.what(), "messages");
   }
+  std::vector<int32_t> tokens = state.encode_prompt(prompt);
+  check_prompt_tokens(state, tokens.size(), "messages");
+  GrammarBudget budget = state.options().grammar_budget;
+  budget.cancelled = req.client_gone;
+  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family(), budget);
   CompletionMeta meta;
   meta.chat = true;
   meta.id = random_id("chatcmpl-");
   meta.tools_enabled = cr.tool_choice != ToolChoice::none;
   RouteResult r;
-  r.plan = plan_generation(state, cr.gen, state.encode_prompt(prompt), std::move(meta));
+  r.plan = plan_generation(state, cr.gen, std::move(tokens), std::move(meta));
   r.plan->job.mask = std::move(mask);
   for (const auto& s : state.chat_template()->stop_strings())
     if (!s.empty()) r.plan->job.stop_strings.push_back(s);
@@ -130,7 +161,9 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
 
 RouteResult completions(const HttpRequest& req, ServerState& state) {
   CompletionRequest cr = parse_completion_request(req.body, state.tokenizer().vocab_size());
+  check_prompt_bytes(state, cr.prompt.size(), "prompt");
   std::vector<int32_t> prompt = state.encode_raw_prompt(cr.prompt);
+  check_prompt_tokens(state, prompt.size(), "prompt");
   if (prompt.empty()) {
     if (!state.tokenizer().bos_id()) bad_request("'prompt' is empty and the model has no BOS token.", "prompt");
     prompt.push_back(*state.tokenizer().bos_id());

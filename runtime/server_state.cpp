@@ -19,6 +19,9 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_sessions > 0, "runtime: serve: --max-sessions must be positive");
   EXL_CHECK(opts_.cache_pages >= 0, "runtime: serve: --cache-pages must be positive (0: fit the free memory)");
   EXL_CHECK(opts_.page_size > 0, "runtime: serve: page size must be positive");
+  EXL_CHECK(opts_.max_prompt_tokens >= 0, "runtime: serve: --max-prompt-tokens must be positive (0: the context)");
+  EXL_CHECK(opts_.max_prompt_bytes > 0, "runtime: serve: --max-prompt-bytes must be positive");
+  EXL_CHECK(opts_.read_timeout.count() > 0, "runtime: serve: the read timeout must be positive");
   dir_ = std::make_unique<ModelDir>(opts_.model_dir);
   std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
   model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
@@ -51,6 +54,11 @@ int64_t ServerState::context_length() const {
   const int64_t cache = int64_t(gen_->options().num_pages) * opts_.page_size;
   const int64_t n = model_->config().max_position_embeddings;
   return n > 0 ? std::min(n, cache) : cache;
+}
+
+int64_t ServerState::max_prompt_tokens() const {
+  const int64_t ctx = context_length();
+  return opts_.max_prompt_tokens > 0 ? std::min(opts_.max_prompt_tokens, ctx) : ctx;
 }
 
 std::shared_ptr<void> ServerState::admit_generation() {

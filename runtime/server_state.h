@@ -5,6 +5,7 @@
 // and cancel are thread-safe; counters are atomics.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -39,6 +40,10 @@ struct ServerOptions {
   int max_sessions = 64;                     // generations in flight (queued + running)
   int max_batch_seqs = 16;
   size_t max_body_bytes = 8u << 20;
+  int64_t max_prompt_tokens = 0;             // 0 = context_length(); more is a 400 context_length_exceeded
+  size_t max_prompt_bytes = 1u << 20;        // bytes of prompt text (message contents, tool-call arguments,
+                                             // a completions prompt), checked before tokenizing
+  std::chrono::milliseconds read_timeout{60000};  // one HTTP request (headers and body) must arrive within it
   int io_threads = 2;
   GrammarBudget grammar_budget;              // per request's constraint; the request's disconnect cancels it
   std::string chat_template;                 // override name; empty = detect
@@ -66,6 +71,8 @@ class ServerState {
   std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
   // Tokens one sequence may hold: the model's max_position_embeddings, capped by the KV cache.
   int64_t context_length() const;
+  // Tokens a prompt may have: options().max_prompt_tokens capped by context_length().
+  int64_t max_prompt_tokens() const;
   Generator& generator() { return *gen_; }
   Metrics& metrics() { return metrics_; }
   // Agent sessions and client tools (WebSocket API); max_sessions live sessions.

@@ -49,6 +49,8 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
                          : std::move(dir);
   prepare_private_dir(env_.dir);
   env_.context_length = state.context_length();
+  env_.max_prompt_tokens = state.max_prompt_tokens();
+  env_.max_prompt_bytes = state.options().max_prompt_bytes;
 }
 
 void SessionHub::shutdown() {

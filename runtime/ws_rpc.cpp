@@ -1,5 +1,7 @@
 #include "runtime/ws_rpc.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/api_error.h"
@@ -72,8 +74,9 @@ Json send_message(const Json& params, ServerState& state, WsPeer& peer) {
   const std::string id = session_param(params);
   if (!params.contains("content") || !params["content"].is_string())
     throw RpcError(rpc_code::invalid_params, "Invalid params: 'content' (a string) is required");
-  if (params["content"].get_ref<const std::string&>().size() > kWsMaxContentBytes)
-    throw RpcError(rpc_code::payload_too_large, cat("Payload too large: 'content' exceeds ", kWsMaxContentBytes, " bytes"));
+  const size_t limit = std::min(kWsMaxContentBytes, state.options().max_prompt_bytes);
+  if (params["content"].get_ref<const std::string&>().size() > limit)
+    throw RpcError(rpc_code::payload_too_large, cat("Payload too large: 'content' exceeds ", limit, " bytes"));
   auto session = state.sessions().find(id, peer.id);
   if (!session->send(params["content"].get<std::string>()))
     throw RpcError(rpc_code::session_busy, cat("Session '", id, "' is still running; wait for its done event or cancel it"));

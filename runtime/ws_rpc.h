@@ -33,7 +33,7 @@ inline constexpr int payload_too_large = -32013;
 
 // Per-message limits of one connection: at most kWsMaxMessagesPerSecond frames in any one-second
 // window (more are answered -32012 and dropped), and sessions/send content up to
-// kWsMaxContentBytes (-32013).
+// kWsMaxContentBytes or the server's max_prompt_bytes, whichever is smaller (-32013).
 inline constexpr int kWsMaxMessagesPerSecond = 256;
 inline constexpr size_t kWsMaxContentBytes = 1u << 20;
 

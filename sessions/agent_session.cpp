@@ -36,6 +36,17 @@ std::string timeout_text(const std::string& name, std::chrono::milliseconds t) {
   return cat("Tool '", name, "' timed out after ", double(t.count()) / 1000.0, " s");
 }
 
+// Cuts an over-long tool result at a character boundary and says so, so one tool cannot flood the
+// conversation (and every later prompt) with its output.
+void cap_tool_result(std::string& content, size_t limit) {
+  if (limit == 0 || content.size() <= limit) return;
+  size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(content[cut]) & 0xC0) == 0x80) --cut;
+  const size_t total = content.size();
+  content.resize(cut);
+  content += cat("\n[exlagent: tool output truncated: ", cut, " of ", total, " bytes shown]");
+}
+
 }  // namespace
 
 AgentSession::AgentSession(const AgentEnv& env, std::string id, AgentConfig config, AgentSink sink, uint64_t pin)
@@ -164,6 +175,12 @@ void AgentSession::next_turn() {
     emit("error", {{"message", e.what()}});
     return finish_run("error");
   }
+  if (env_.max_prompt_bytes > 0 && rendered.text.size() > env_.max_prompt_bytes) {
+    emit("error", {{"message", cat("sessions: agent: the conversation has ", rendered.text.size(),
+                                   " bytes of text; the server accepts at most ", env_.max_prompt_bytes,
+                                   " (--max-prompt-bytes)")}});
+    return finish_run("error");
+  }
   prompt_ = build_prompt(rendered);
   prompt_text_ = std::move(rendered.text);
   generated_.clear();
@@ -172,6 +189,12 @@ void AgentSession::next_turn() {
   if (room <= 0) {
     emit("error", {{"message", cat("sessions: agent: the conversation has ", prompt_.size(),
                                    " tokens; the context holds ", env_.context_length)}});
+    return finish_run("error");
+  }
+  if (env_.max_prompt_tokens > 0 && int64_t(prompt_.size()) > env_.max_prompt_tokens) {
+    emit("error", {{"message", cat("sessions: agent: the conversation has ", prompt_.size(),
+                                   " tokens; the server accepts at most ", env_.max_prompt_tokens,
+                                   " prompt tokens (--max-prompt-tokens)")}});
     return finish_run("error");
   }
   GenerationJob job;
@@ -298,6 +321,7 @@ void AgentSession::deliver(uint64_t epoch, size_t index, ToolResult result) {
   slot.cancel->cancel();
   if (slot.timer) slot.timer->cancel();
   slot.result = std::move(result);
+  cap_tool_result(slot.result.content, env_.max_tool_result_bytes);
   emit("tool_result", {{"id", calls_[index].id}, {"name", calls_[index].name}, {"content", slot.result.content},
                        {"isError", slot.result.is_error}});
   if (++n_results_ < slots_.size()) return;

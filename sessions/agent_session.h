@@ -4,8 +4,9 @@
 // repeat, until a reply without tool calls (the final answer), max_turns generations, or cancel().
 //
 // Events (AgentEvent.type): "token" {text}, "tool_call" {id, name, arguments}, "tool_result"
-// {id, name, content, isError}, "turn_end" {turn, finishReason, usage}, "done" {reason:
-// "final"|"max_turns"|"cancelled"|"error", content?, turns, usage}, "error" {message}. Every run
+// {id, name, content, isError} (content cut to env.max_tool_result_bytes, with a note), "turn_end"
+// {turn, finishReason, usage}, "done" {reason: "final"|"max_turns"|"cancelled"|"error", content?,
+// turns, usage}, "error" {message}. Every run
 // ends with exactly one "done" (an "error" event precedes done{reason:"error"}).
 //
 // Prefix caching: each turn's prompt continues the exact tokens of the previous turn (prompt +
@@ -58,6 +59,9 @@ struct AgentEnv {
   boost::asio::any_io_executor executor;
   std::filesystem::path dir;     // transcripts; empty = not saved
   int64_t context_length = 0;    // tokens a sequence may hold
+  int64_t max_prompt_tokens = 0; // tokens a turn's prompt may have; 0 = context_length
+  size_t max_prompt_bytes = 0;   // bytes of a turn's rendered conversation, checked before tokenizing; 0 = no limit
+  size_t max_tool_result_bytes = 64u << 10;  // longer tool results are cut, ending with a note; 0 = no limit
 };
 
 class AgentSession : public std::enable_shared_from_this<AgentSession> {

@@ -332,6 +332,53 @@ TEST_F(Router, ChatContentCannotInjectSpecialTokens) {
   EXPECT_NE(std::find(c.plan->job.prompt.begin(), c.plan->job.prompt.end(), eos), c.plan->job.prompt.end());
 }
 
+// Issue 28: a 6 MB prompt under the body limit cost 12 s of CPU before any limit applied. Prompt
+// text is now held to --max-prompt-bytes before it is tokenized, then to --max-prompt-tokens.
+TEST_F(Router, PromptLimitsInBytesThenTokens) {
+  ServerOptions o;
+  o.max_prompt_bytes = 4096;
+  o.max_prompt_tokens = 64;
+  auto st = make_state(o);
+  ASSERT_EQ(st->max_prompt_tokens(), 64);
+  auto message_of = [](const RouteResult& r) { return json::parse(r.response.body)["error"]["message"].get<std::string>(); };
+  const auto user = [](const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); };
+
+  auto bytes = route(req("POST", "/v1/chat/completions", chat_body({{"messages", user(std::string(4097, 'a'))}})), *st);
+  expect_error(bytes, 400, "invalid_request_error", "messages", "context_length_exceeded");
+  EXPECT_NE(message_of(bytes).find("4097 bytes"), std::string::npos) << message_of(bytes);
+  EXPECT_NE(message_of(bytes).find("--max-prompt-bytes"), std::string::npos);
+  // Tool-call arguments count as prompt text.
+  const json call_msgs = json::parse(R"([{"role":"user","content":"x"},
+    {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"ok"}])");
+  json big_args = call_msgs;
+  big_args[1]["tool_calls"][0]["function"]["arguments"] = json({{"k", std::string(5000, 'b')}}).dump();
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"messages", big_args}})), *st), 400,
+               "invalid_request_error", "messages", "context_length_exceeded");
+  auto raw = route(req("POST", "/v1/completions", json({{"prompt", std::string(5000, 'c')}}).dump()), *st);
+  expect_error(raw, 400, "invalid_request_error", "prompt", "context_length_exceeded");
+  EXPECT_NE(message_of(raw).find("--max-prompt-bytes"), std::string::npos);
+
+  // Under the byte limit but over 64 tokens (the context is 512): refused by the token limit.
+  std::string words;
+  for (int i = 0; i < 60; ++i) words += "cat dog sun ";
+  ASSERT_LE(words.size(), 4096u);
+  auto tokens = route(req("POST", "/v1/chat/completions", chat_body({{"messages", user(words)}})), *st);
+  expect_error(tokens, 400, "invalid_request_error", "messages", "context_length_exceeded");
+  EXPECT_NE(message_of(tokens).find("--max-prompt-tokens"), std::string::npos) << message_of(tokens);
+  expect_error(route(req("POST", "/v1/completions", json({{"prompt", words}}).dump()), *st), 400,
+               "invalid_request_error", "prompt", "context_length_exceeded");
+  // Within both: a plan.
+  EXPECT_TRUE(route(req("POST", "/v1/chat/completions", chat_body()), *st).plan.has_value());
+  EXPECT_TRUE(route(req("POST", "/v1/completions", R"({"prompt":"Once upon a time"})"), *st).plan.has_value());
+  // The token limit defaults to the context and never exceeds it.
+  EXPECT_EQ(make_state()->max_prompt_tokens(), make_state()->context_length());
+  ServerOptions huge;
+  huge.max_prompt_tokens = 1 << 30;
+  auto hs = make_state(huge);
+  EXPECT_EQ(hs->max_prompt_tokens(), hs->context_length());
+}
+
 TEST_F(Router, AdmissionLimitAndDrain) {
   ServerOptions o;
   o.max_sessions = 2;
@@ -340,7 +387,11 @@ TEST_F(Router, AdmissionLimitAndDrain) {
   auto b = route(req("POST", "/v1/chat/completions", chat_body()), *st);
   ASSERT_TRUE(a.plan && b.plan);
   EXPECT_EQ(st->running_generations(), 2);
-  expect_error(route(req("POST", "/v1/chat/completions", chat_body()), *st), 503, "rate_limit_error", {}, "server_overloaded");
+  auto over = route(req("POST", "/v1/chat/completions", chat_body()), *st);
+  expect_error(over, 503, "rate_limit_error", {}, "server_overloaded");
+  EXPECT_NE(std::find(over.response.headers.begin(), over.response.headers.end(),
+                      std::pair<std::string, std::string>{"Retry-After", "1"}),
+            over.response.headers.end());
   a.plan.reset();
   EXPECT_EQ(st->running_generations(), 1);
   EXPECT_TRUE(route(req("POST", "/v1/chat/completions", chat_body()), *st).plan.has_value());

@@ -21,6 +21,7 @@
 #include "runtime/cli_commands.h"
 #include "runtime/cli_runner.h"
 #include "runtime/server.h"
+#include "http_test_client.h"
 #include "test_support.h"
 
 namespace exl {
@@ -34,11 +35,7 @@ using json = nlohmann::json;
 
 constexpr const char* kKey = "test-key-123";
 
-struct Reply {
-  int status = 0;
-  std::string body;
-  std::string content_type;
-};
+using Reply = test::HttpReply;
 
 class ServerFixture : public testing::Test {
  protected:
@@ -68,27 +65,7 @@ class ServerFixture : public testing::Test {
 
   static Reply request(const std::string& method, const std::string& target, const std::string& body = {},
                        const std::string& key = kKey, const std::string& host = "127.0.0.1") {
-    net::io_context ioc;
-    tcp::socket sock(ioc);
-    sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
-    http::request<http::string_body> req(method == "GET" ? http::verb::get : http::verb::post, target, 11);
-    req.set(http::field::host, host);
-    if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
-    if (!body.empty()) {
-      req.set(http::field::content_type, "application/json");
-      req.body() = body;
-    }
-    req.prepare_payload();
-    http::write(sock, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> p;
-    p.body_limit(16u << 20);
-    http::read(sock, buf, p);
-    Reply r;
-    r.status = p.get().result_int();
-    r.body = p.get().body();
-    r.content_type = std::string(p.get()[http::field::content_type]);
-    return r;
+    return test::http_request(server_->port(), method, target, body, key, host);
   }
 
   static json chat(json body, int expect_status = 200) {

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 
 #include "runtime/server.h"
@@ -221,6 +222,92 @@ TEST_F(WsAgent, ToolClientDisconnectFailsCallsAndDropsTools) {
   // Its tools are gone for new sessions.
   EXPECT_EQ(c.call("tools/list")["result"]["tools"], json::array());
   EXPECT_EQ(c.call("sessions/create", {{"tools", {"lookup"}}})["error"]["code"], -32602);
+}
+
+// Issue 28, fault injection: a tool client that answers with garbage (not JSON: the call waits for
+// its deadline), with the wrong shape, or with huge output (cut, with a note saying so). Each run
+// still ends with done, another client's session still runs, and the server still serves.
+TEST_F(WsAgent, ToolGarbageWrongShapeAndHugeOutput) {
+  WsTestClient tools(server_->port(), kKey);
+  ASSERT_TRUE(tools.call("tools/register", {{"tools", json::array({lookup_tool()})}}).contains("result"));
+  WsTestClient c(server_->port(), kKey);
+  auto run = [&](const std::function<void(const json& call)>& answer) -> json {
+    script({kCall, "Done."});
+    json created = c.call("sessions/create", {{"tools", {"lookup"}}, {"toolTimeoutMs", 500}});
+    EXPECT_TRUE(created.contains("result")) << created;
+    const std::string sid = created["result"]["sessionId"];
+    EXPECT_TRUE(c.call("sessions/send", {{"sessionId", sid}, {"content", "Oslo?"}}).contains("result"));
+    auto call = tools.next_of("tools/call");
+    EXPECT_TRUE(call);
+    if (call) answer(*call);
+    auto result = c.next_of("sessions/event", "tool_result");
+    EXPECT_TRUE(result);
+    auto done = c.next_of("sessions/event", "done");
+    EXPECT_TRUE(done) << json(c.seen()).dump().substr(0, 2000);
+    c.call("sessions/close", {{"sessionId", sid}});
+    return result ? (*result)["params"] : json();
+  };
+  // Not JSON: a parse error back to the tool client; the call times out.
+  json garbage = run([&](const json&) {
+    tools.send_text("{\"jsonrpc\": \"2.0\", \"id\": \"tc-");
+    auto e = tools.read();
+    ASSERT_TRUE(e);
+    EXPECT_EQ((*e)["error"]["code"], -32700);
+  });
+  EXPECT_EQ(garbage["isError"], true);
+  EXPECT_NE(garbage["content"].get<std::string>().find("timed out"), std::string::npos) << garbage;
+  // The wrong shape: a result that is not a CallToolResult object.
+  json wrong = run([&](const json& call) {
+    tools.send({{"jsonrpc", "2.0"}, {"id", call["id"]}, {"result", "sunny"}});
+  });
+  EXPECT_EQ(wrong["isError"], true);
+  EXPECT_NE(wrong["content"].get<std::string>().find("malformed"), std::string::npos) << wrong;
+  // Huge output: 3 MiB of text, cut to 64 KiB with a note.
+  json huge = run([&](const json& call) {
+    tools.send({{"jsonrpc", "2.0"}, {"id", call["id"]},
+                {"result", {{"content", {{{"type", "text"}, {"text", std::string(3u << 20, 'z')}}}}}}});
+  });
+  const std::string content = huge["content"];
+  EXPECT_LT(content.size(), (64u << 10) + 200);
+  EXPECT_EQ(content.substr(0, 16), std::string(16, 'z'));
+  EXPECT_NE(content.find("[exlagent: tool output truncated: 65536 of 3145728 bytes shown]"), std::string::npos);
+  // Another session, on another connection, still runs to its final answer.
+  script({"Fine."});
+  WsTestClient other(server_->port(), kKey);
+  const std::string sid = other.call("sessions/create", {{"maxTokens", 8}})["result"]["sessionId"];
+  ASSERT_TRUE(other.call("sessions/send", {{"sessionId", sid}, {"content", "Hi"}}).contains("result"));
+  auto done = other.next_of("sessions/event", "done");
+  ASSERT_TRUE(done);
+  EXPECT_EQ((*done)["params"]["reason"], "final");
+  expect_server_alive();
+}
+
+// A conversation over --max-prompt-tokens ends its run with an error event naming the limit.
+TEST(WsAgentLimits, PromptTokenLimitEndsTheRunWithAnError) {
+  const auto dir = test::shared_dir() / "models/stories260K-hf";
+  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
+  ServerOptions o;
+  o.model_dir = dir.string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 64;
+  o.cpu_threads = 1;
+  o.max_prompt_tokens = 40;
+  o.session_dir = (test::temp_dir("WsAgentLimits") / "sessions").string();
+  auto state = std::make_shared<ServerState>(o);
+  Server server(state);
+  server.start();
+  WsTestClient c(server.port(), "");
+  const std::string sid = c.call("sessions/create", {{"maxTokens", 4}})["result"]["sessionId"];
+  std::string words;
+  for (int i = 0; i < 30; ++i) words += "cat dog ";
+  ASSERT_TRUE(c.call("sessions/send", {{"sessionId", sid}, {"content", words}}).contains("result"));
+  auto error = c.next_of("sessions/event", "error");
+  ASSERT_TRUE(error);
+  EXPECT_NE((*error)["params"]["message"].get<std::string>().find("--max-prompt-tokens"), std::string::npos) << *error;
+  auto done = c.next_of("sessions/event", "done");
+  ASSERT_TRUE(done);
+  EXPECT_EQ((*done)["params"]["reason"], "error");
 }
 
 TEST_F(WsAgent, BadFramesMethodsAndLimits) {

@@ -5,10 +5,12 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 #include <nlohmann/json.hpp>
@@ -114,6 +116,10 @@ class WsTestClient {
     boost::beast::error_code ec;
     ws_.close(boost::beast::websocket::close_code::normal, ec);
   }
+  // Writes bytes straight to the TCP socket, under the WebSocket framing (a slow or broken peer).
+  void write_raw(std::string_view bytes) {
+    boost::asio::write(boost::beast::get_lowest_layer(ws_).socket(), boost::asio::buffer(bytes.data(), bytes.size()));
+  }
   // Drops the TCP connection without a close handshake.
   void drop() {
     boost::beast::error_code ec;
@@ -122,6 +128,7 @@ class WsTestClient {
   boost::beast::error_code last_error() const { return last_error_; }
   boost::beast::websocket::close_reason close_reason() const { return ws_.reason(); }
   const std::deque<json>& seen() const { return seen_; }
+  void clear_seen() { seen_.clear(); }
 
  private:
   boost::asio::io_context ioc_;

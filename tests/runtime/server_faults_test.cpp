@@ -1,0 +1,259 @@
+// Fault injection at the server's seams (issue 28), each against the real server on loopback with
+// stories260K on the CPU, and each followed by the proof that the server still answers /health
+// and serves other clients: huge prompts under the body limit, a client that trickles its request
+// (slowloris), one that trickles a WebSocket frame, a WebSocket client that vanishes mid-turn; and,
+// disabled as known failures, KV cache pages exhausted by concurrent large requests and a model
+// file truncated while mapped.
+// Tool faults (hang, crash, garbage, huge output) are in ws_agent_test.cpp, whose fixture scripts
+// tool calls. CUDA errors surfacing as request errors need a GPU and are not tested here.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <nlohmann/json.hpp>
+
+#include "runtime/server.h"
+#include "runtime/session_hub.h"
+#include "http_test_client.h"
+#include "test_support.h"
+#include "ws_test_client.h"
+
+namespace exl {
+namespace server_faults_test {
+
+using json = nlohmann::json;
+using test::WsTestClient;
+
+std::filesystem::path stories_dir() { return test::shared_dir() / "models/stories260K-hf"; }
+
+ServerOptions small_server(const std::string& name) {
+  ServerOptions o;
+  o.model_dir = stories_dir().string();
+  o.port = 0;
+  o.page_size = 16;
+  o.cache_pages = 64;
+  o.cpu_threads = 1;
+  o.session_dir = (test::temp_dir(name) / "sessions").string();
+  return o;
+}
+
+struct Running {
+  explicit Running(ServerOptions o) : state(std::make_shared<ServerState>(std::move(o))), server(state) {
+    server.start();
+  }
+  uint16_t port() const { return server.port(); }
+  std::shared_ptr<ServerState> state;
+  Server server;
+};
+
+json chat_body(const std::string& content, int max_tokens) {
+  return {{"model", "m"},
+          {"messages", {{{"role", "user"}, {"content", content}}}},
+          {"max_tokens", max_tokens},
+          {"temperature", 0}};
+}
+
+void expect_serving(uint16_t port) {
+  EXPECT_EQ(test::http_request(port, "GET", "/health").status, 200);
+  test::HttpReply r = test::http_request(port, "POST", "/v1/chat/completions", chat_body("Hi", 3).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["object"], "chat.completion");
+}
+
+#define EXL_REQUIRE_STORIES()                                                      \
+  if (!std::filesystem::exists(stories_dir() / "model.safetensors"))             \
+  GTEST_SKIP() << "shared asset missing: " << stories_dir()
+
+// Issue 28: a 6 MB prompt under the 8 MiB body limit cost 12 s of CPU and +320 MB before any
+// limit applied, and four at once peaked at 1.7 GB. Now the prompt's bytes are checked before it
+// is tokenized: a 400 context_length_exceeded.
+TEST(ServerFaults, HugePromptsAreRefusedBeforeTokenizing) {
+  EXL_REQUIRE_STORIES();
+  Running s(small_server("ServerFaultsHugePrompt"));
+  ASSERT_EQ(s.state->options().max_body_bytes, size_t(8) << 20);
+  const std::string body = chat_body(std::string(6'000'000, 'a'), 4).dump();
+  std::vector<std::future<test::HttpReply>> replies;
+  for (int i = 0; i < 4; ++i)
+    replies.push_back(std::async(std::launch::async, [&] {
+      return test::http_request(s.port(), "POST", "/v1/chat/completions", body);
+    }));
+  for (auto& f : replies) {
+    test::HttpReply r = f.get();
+    ASSERT_EQ(r.status, 400) << r.body.substr(0, 400);
+    const json e = json::parse(r.body)["error"];
+    EXPECT_EQ(e["code"], "context_length_exceeded");
+    EXPECT_NE(e["message"].get<std::string>().find("6000000 bytes"), std::string::npos) << e;
+  }
+  test::HttpReply raw = test::http_request(s.port(), "POST", "/v1/completions",
+                                           json({{"prompt", std::string(2'000'000, 'b')}}).dump());
+  EXPECT_EQ(raw.status, 400) << raw.body.substr(0, 400);
+  expect_serving(s.port());
+}
+
+// A client that sends its request one byte at a time is dropped at the read timeout, and others
+// are served meanwhile.
+TEST(ServerFaults, SlowlorisHttpClientIsDroppedWhileOthersAreServed) {
+  EXL_REQUIRE_STORIES();
+  ServerOptions o = small_server("ServerFaultsSlowloris");
+  o.read_timeout = std::chrono::milliseconds(1000);
+  Running s(o);
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::socket slow(ioc);
+  slow.connect({boost::asio::ip::make_address("127.0.0.1"), s.port()});
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\nX-Pad: ";
+  std::atomic<bool> stop{false};
+  std::atomic<bool> write_failed{false};
+  std::thread trickle([&] {
+    for (size_t i = 0; !stop && i < 400; ++i) {
+      boost::system::error_code ec;
+      const char c = i < head.size() ? head[i] : 'x';
+      boost::asio::write(slow, boost::asio::buffer(&c, 1), ec);
+      if (ec) {
+        write_failed = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  expect_serving(s.port());
+  expect_serving(s.port());
+  // The server closes the slow connection: a read sees the end of the stream (20 s at most).
+  timeval tv{20, 0};
+  ::setsockopt(slow.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[256];
+  boost::system::error_code ec;
+  size_t n = 0;
+  do n = slow.read_some(boost::asio::buffer(buf), ec);
+  while (!ec && n > 0);
+  stop = true;
+  trickle.join();
+  EXPECT_TRUE(ec == boost::asio::error::eof || ec == boost::asio::error::connection_reset) << ec.message();
+  expect_serving(s.port());
+}
+
+// A WebSocket client that trickles a frame one byte at a time holds only its own connection:
+// other connections' sessions run meanwhile.
+TEST(ServerFaults, TricklingWebSocketFrameDoesNotBlockOthers) {
+  EXL_REQUIRE_STORIES();
+  Running s(small_server("ServerFaultsWsTrickle"));
+  WsTestClient slow(s.port(), "");
+  // A masked text frame of 20 bytes, written a byte at a time.
+  const std::string payload = R"({"jsonrpc":"2.0"   })";
+  std::string frame = {char(0x81), char(0x80 | payload.size()), 1, 2, 3, 4};
+  for (size_t i = 0; i < payload.size(); ++i) frame += char(payload[i] ^ "\x01\x02\x03\x04"[i % 4]);
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (size_t i = 0; !stop && i + 1 < frame.size(); ++i) {
+      slow.write_raw(frame.substr(i, 1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  WsTestClient other(s.port(), "");
+  json created = other.call("sessions/create", {{"maxTokens", 8}});
+  ASSERT_TRUE(created.contains("result")) << created;
+  ASSERT_TRUE(other.call("sessions/send", {{"sessionId", created["result"]["sessionId"]}, {"content", "Hi"}})
+                  .contains("result"));
+  auto done = other.next_of("sessions/event", "done");
+  ASSERT_TRUE(done);
+  EXPECT_NE((*done)["params"]["reason"], "error") << *done;
+  expect_serving(s.port());
+  stop = true;
+  trickle.join();
+}
+
+// A WebSocket client that vanishes in the middle of a turn: its session is cancelled and closed,
+// and other sessions continue.
+TEST(ServerFaults, WebSocketClientVanishesMidTurn) {
+  EXL_REQUIRE_STORIES();
+  Running s(small_server("ServerFaultsWsVanish"));
+  WsTestClient other(s.port(), "");
+  const std::string other_sid = other.call("sessions/create", {{"maxTokens", 16}})["result"]["sessionId"];
+  for (int i = 0; i < 3; ++i) {
+    WsTestClient gone(s.port(), "");
+    json created = gone.call("sessions/create", {{"maxTokens", 400}});
+    ASSERT_TRUE(created.contains("result")) << created;
+    ASSERT_TRUE(gone.call("sessions/send", {{"sessionId", created["result"]["sessionId"]}, {"content", "Tell a story."}})
+                    .contains("result"));
+    ASSERT_TRUE(gone.next_of("sessions/event", "token"));
+    gone.drop();
+  }
+  ASSERT_TRUE(other.call("sessions/send", {{"sessionId", other_sid}, {"content", "Hi"}}).contains("result"));
+  auto done = other.next_of("sessions/event", "done");
+  ASSERT_TRUE(done);
+  EXPECT_NE((*done)["params"]["reason"], "error") << *done;
+  for (int i = 0; i < 200 && s.state->sessions().live_sessions() > 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  EXPECT_EQ(s.state->sessions().live_sessions(), 1u);
+  expect_serving(s.port());
+}
+
+// KV cache pages run out under concurrent requests that each need most of the cache: requests
+// should wait for pages (or be refused with 503 and Retry-After), never fail otherwise or crash.
+// Disabled: a known failure, not yet fixed. The server does not crash, but when every job in
+// flight needs pages and none can get them, the generator fails them all ("out of KV cache
+// pages"), which reaches the client as a 500 (or an SSE error event). The fix belongs in
+// Generator::step: requeue the youngest job that has not emitted a token instead.
+TEST(ServerFaults, DISABLED_KvPagesExhaustedQueuesOrRefusesWith503) {
+  EXL_REQUIRE_STORIES();
+  ServerOptions o = small_server("ServerFaultsKv");
+  o.cache_pages = 10;  // 160 tokens: one of the requests below at a time
+  Running s(o);
+  ASSERT_EQ(s.state->context_length(), 160);
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "cat sat ";
+  std::vector<std::future<test::HttpReply>> replies;
+  for (int i = 0; i < 6; ++i)
+    replies.push_back(std::async(std::launch::async, [&, i] {
+      json body = chat_body(prompt + std::to_string(i), 40);
+      if (i % 2) body["stream"] = true;
+      return test::http_request(s.port(), "POST", "/v1/chat/completions", body.dump());
+    }));
+  int ok = 0;
+  for (auto& f : replies) {
+    test::HttpReply r = f.get();
+    if (r.status == 503) {
+      EXPECT_EQ(r.retry_after, "1") << r.body;
+      continue;
+    }
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body.find("\"error\""), std::string::npos) << r.body;
+    ++ok;
+  }
+  EXPECT_GE(ok, 1);
+  expect_serving(s.port());
+}
+
+// The model's safetensors file truncated on disk after the server loaded it. Requests should keep
+// working or fail cleanly. Disabled: a known failure, not yet fixed. The CPU backend reads weights
+// through the file's mapping, so the next forward pass touches pages past the new end of the file
+// and the process dies of SIGBUS. Replacing the file by rename (a new inode) is safe: the mapping
+// keeps the old one. Options: copy the weights at load, or hold a private copy-on-write snapshot.
+TEST(ServerFaults, DISABLED_ModelFileTruncatedAfterLoad) {
+  EXL_REQUIRE_STORIES();
+  const auto dir = test::temp_dir("ServerFaultsTruncatedModel") / "model";
+  std::filesystem::create_directories(dir);
+  for (const auto& e : std::filesystem::directory_iterator(stories_dir()))
+    if (e.is_regular_file())
+      std::filesystem::copy_file(e.path(), dir / e.path().filename(), std::filesystem::copy_options::overwrite_existing);
+  ServerOptions o = small_server("ServerFaultsTruncated");
+  o.model_dir = dir.string();
+  Running s(o);
+  expect_serving(s.port());
+  std::filesystem::resize_file(dir / "model.safetensors", 0);
+  expect_serving(s.port());
+  test::HttpReply r = test::http_request(s.port(), "POST", "/v1/completions",
+                                         R"({"prompt":"Once upon a time","max_tokens":24,"temperature":0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+}  // namespace server_faults_test
+}  // namespace exl
