@@ -16,6 +16,10 @@
 
 namespace exl::test {
 
+// The CUDA tests (and the exlagent processes tests start) run the tensor-core EXL2 path while it is
+// opt-in (kernels/cuda/cuda_linear.h: exl2_mma_enabled); set before main, so before any backend.
+inline const bool k_enable_exl2_mma = (::setenv("EXL_CUDA_MMA", "1", 0), true);
+
 inline std::filesystem::path source_dir() { return EXL_SOURCE_DIR; }
 inline std::filesystem::path binary_dir() { return EXL_BINARY_DIR; }
 // ../shared beside the source tree, or $EXL_SHARED_DIR.

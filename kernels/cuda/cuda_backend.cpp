@@ -173,7 +173,7 @@ class CudaBackend final : public Backend {
     if (rows == 0) return;
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     steps_.note(3, &l, x, y, rows);
-    if (rows > cuda::k_dense_gemv_max_rows) steps_.forbid_capture();  // larger batches may call cuBLAS
+    if (l.calls_cublas(rows, false)) steps_.forbid_capture();
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
@@ -202,7 +202,8 @@ class CudaBackend final : public Backend {
       ls.push_back(static_cast<const cuda::CudaLinear*>(ws[i]));
       steps_.note(ls.back(), ys[i]);
     }
-    if (rows > cuda::k_dense_gemv_max_rows) steps_.forbid_capture();
+    for (const auto* l : ls)
+      if (l->calls_cublas(rows, exact)) steps_.forbid_capture();
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
@@ -316,43 +317,43 @@ class CudaBackend final : public Backend {
     prof_.end(ctx_.stream(), "swiglu");
   }
 
-  // The fused gemvs compute what linears_exact does at their sizes (CudaLinear::run_exact runs the
-  // same gemv up to k_quant_gemv_max_rows), so `exact` only matters where they do not apply.
+  // The fused passes compute what linears_exact does with `exact` and what linears does without
+  // (CudaLinear::fuses: the tensor-core kernel for batches of 3+ rows when not exact).
   void swiglu_linear(const PreparedLinear& w, float* gate, const float* up, float* y, int64_t rows, int64_t k,
                      bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (!l.fuses(rows)) return Backend::swiglu_linear(w, gate, up, y, rows, k, exact);
-    fused_linear(13, l, gate, up, y, rows, false, "swiglu + linear ");
+    if (!l.fuses(rows, exact)) return Backend::swiglu_linear(w, gate, up, y, rows, k, exact);
+    fused_linear(13, l, gate, up, y, rows, false, exact, "swiglu + linear ");
   }
 
   void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
                               int64_t rows, int64_t k, bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (!l.fuses(rows)) return Backend::swiglu_linear_residual(w, gate, up, x, tmp, rows, k, exact);
-    fused_linear(15, l, gate, up, x, rows, true, "swiglu + linear + residual ");
+    if (!l.fuses(rows, exact)) return Backend::swiglu_linear_residual(w, gate, up, x, tmp, rows, k, exact);
+    fused_linear(15, l, gate, up, x, rows, true, exact, "swiglu + linear + residual ");
   }
 
   void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows,
                        bool exact) override {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
-    if (!l.fuses(rows)) return Backend::linear_residual(w, in, x, tmp, rows, exact);
-    fused_linear(16, l, in, nullptr, x, rows, true, "linear + residual ");
+    if (!l.fuses(rows, exact)) return Backend::linear_residual(w, in, x, tmp, rows, exact);
+    fused_linear(16, l, in, nullptr, x, rows, true, exact, "linear + residual ");
   }
 
   // One CudaLinear::run_fused launch, noted for step graphs under `op`.
   // It reads what the previous op handed off (cuda::Handoff) and, adding into the residual stream,
   // hands y on.
   void fused_linear(int op, const cuda::CudaLinear& l, const float* in, const float* up, float* y, int64_t rows,
-                    bool residual, const char* what) {
+                    bool residual, bool exact, const char* what) {
     const cuda::CudaLinear* self[1] = {&l};
     const cuda::Handoff::In hin = handoff_.read(self, in, up, nullptr, rows);
     cuda::Handoff::Out hout;
     if (residual)
       hout = handoff_.produce(key_of(&l), y, nullptr, l.out_features, rows, cuda::handoff_perm(self, rows).inv_perm);
-    steps_.note(op, &l, in, up, y, rows);
+    steps_.note(op, &l, in, up, y, rows, exact);
     note_handoff(hin, hout);
     if (steps_.recording()) return;
     ctx_.make_current();
@@ -361,7 +362,7 @@ class CudaBackend final : public Backend {
     io.inv_perm = hout.inv_perm;
     io.out_perm[0] = hout.x;
     io.ssq_out = hout.ssq;
-    l.run_fused(ctx_, hin.ok ? hin.x : in, hin.ok ? hin.up : up, y, rows, residual, &io);
+    l.run_fused(ctx_, hin.ok ? hin.x : in, hin.ok ? hin.up : up, y, rows, residual, exact, &io);
     if (prof_.enabled())
       prof_.end(ctx_.stream(), cat(what, l.out_features, "x", l.in_features, " rows ", rows), double(l.weight_bytes));
   }

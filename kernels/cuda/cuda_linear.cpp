@@ -150,18 +150,31 @@ class Exl2Linear final : public CudaLinear {
   const std::shared_ptr<const std::vector<int32_t>>& perm_host() const { return perm_host_; }
   const std::shared_ptr<const Buffer>& inv_perm() const { return inv_perm_; }
 
-  bool fuses(int64_t rows) const override { return rows <= k_quant_gemv_max_rows; }
-  void run_fused(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual,
+  // Rows up to which run() (exact false) or run_linears (exact true) keep this matrix on one launch
+  // of the gemv or tensor-core kernels.
+  int64_t set_max_rows(bool exact) const {
+    return exact                                    ? k_exl2_exact_gemv_max_rows
+           : view_.n_segs > 0 && exl2_mma_enabled() ? std::max(k_quant_gemv_max_rows, exl2_mma_max_rows())
+                                                    : k_quant_gemv_max_rows;
+  }
+  bool calls_cublas(int64_t rows, bool exact) const override {
+    return rows > (exact ? k_quant_gemv_max_rows : set_max_rows(false));
+  }
+  bool fuses(int64_t rows, bool exact) const override {
+    return rows <= (exact ? k_quant_gemv_max_rows : set_max_rows(false));
+  }
+  void run_fused(CudaContext& ctx, const float* x, const float* x_up, float* y, int64_t rows, bool residual, bool exact,
                  const Exl2GemvHandoff* io) const override {
     const Exl2Linear* self[1] = {this};
     float* ys[1] = {y};
-    gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr, io});
+    // One and two rows keep the exact gemv form in fused passes (as before the tensor-core path).
+    gemv_set(ctx, self, ys, rows, {x, x_up, nullptr, 0.0f, residual, nullptr, io, exact || rows < k_exl2_mma_min_rows});
   }
   const float* bias() const { return bias_.f32(); }
 
   void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const override {
     const float* bias = bias_.f32();
-    if (rows <= k_quant_gemv_max_rows) {
+    if (rows <= set_max_rows(false)) {
       gemv(ctx, x, y, rows, false);
       return;
     }
@@ -347,9 +360,16 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
               const GemvInput& in) {
   const int K = set[0]->view().K;
   int64_t n_total = 0, tiles = 0;
-  for (const auto* l : set) n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
-  const int ks = exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
-  const int64_t slices = ceil_div(K, ks), mb = exl2_gemv_rows_per_block(int(rows));
+  bool mma = exl2_mma_enabled() && !in.exact && rows >= k_exl2_mma_min_rows && !in.norm_w && !in.rope &&
+             !(in.io && (in.io->x_in_order || in.io->inv_perm || in.io->ssq_out));
+  for (const auto* l : set) {
+    n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
+    mma = mma && l->view().n_segs > 0;
+  }
+  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx))
+                     : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
+  const int64_t slices = ceil_div(K, ks);
+  const int64_t mb = mma ? exl2_mma_rows_per_block(int(rows)) : exl2_gemv_rows_per_block(int(rows));
   float* partials =
       slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
   unsigned* counters = slices > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
@@ -370,7 +390,8 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (in.rope) s.rope = *in.rope;
   if (in.io) s.io = *in.io;
   s.exact = in.exact;
-  EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
+  if (mma) EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, counters, ctx.stream()));
+  else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
 
 }  // namespace
@@ -385,10 +406,9 @@ void run_linears(CudaContext& ctx, std::span<const CudaLinear* const> ls, const 
   auto flush = [&] {
     if (!set.empty()) gemv_set(ctx, set, set_y, rows, in);
   };
-  const int64_t gemv_rows = exact ? k_exl2_exact_gemv_max_rows : k_quant_gemv_max_rows;
   for (size_t i = 0; i < ls.size(); ++i) {
     const auto* e = dynamic_cast<const Exl2Linear*>(ls[i]);
-    const bool fits = e && rows <= gemv_rows;
+    const bool fits = e && rows <= e->set_max_rows(exact);
     if (!fits || set.size() == size_t(k_exl2_gemv_max_jobs) || (!set.empty() && set[0]->view().K != e->view().K)) {
       flush();
       set.clear(), set_y.clear();
@@ -455,6 +475,41 @@ int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   int64_t ks = ceil_div(ceil_div(K, splits), 128) * 128;
   ks = std::clamp<int64_t>(ks, 128, 1024);
   return int(std::min(ks, ceil_div(K, 32) * 32));
+}
+
+int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
+  const int64_t mb = exl2_mma_rows_per_block(int(rows));
+  const int64_t base = ceil_div(N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb);
+  const int64_t splits = std::max<int64_t>(1, target_blocks / base);
+  const int64_t smem_max = std::max<int64_t>(128, (48 * 1024 / (2 * mb)) / 128 * 128);
+  const int64_t ks = std::clamp<int64_t>(ceil_div(ceil_div(K, splits), 128) * 128, 128, std::min<int64_t>(smem_max, 2048));
+  return int(std::min(ks, ceil_div(K, 128) * 128));
+}
+
+bool exl2_mma_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("EXL_CUDA_MMA");
+    return e && std::atoi(e) == 1;
+  }();
+  return on;
+}
+
+int64_t exl2_mma_max_rows() {
+  static const int64_t n = [] {
+    const char* e = std::getenv("EXL_CUDA_MMA_MAX_ROWS");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v >= 16 && v <= 4096 ? v : k_exl2_mma_max_rows;
+  }();
+  return n;
+}
+
+int exl2_mma_target_blocks(const CudaContext& ctx) {
+  static const int n = [] {
+    const char* e = std::getenv("EXL_CUDA_MMA_BLOCKS_PER_SM");
+    const int v = e ? std::atoi(e) : 0;
+    return v > 0 && v <= 64 ? v : 4;
+  }();
+  return n * ctx.sm_count();
 }
 
 void gemv_walk_only_from_env() {

@@ -30,6 +30,16 @@
 namespace exl::cuda {
 
 inline constexpr int64_t k_quant_gemv_max_rows = 16;
+// EXL2 matrices with streamed layouts (Exl2DeviceView::n_segs > 0) take the tensor-core kernel
+// (exl2_mma_set) for k_exl2_mma_min_rows..k_exl2_mma_max_rows rows outside the exact path: run(),
+// run_fused() and run_linears() with exact false.
+// exl2_mma_max_rows() is k_exl2_mma_max_rows, or EXL_CUDA_MMA_MAX_ROWS (16..4096) for tuning runs.
+// The path is taken only where exl2_mma_enabled(): EXL_CUDA_MMA=1 until the kernel has been run on
+// a GPU (it is compiled and reviewed, not yet measured: BENCHMARKS.md); the CUDA tests enable it.
+inline constexpr int64_t k_exl2_mma_min_rows = 3;
+inline constexpr int64_t k_exl2_mma_max_rows = 64;
+int64_t exl2_mma_max_rows();
+bool exl2_mma_enabled();
 // The exact path keeps EXL2 batches on the gemv up to this many rows: per row it computes what
 // it does at 16 rows, and at 32 rows it is still faster than three split GEMMs over an fp32
 // reconstruction of W (decode at batch 32 with a q4 cache, H200: BENCHMARKS.md).
@@ -38,12 +48,17 @@ inline constexpr int64_t k_exl2_exact_gemv_max_rows = 32;
 class CudaLinear : public PreparedLinear {
  public:
   virtual void run(CudaContext& ctx, const float* x, float* y, int64_t rows) const = 0;
-  // Whether run_fused is available (EXL2 matrices at rows ≤ k_quant_gemv_max_rows): one gemv pass
-  // whose input is x, or silu(x) ⊙ x_up when x_up is given, and which adds into y when `residual`.
-  virtual bool fuses(int64_t /*rows*/) const { return false; }
+  // Whether run_fused is available (EXL2 matrices at rows ≤ k_quant_gemv_max_rows, and up to
+  // exl2_mma_max_rows() when not `exact` on streamed layouts): one pass whose input is x, or
+  // silu(x) ⊙ x_up when x_up is given, and which adds into y when `residual`. With `exact` the pass
+  // computes what run_exact does; otherwise what run does.
+  virtual bool fuses(int64_t /*rows*/, bool /*exact*/) const { return false; }
   // `io`: the launch's Exl2GemvHandoff (exl2_gemm.h), for handoff_perm() sets only.
   virtual void run_fused(CudaContext&, const float* /*x*/, const float* /*x_up*/, float* /*y*/, int64_t /*rows*/,
-                         bool /*residual*/, const Exl2GemvHandoff* /*io*/ = nullptr) const {}
+                         bool /*residual*/, bool /*exact*/, const Exl2GemvHandoff* /*io*/ = nullptr) const {}
+  // Whether run (exact false) or run_exact / run_linears (exact true) call cuBLAS at `rows`, which
+  // step graphs do not capture.
+  virtual bool calls_cublas(int64_t rows, bool exact) const { return rows > gemv_max_rows(); }
   // run() without fp16 rounding of x and W on the large-batch path (see above).
   void run_exact(CudaContext& ctx, const float* x, float* y, int64_t rows) const;
   size_t weight_bytes = 0;  // device bytes one pass over the weights reads (for bandwidth reports)
@@ -93,6 +108,12 @@ std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWe
 // K-slice of the EXL2 gemv (exl2_gemm.h: 128 columns per block): a multiple of 32 (of 128 unless
 // K is smaller) in 128..1024 that gives at most about `target_blocks` blocks (one wave at b=1).
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
+
+// K-slice of the tensor-core kernel (exl2_mma_set): a multiple of 128 that gives about
+// `target_blocks` blocks while the fp16 activation tile stays within 48 KB of shared memory.
+int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
+// Tensor-core blocks aimed for: 4 per multiprocessor, or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64).
+int exl2_mma_target_blocks(const CudaContext& ctx);
 
 // EXL2 gemv blocks aimed for per multiprocessor: 8 for one or two activation rows, 4 for more
 // (fewer, longer K-slices: b=8 decode 557 → 601 tok/s on the H200, b=1 333 → 327 at 4), or

@@ -763,6 +763,268 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
   }
 }
 
+// ---- exl2_mma: tensor-core products for 3..k_exl2_mma_max_rows activation rows ----------------
+
+constexpr int k_mma_chunk = 128;  // permuted rows per step of a warp: four 32-row blocks, one per quad lane
+
+// Where value v (0..31) of a 32-row block of `bits` sits in the fragment order of its lane's
+// 32 values (slot p: mma step p / 4, half2 (p & 3) / 2 of that step's pair of registers).
+// 2/4/8 bits: values v and v + 16/bits share a half2 (one lop3 per pair); 3/5/6 bits: v and v+1.
+EXL_HD constexpr int mma_slot(int bits, int v) {
+  if (bits != 2 && bits != 4 && bits != 8) return v;
+  const int p = 16 / bits, per_word = 2 * p, r = v % per_word;
+  return per_word * (v / per_word) + 2 * (r % p) + r / p;
+}
+
+// Half index in the activation tile of (row m of MB, permuted row j of the slice, slot p of j's
+// block): chunk-major regions of 64 words per (chunk, row), the lane's 16 bytes for steps 2u and
+// 2u+1 at word 16·(u ⊕ (m & 1)) + 4t, so a quarter warp's B loads touch all 32 banks once.
+__device__ __forceinline__ int mma_x_index(int MB, int m, int j, int p) {
+  const int c = j >> 7, t = (j >> 5) & 3, u = p >> 3;
+  return (((c * MB + m) * 64 + (((u ^ (m & 1)) << 4) | (t << 2) | ((p & 7) >> 1))) << 1) | (p & 1);
+}
+
+// The half2 (q_{2I} − z, q_{2I+1} − z) of a 32-row block of BITS ∈ {3, 5, 6} (exact).
+template <int BITS, int I>
+__device__ __forceinline__ __half2 pair_adjacent(const uint32_t (&w)[8]) {
+  constexpr int o = 2 * I * BITS, wi = o >> 5, sh = o & 31;
+  constexpr uint32_t M = (1u << BITS) - 1u;
+  uint32_t f;
+  if constexpr (sh + 2 * BITS > 32) f = __funnelshift_r(w[wi], w[wi + 1], sh);
+  else f = w[wi] >> sh;
+  uint32_t h;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(h) : "r"(f), "n"(M), "n"(0x64006400u));
+  asm("lop3.b32 %0, %1, %2, %3, 0xF8;" : "=r"(h) : "r"(h), "r"(f << (16 - BITS)), "n"(M << 16));
+  constexpr uint32_t zero = half_bits(-(1024.0 + double(1 << (BITS - 1)))) * 0x10001u;
+  return __hadd2(half2_bits(h), half2_bits(zero));
+}
+
+// Pairs 8h .. 8h+7 (fragment slots 16h .. 16h+15) of a block's words, times the scale s2.
+template <int BITS, int H>
+__device__ __forceinline__ void mma_dequant(const uint32_t (&w)[8], __half2 s2, uint32_t (&out)[8]) {
+#pragma unroll
+  for (int li = 0; li < 8; ++li) {
+    const int i = 8 * H + li;
+    __half2 v;
+    if constexpr (BITS == 2 || BITS == 4 || BITS == 8) {
+      constexpr int P = 16 / BITS;
+      const uint32_t word = w[i / P];
+      switch (i % P) {  // compile-time after unrolling
+        case 0: v = pair_minus_zero<BITS, 0>(word, word >> 8); break;
+        case 1: v = pair_minus_zero<BITS, (P > 1 ? 1 : 0)>(word, word >> 8); break;
+        case 2: v = pair_minus_zero<BITS, (P > 2 ? 2 : 0)>(word, word >> 8); break;
+        case 3: v = pair_minus_zero<BITS, (P > 3 ? 3 : 0)>(word, word >> 8); break;
+        case 4: v = pair_minus_zero<BITS, (P > 4 ? 4 : 0)>(word, word >> 8); break;
+        case 5: v = pair_minus_zero<BITS, (P > 5 ? 5 : 0)>(word, word >> 8); break;
+        case 6: v = pair_minus_zero<BITS, (P > 6 ? 6 : 0)>(word, word >> 8); break;
+        default: v = pair_minus_zero<BITS, (P > 7 ? 7 : 0)>(word, word >> 8); break;
+      }
+    } else {
+      switch (li) {
+        case 0: v = pair_adjacent<BITS, 8 * H + 0>(w); break;
+        case 1: v = pair_adjacent<BITS, 8 * H + 1>(w); break;
+        case 2: v = pair_adjacent<BITS, 8 * H + 2>(w); break;
+        case 3: v = pair_adjacent<BITS, 8 * H + 3>(w); break;
+        case 4: v = pair_adjacent<BITS, 8 * H + 4>(w); break;
+        case 5: v = pair_adjacent<BITS, 8 * H + 5>(w); break;
+        case 6: v = pair_adjacent<BITS, 8 * H + 6>(w); break;
+        default: v = pair_adjacent<BITS, 8 * H + 7>(w); break;
+      }
+    }
+    const __half2 r = __hmul2(v, s2);
+    out[li] = *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+
+template <int H>
+__device__ __forceinline__ void mma_dequant_bits(int bits, const uint32_t (&w)[8], __half2 s2, uint32_t (&out)[8]) {
+  switch (bits) {
+    case 2: mma_dequant<2, H>(w, s2, out); break;
+    case 3: mma_dequant<3, H>(w, s2, out); break;
+    case 4: mma_dequant<4, H>(w, s2, out); break;
+    case 5: mma_dequant<5, H>(w, s2, out); break;
+    case 6: mma_dequant<6, H>(w, s2, out); break;
+    case 8: mma_dequant<8, H>(w, s2, out); break;
+    default:
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = 0u;
+  }
+}
+
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Block: 4 warps on 128 columns (a warp on 32: two 16-column m-tiles whose A rows g, g+8 of m-tiles
+// 0, 1 are the lane's columns 4g .. 4g+3 of the warp's 32), MB = 8·NT activation rows
+// (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk). The slice's activations are gathered
+// through perm (silu(x)·x_up with x_up) into shared memory as fp16 in fragment order; each lane of
+// a quad decodes its own 32-row block of every chunk for 4 columns into scaled fp16 pairs, then
+// the warp runs m16n8k16 mma with fp32 accumulation. Slices meet as in exl2_gemv_kernel.
+template <int NT>
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_mma_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
+                    unsigned* __restrict__ counters) {
+  constexpr int MB = 8 * NT, MT = 2;
+  extern __shared__ uint4 xs_raw[];
+  __half* xs = reinterpret_cast<__half*>(xs_raw);
+  Exl2DeviceView w = set.jobs[0].w;
+  const float* bias = set.jobs[0].bias;
+  float* y = set.jobs[0].y;
+  float* part = set.jobs[0].partials;
+  int tile_begin = 0, job = 0;
+#pragma unroll
+  for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin) {
+      job = j;
+      w = set.jobs[j].w;
+      bias = set.jobs[j].bias;
+      y = set.jobs[j].y;
+      part = set.jobs[j].partials;
+      tile_begin = set.jobs[j].tile_begin;
+    }
+  const int bx = int(blockIdx.x) - tile_begin;
+  const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
+  const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
+  const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
+  __shared__ Exl2Segment segs[k_exl2_max_segments];
+  if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
+  for (int j = threadIdx.x; j < chunks * k_mma_chunk; j += k_exl2_gemv_threads) {
+    const int k = k0 + j;
+    int p = 0, src = 0;
+    if (k < k1) {
+      p = mma_slot(w.groups[w.group_of_row[k]].bits, j & 31);
+      src = w.perm[k];
+    }
+#pragma unroll 4
+    for (int m = 0; m < MB; ++m) {
+      float v = 0.0f;
+      if (k < k1 && m < mc) {
+        const size_t at = size_t(m0 + m) * w.K + src;
+        v = x[at];
+        if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
+        v = fminf(fmaxf(v, -65504.0f), 65504.0f);
+      }
+      xs[mma_x_index(MB, m, j, p)] = __float2half_rn(v);
+    }
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int nw = bx * k_exl2_gemv_cols_per_block + warp * 16 * MT, n4 = nw + 4 * g;
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
+  const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
+  const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs);
+  int s = 0;
+#pragma unroll 1
+  for (int c = 0; c < chunks; ++c) {
+    const int rb = k0 + c * k_mma_chunk + 32 * t;
+    int bits = 0, qrow = 0, grp = 0;
+    if (rb < k1) {
+      while (rb >= segs[s].row_start + segs[s].rows) ++s;
+      const Exl2Segment& sg = segs[s];
+      const int boff = (rb - sg.row_start) >> 5;
+      bits = sg.bits;
+      qrow = sg.qrow_start + boff * bits;
+      grp = sg.group0 + (sg.block_shift >= 0 ? boff >> sg.block_shift : boff * 32 / sg.group_rows);
+    }
+    // The lane's four columns n4 .. n4+3 (A rows g and g+8 of m-tiles 0 and 1): one 16-byte load
+    // per word row, a quarter warp's loads one 128-byte line.
+    uint32_t wv[4][8];
+    __half2 s2[4];
+    const bool on = bits && n4 < w.Np;
+    const float smax = on ? __half2float(__ushort_as_half(__ldg(w.q_scale_max + grp))) * (1.0f / 256.0f) : 0.0f;
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      const uint4 v = on && b < bits ? __ldg(reinterpret_cast<const uint4*>(w.q_weight + size_t(qrow + b) * np + n4))
+                                     : make_uint4(0u, 0u, 0u, 0u);
+      wv[0][b] = v.x, wv[1][b] = v.y, wv[2][b] = v.z, wv[3][b] = v.w;
+    }
+    const uint32_t scode = on ? __ldg(w.q_scale + size_t(grp) * sstride + (n4 >> 3)) >> (4 * (n4 & 7)) : 0u;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint32_t q = (scode >> (4 * c)) & 15u;
+      s2[c] = __float2half2_rn(on ? float((q + 1) * (q + 1)) * smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a[MT][2][8];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+          if (h == 0) mma_dequant_bits<0>(bits, wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
+          else mma_dequant_bits<1>(bits, wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
+        }
+      __syncwarp();
+#pragma unroll
+      for (int uu = 0; uu < 2; ++uu) {
+        const int u = 2 * h + uu;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int m = g + 8 * j;
+          const uint4 b = *reinterpret_cast<const uint4*>(xw + (c * MB + m) * 64 + (((u ^ (m & 1)) << 4) | (t << 2)));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            const int l = 4 * uu;  // local pair index of step 2u within this half
+            mma_16816(acc[mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b.x, b.y);
+            mma_16816(acc[mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b.z, b.w);
+          }
+        }
+      }
+    }
+  }
+
+  const bool split = gridDim.z > 1;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {
+      const int n = n4 + 2 * mt + cc;
+      if (n >= w.N) continue;
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int m = 8 * j + 2 * t + e;
+          if (m >= mc) continue;
+          const float v = acc[mt][j][2 * cc + e];
+          if (split) {
+            part[(size_t(blockIdx.z) * rows + m0 + m) * w.N + n] = v;
+          } else {
+            float& out = y[size_t(m0 + m) * w.N + n];
+            const float r = v + (bias ? bias[n] : 0.0f);
+            out = set.residual ? out + r : r;
+          }
+        }
+    }
+  if (split) {
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned prev;
+      const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(counters + tile) : "memory");
+      last = prev == gridDim.z - 1;
+      if (last) counters[tile] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    add_slices<MB>(w, bias, part, y, rows, m0, mc, bx * k_exl2_gemv_cols_per_block, set.residual, set.io, job,
+                   exl2_gemv_tiles(set.jobs[0].w.N), bx);
+  }
+}
+
 bool g_walk_only = false;
 
 }  // namespace
@@ -823,6 +1085,44 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 #undef EXL_GEMV_LAUNCH
 #undef EXL_GEMV_LAUNCH_IO
   return cudaGetLastError();
+}
+
+int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
+
+size_t exl2_mma_smem_bytes(int rows, int k_slice) {
+  return size_t(exl2_mma_rows_per_block(rows)) * size_t((k_slice + k_mma_chunk - 1) / k_mma_chunk) * 256;
+}
+
+cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
+                         cudaStream_t stream) {
+  if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
+      set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out)
+    return cudaErrorInvalidValue;
+  int tiles = 0;
+  for (int j = 0; j < set.n_jobs; ++j) {
+    if (set.jobs[j].tile_begin != tiles || set.jobs[j].w.K != set.jobs[0].w.K || set.jobs[j].w.n_segs < 1)
+      return cudaErrorInvalidValue;
+    tiles += exl2_gemv_tiles(set.jobs[j].w.N);
+  }
+  const int mb = exl2_mma_rows_per_block(rows);
+  const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (set.jobs[0].w.K + k_slice - 1) / k_slice);
+  const size_t smem = exl2_mma_smem_bytes(rows, k_slice);
+  if (grid.z > 1 && !counters) return cudaErrorInvalidValue;
+  constexpr int T = k_exl2_gemv_threads;
+  const auto launch = [&](auto kernel) -> cudaError_t {
+    if (smem > 48 * 1024) {
+      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (e != cudaSuccess) return e;
+    }
+    kernel<<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters);
+    return cudaGetLastError();
+  };
+  switch (mb) {
+    case 8: return launch(exl2_mma_kernel<1>);
+    case 16: return launch(exl2_mma_kernel<2>);
+    case 32: return launch(exl2_mma_kernel<4>);
+    default: return launch(exl2_mma_kernel<8>);
+  }
 }
 
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream) {

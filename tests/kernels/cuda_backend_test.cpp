@@ -15,6 +15,7 @@
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"
 #include "random_weights.h"
+#include "test_support.h"
 
 #ifdef EXL_HAVE_CUDA
 #include "kernels/cuda/attention_plan.h"
@@ -30,9 +31,14 @@ constexpr double k_tol_f32 = 1e-3;
 constexpr double k_tol_f16 = 1e-2;
 #ifdef EXL_HAVE_CUDA
 constexpr int64_t cuda_exl2_exact_gemv_rows = cuda::k_exl2_exact_gemv_max_rows;
+constexpr int64_t cuda_exl2_mma_min_rows = cuda::k_exl2_mma_min_rows;
 #else
 constexpr int64_t cuda_exl2_exact_gemv_rows = 32;  // unused: the GPU tests skip
+constexpr int64_t cuda_exl2_mma_min_rows = 3;
 #endif
+// EXL2 linears outside the exact path: the gemv (fp32 accumulation of exact weights) below
+// k_exl2_mma_min_rows rows, fp16 weights and activations on tensor cores (or cuBLAS) from there.
+double exl2_tol(int64_t rows) { return rows < cuda_exl2_mma_min_rows ? k_tol_f32 : k_tol_f16; }
 
 double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   double scale = 0, err = 0;
@@ -120,11 +126,11 @@ TEST_F(CudaBackendTest, LinearExl2EveryWidthAndMix) {
   for (const auto& c : cases)
     for (bool bias : {false, true}) {
       auto w = test::random_exl2(c.K, c.N, c.groups, seed++, bias);
-      for (int64_t rows : {1, 2, 3, 8, 13, 40}) {
+      for (int64_t rows : {1, 2, 3, 8, 13, 40, 64, 65, 100}) {
         auto x = test::random_floats(size_t(rows * c.K), seed++);
         std::vector<float> ref(size_t(rows * c.N));
         cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
-        const double tol = rows <= 16 ? k_tol_f32 : k_tol_f16;
+        const double tol = exl2_tol(rows);
         EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), tol)
             << "K=" << c.K << " N=" << c.N << " rows=" << rows << " bias=" << bias;
       }
@@ -142,7 +148,7 @@ TEST_F(CudaBackendTest, LinearsSharingInputMatchCpu) {
     for (int64_t N : widths)
       ms.push_back(K == 96 ? test::random_exl2(K, N, {{6, 32}, {3, 64}}, seed++, N == 33)
                            : test::random_exl2(K, N, {{4, K / 2}, {5, K / 4}, {8, K / 4}}, seed++, N == 64));
-    for (int64_t rows : {1, 3, 8, 20}) {
+    for (int64_t rows : {1, 3, 8, 20, 50}) {
       auto x = test::random_floats(size_t(rows * K), seed++);
       std::vector<std::unique_ptr<PreparedLinear>> pg;
       std::vector<const PreparedLinear*> wg;
@@ -159,7 +165,7 @@ TEST_F(CudaBackendTest, LinearsSharingInputMatchCpu) {
       for (size_t i = 0; i < ms.size(); ++i) {
         std::vector<float> ref(size_t(rows * ms[i].m.out_features));
         cpu::linear_exl2(tp_, ms[i].m, x.data(), ref.data(), rows);
-        EXPECT_LT(rel_err(from_gpu(yb[i], ref.size()), ref), rows <= 16 ? k_tol_f32 : k_tol_f16)
+        EXPECT_LT(rel_err(from_gpu(yb[i], ref.size()), ref), exl2_tol(rows))
             << "K=" << K << " matrix " << i << " rows=" << rows;
       }
     }
@@ -190,14 +196,14 @@ TEST_F(CudaBackendTest, SwigluLinearFusedMatchesSwigluThenLinear) {
                                                  {96, 40, {{2, 16}, {2, 80}}}}) {
     auto w = test::random_exl2(c.K, c.N, c.groups, seed++, c.K == 96);
     auto p = gpu().prepare_linear(w.m);
-    for (int64_t rows : {1, 3, 8, 16, 40}) {
+    for (int64_t rows : {1, 3, 8, 16, 40, 64, 90}) {
       auto g = test::random_floats(size_t(rows * c.K), seed++, 4.0f), u = test::random_floats(size_t(rows * c.K), seed++);
       std::vector<float> act(g.size()), ref(size_t(rows * c.N));
       cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
       cpu::linear_exl2(tp_, w.m, act.data(), ref.data(), rows);
       Buffer dg = to_gpu(g), du = to_gpu(u), dy = gpu().alloc(ref.size() * 4);
       gpu().swiglu_linear(*p, dg.f32(), du.f32(), dy.f32(), rows, c.K, false);
-      EXPECT_LT(rel_err(from_gpu(dy, ref.size()), ref), rows <= 16 ? k_tol_f32 : k_tol_f16)
+      EXPECT_LT(rel_err(from_gpu(dy, ref.size()), ref), exl2_tol(rows))
           << "K=" << c.K << " N=" << c.N << " rows=" << rows;
     }
   }
@@ -215,7 +221,7 @@ TEST_F(CudaBackendTest, NormAndResidualFusionsMatchTheSeparateOps) {
     auto pa = gpu().prepare_linear(a.m), pb = gpu().prepare_linear(b.m), pd = gpu().prepare_linear(down.m);
     for (int64_t rows : {1, 3, 8, 16, 40}) {
       SCOPED_TRACE("K=" + std::to_string(c.K) + " rows=" + std::to_string(rows));
-      const double tol = rows <= 16 ? k_tol_f32 : k_tol_f16;
+      const double tol = exl2_tol(rows);
       const auto x = test::random_floats(size_t(rows * c.K), seed++, 3.0f), nw = test::random_floats(size_t(c.K), seed++);
       std::vector<float> xn(x.size()), ra(size_t(rows * c.N)), rb(size_t(rows * 75));
       cpu::rms_norm(tp_, x.data(), nw.data(), xn.data(), rows, c.K, 1e-5f);
@@ -318,7 +324,7 @@ TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
     auto x = test::random_floats(size_t(rows * 384), 78 + uint32_t(rows));
     const auto refd = test::naive_linear(wd, w.m.bias, x, rows, 384, 100);
     const std::vector<float> ref(refd.begin(), refd.end());
-    EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), rows <= 16 ? k_tol_f32 : k_tol_f16) << rows;
+    EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), exl2_tol(rows)) << rows;
   }
 }
 
@@ -335,7 +341,7 @@ TEST_F(CudaBackendTest, LinearExl2HalfPathLargeActivations) {
       auto x = test::random_floats(size_t(rows * K), seed++, 100.0f);
       std::vector<float> ref(size_t(rows * 300));
       cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
-      EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), k_tol_f32) << "K=" << K << " rows=" << rows;
+      EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), exl2_tol(rows)) << "K=" << K << " rows=" << rows;
     }
   }
 }
