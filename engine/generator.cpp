@@ -429,10 +429,25 @@ bool Generator::step() {
     if (ok) ready.push_back(p);
   }
   if (ready.empty()) {
+    // Every job waits for pages. The youngest job holding pages, unless it is the oldest job,
+    // gives them back and starts over from its tokens later (what it emitted stays emitted), so
+    // the older ones go on; when only the oldest holds pages it does not fit the cache alone.
+    Active* oldest = plan.front().a;
     for (auto& p : plan)
-      finish(*p.a, FinishReason::error,
-             cat("engine: generator: out of KV cache pages (", opts_.num_pages, " pages of ", opts_.page_size,
-                 " tokens); raise the cache budget"));
+      if (p.a->id < oldest->id) oldest = p.a;
+    Active* victim = nullptr;
+    for (auto& p : plan)
+      if (p.a != oldest && !cache_->page_table(p.a->seq).empty() && (!victim || p.a->id > victim->id)) victim = p.a;
+    if (victim) {
+      cache_->release(victim->seq);
+      victim->seq = cache_->create_sequence();
+      victim->n_done = 0;
+      ++n_preempted_;
+      return true;
+    }
+    finish(*oldest, FinishReason::error,
+           cat("engine: generator: out of KV cache pages (", opts_.num_pages, " pages of ", opts_.page_size,
+               " tokens); raise the cache budget"));
     return true;
   }
 

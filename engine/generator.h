@@ -2,6 +2,11 @@
 // jobs (reusing cached prefix pages), builds one batch of decode tokens and prefill chunks, runs
 // the forward pass, samples, and reports tokens and text.
 //
+// KV pages: a job that cannot get pages waits while others run. When every planned job waits,
+// the youngest gives its pages back and later recomputes its tokens (prompt and what it has
+// emitted; nothing is emitted twice), so the oldest always progresses; only a job that does not
+// fit the cache alone ends with the error "out of KV cache pages".
+//
 // Threads: submit() and cancel() may be called from any thread. step() runs on one thread at a
 // time — either the caller's (tests, single-shot CLIs) or the generator's own after start().
 // Event callbacks run on the stepping thread and must not block or call back into step().
@@ -114,6 +119,8 @@ class Generator {
   void stop();
 
   PageCache& cache() { return *cache_; }
+  // Jobs that gave their pages back so that older ones could go on (stepping thread).
+  int64_t n_preempted() const { return n_preempted_; }
   const GeneratorOptions& options() const { return opts_; }
 
  private:
@@ -140,6 +147,7 @@ class Generator {
   std::unique_ptr<PageCache> cache_;
   bool device_sampler_ = false;  // options allow it and the backend can
   bool pipelined_ = false;       // likewise for pipelined decoding
+  int64_t n_preempted_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;

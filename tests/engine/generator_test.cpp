@@ -147,6 +147,32 @@ TEST(Generator, OutOfPagesIsAnErrorNotACrash) {
   EXPECT_NE(r.error.find("out of KV cache pages"), std::string::npos) << r.error;
 }
 
+TEST(Generator, JobsThatAllWaitForPagesTakeTurnsInsteadOfFailing) {
+  // Four jobs that each fit the cache alone but not together while they grow: the youngest gives
+  // its pages back and recomputes later; every job still ends with exactly its solo tokens.
+  EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/exl2-4.0bpw");
+  Fixture f(test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw");
+  GeneratorOptions o;
+  o.page_size = 8;
+  o.num_pages = 8;  // 64 tokens: one job of 20 + 24 tokens at a time
+  o.max_batch_seqs = 4;
+  std::vector<Result> solo(4), run(4);
+  for (int i = 0; i < 4; ++i) {
+    Generator g(*f.model, *f.tok, o);
+    g.submit(greedy_job(prompt_ids(20 + i, 20), 24, &solo[size_t(i)]));
+    g.run_until_idle();
+    ASSERT_EQ(solo[size_t(i)].reason, FinishReason::max_tokens) << solo[size_t(i)].error;
+  }
+  Generator g(*f.model, *f.tok, o);
+  for (int i = 0; i < 4; ++i) g.submit(greedy_job(prompt_ids(20 + i, 20), 24, &run[size_t(i)]));
+  g.run_until_idle();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(run[size_t(i)].reason, FinishReason::max_tokens) << "job " << i << ": " << run[size_t(i)].error;
+    EXPECT_EQ(run[size_t(i)].tokens, solo[size_t(i)].tokens) << "job " << i;
+  }
+  EXPECT_GT(g.n_preempted(), 0);
+}
+
 TEST(Generator, BadJobsGetErrorEvents) {
   EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/exl2-4.0bpw");
   Fixture f(test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw");

@@ -197,12 +197,9 @@ TEST(ServerFaults, WebSocketClientVanishesMidTurn) {
 }
 
 // KV cache pages run out under concurrent requests that each need most of the cache: requests
-// should wait for pages (or be refused with 503 and Retry-After), never fail otherwise or crash.
-// Disabled: a known failure, not yet fixed. The server does not crash, but when every job in
-// flight needs pages and none can get them, the generator fails them all ("out of KV cache
-// pages"), which reaches the client as a 500 (or an SSE error event). The fix belongs in
-// Generator::step: requeue the youngest job that has not emitted a token instead.
-TEST(ServerFaults, DISABLED_KvPagesExhaustedQueuesOrRefusesWith503) {
+// wait for pages (the generator's youngest job gives its pages back when all wait) or are refused
+// with 503 and Retry-After; never another failure or a crash.
+TEST(ServerFaults, KvPagesExhaustedQueuesOrRefusesWith503) {
   EXL_REQUIRE_STORIES();
   ServerOptions o = small_server("ServerFaultsKv");
   o.cache_pages = 10;  // 160 tokens: one of the requests below at a time
