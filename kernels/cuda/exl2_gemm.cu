@@ -461,6 +461,24 @@ __device__ void rope_store_head(const Exl2RopeKv& r, int job, int head, float* y
     kv_store_vector(r.pool, r.layout, job - 1, head, r.slots[m0 + m], tile + m * D, inv_s[warp], lane);
 }
 
+// The job of a launch whose column tiles hold this block (job j owns tiles [tile_begin_j,
+// tile_begin_{j+1}) of grid.x), selected by unrolled compares so the set stays in parameter space.
+struct BlockJob {
+  Exl2DeviceView w;
+  const float* bias;
+  float* y;
+  float* part;
+  int tile_begin, job;
+};
+__device__ __forceinline__ BlockJob block_job(const Exl2GemvSet& set) {
+  BlockJob r{set.jobs[0].w, set.jobs[0].bias, set.jobs[0].y, set.jobs[0].partials, 0, 0};
+#pragma unroll
+  for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin)
+      r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, set.jobs[j].tile_begin, j};
+  return r;
+}
+
 constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-slices up to 1024 rows)
 
 // Block: 4 warps on the same 128 columns (4 per lane), each warp on a quarter of the block's K-slice;
@@ -478,22 +496,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
                      unsigned* __restrict__ counters) {
   extern __shared__ float xs[];  // [MB][k_slice], then [warps-1][MB][128] partial sums
   constexpr int kWarps = k_exl2_gemv_threads / 32;
-  Exl2DeviceView w = set.jobs[0].w;
-  const float* bias = set.jobs[0].bias;
-  float* y = set.jobs[0].y;
-  float* part = set.jobs[0].partials;
-  int tile_begin = 0, job = 0;
-#pragma unroll
-  for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
-    if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin) {
-      job = j;
-      w = set.jobs[j].w;
-      bias = set.jobs[j].bias;
-      y = set.jobs[j].y;
-      part = set.jobs[j].partials;
-      tile_begin = set.jobs[j].tile_begin;
-    }
-  const int bx = int(blockIdx.x) - tile_begin;
+  const BlockJob bj = block_job(set);
+  const Exl2DeviceView& w = bj.w;
+  const float* bias = bj.bias;
+  float* y = bj.y;
+  float* part = bj.part;
+  const int job = bj.job, bx = int(blockIdx.x) - bj.tile_begin;
   float* red = xs + MB * k_slice;
   const int k0 = blockIdx.z * k_slice;
   const int k1 = min(w.K, k0 + k_slice);
@@ -872,22 +880,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   constexpr int MB = 8 * NT, MT = 2;
   extern __shared__ uint4 xs_raw[];
   __half* xs = reinterpret_cast<__half*>(xs_raw);
-  Exl2DeviceView w = set.jobs[0].w;
-  const float* bias = set.jobs[0].bias;
-  float* y = set.jobs[0].y;
-  float* part = set.jobs[0].partials;
-  int tile_begin = 0, job = 0;
-#pragma unroll
-  for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
-    if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin) {
-      job = j;
-      w = set.jobs[j].w;
-      bias = set.jobs[j].bias;
-      y = set.jobs[j].y;
-      part = set.jobs[j].partials;
-      tile_begin = set.jobs[j].tile_begin;
-    }
-  const int bx = int(blockIdx.x) - tile_begin;
+  const BlockJob bj = block_job(set);
+  const Exl2DeviceView& w = bj.w;
+  const float* bias = bj.bias;
+  float* y = bj.y;
+  float* part = bj.part;
+  const int job = bj.job, bx = int(blockIdx.x) - bj.tile_begin;
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
   const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
   const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
@@ -952,9 +950,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     }
     const uint32_t scode = on ? __ldg(w.q_scale + size_t(grp) * sstride + (n4 >> 3)) >> (4 * (n4 & 7)) : 0u;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const uint32_t q = (scode >> (4 * c)) & 15u;
-      s2[c] = __float2half2_rn(on ? float((q + 1) * (q + 1)) * smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
+    for (int col = 0; col < 4; ++col) {
+      const uint32_t q = (scode >> (4 * col)) & 15u;
+      s2[col] = __float2half2_rn(on ? float((q + 1) * (q + 1)) * smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
