@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "engine/linear_loader.h"
+#include "engine/formats/linear_loader.h"
 #include "engine/model.h"
 #include "kernels/error.h"
 #include "kernels/int_math.h"

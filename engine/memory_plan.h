@@ -41,7 +41,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/model_dir.h"
+#include "engine/formats/model_dir.h"
 #include "kernels/backend.h"
 #include "kernels/kv_layout.h"
 #include "kernels/linear_weights.h"

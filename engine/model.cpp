@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/linear_loader.h"
+#include "engine/formats/linear_loader.h"
 #include "engine/rope.h"
 #include "kernels/error.h"
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/model_dir.h"
+#include "engine/formats/model_dir.h"
 #include "kernels/backend.h"
 
 namespace exl {

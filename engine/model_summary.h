@@ -32,8 +32,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "engine/linear_loader.h"
-#include "engine/model_dir.h"
+#include "engine/formats/linear_loader.h"
+#include "engine/formats/model_dir.h"
 
 namespace exl {
 

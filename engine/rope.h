@@ -1,7 +1,7 @@
 // RoPE frequency tables for the rope types of model_config.h (default, linear, llama3, yarn),
 // computed in double as HF's formulas define them.
 #pragma once
-#include "engine/model_config.h"
+#include "engine/formats/model_config.h"
 #include "kernels/backend.h"
 
 namespace exl {

@@ -1,6 +1,6 @@
 // What Backend::sample_rows needs to pick one token from one logits row: the engine's sampler
-// settings (engine/sampler.h, default mode) reduced to plain values, host memory only. The
-// meaning of every field and the order of the steps are those of engine/sampler.h:
+// settings (engine/generate/sampler.h, default mode) reduced to plain values, host memory only. The
+// meaning of every field and the order of the steps are those of engine/generate/sampler.h:
 //   bias → mask → penalties → temperature 0: argmax (lowest id among equal maxima), else
 //   (l - max) / T → top_k → softmax → top_p → min_p → draw with r = u · mass.
 // typical_p and the llama2c mode have no field here: jobs using them sample on the host.

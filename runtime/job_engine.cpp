@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "engine/grammar_constraint.h"
+#include "engine/generate/grammar_constraint.h"
 #include "engine/memory_plan.h"
 #include "grammar/json_schema.h"
 #include "kernels/error.h"

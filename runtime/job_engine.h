@@ -15,10 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
+#include "engine/generate/generator.h"
 #include "engine/model.h"
-#include "engine/model_dir.h"
-#include "engine/tokenizer.h"
+#include "engine/formats/model_dir.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 #include "sessions/chat_template.h"
 
@@ -52,7 +52,7 @@ struct JobOutcome {
   GenerationStats stats;
 };
 
-// A factory of fresh per-job mask hooks (engine/grammar_constraint.h) that constrain output to the
+// A factory of fresh per-job mask hooks (engine/generate/grammar_constraint.h) that constrain output to the
 // JSON texts `schema` validates, properties in schema order, with optional whitespace between
 // tokens: models trained on json.dumps output (the demo model) write ", " and ": ", and forcing
 // compact JSON on them wrecks their values (measured: 0 of 5 demo examples right compact, 5 of 5

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <utility>
 
-#include "engine/grammar_constraint.h"
+#include "engine/generate/grammar_constraint.h"
 #include "kernels/error.h"
 #include "sessions/tool_call_grammar.h"
 

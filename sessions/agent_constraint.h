@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
-#include "engine/tokenizer.h"
+#include "engine/generate/generator.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "sessions/chat_template.h"
 
 namespace exl {

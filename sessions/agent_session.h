@@ -32,8 +32,8 @@
 #include <boost/asio/strand.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
-#include "engine/tokenizer.h"
+#include "engine/generate/generator.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "sessions/agent_constraint.h"
 #include "sessions/agent_transcript.h"
 #include "sessions/chat_template.h"

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/sampler.h"
+#include "engine/generate/sampler.h"
 #include "sessions/chat_template.h"
 
 namespace exl {

@@ -37,7 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace exl {
 

@@ -1,4 +1,4 @@
-// Token sampling on the GPU (kernels in sampling.cu): the arithmetic of engine/sampler.h's default
+// Token sampling on the GPU (kernels in sampling.cu): the arithmetic of engine/generate/sampler.h's default
 // mode, so that only the token id leaves the device.
 //
 // Three launches (cuda_sampler.cpp drives them):

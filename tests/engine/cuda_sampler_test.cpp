@@ -1,5 +1,5 @@
 // The CUDA sampler (kernels/cuda/cuda_sampler.h → sampling.cu) driven directly, against the host
-// reference of sample_rows (engine/device_sampling.h, i.e. the CPU Sampler): small vocabularies
+// reference of sample_rows (engine/generate/device_sampling.h, i.e. the CPU Sampler): small vocabularies
 // (odd and even), exact ties, masks, penalties, biases, greedy and every filter combination,
 // several u per row including 0 and 1 - 1e-7. Ids must match, or match the reference for u,
 // top_p or min_p nudged by 1e-6 (float rounding at a cut or boundary). CUDA builds only; skips
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/device_sampling.h"
+#include "engine/generate/device_sampling.h"
 #include "kernels/cuda/cuda_sampler.h"
 #include "kernels/error.h"
 #include "kernels/cuda_device.h"

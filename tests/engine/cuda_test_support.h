@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "test_support.h"

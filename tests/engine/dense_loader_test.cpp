@@ -1,6 +1,6 @@
 // Dense (FP16/BF16/F32) linears, the tied-head fallback and float tensor helpers, checked against
 // the raw bytes of the published files read independently here.
-#include "engine/dense_loader.h"
+#include "engine/formats/dense_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/linear_loader.h"
+#include "engine/formats/linear_loader.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/error.h"
 #include "kernels/half.h"

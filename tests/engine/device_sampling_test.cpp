@@ -1,9 +1,9 @@
-// The host side of sampling on the device (engine/device_sampling.h): the inputs built from a
+// The host side of sampling on the device (engine/generate/device_sampling.h): the inputs built from a
 // job's Sampler give, through the reference of Backend::sample_rows, exactly the tokens that
 // Sampler::sample gives on the same logits — the same RNG stream, penalties, biases and masks —
 // over many steps; greedy consumes no random number; the penalty window is reduced to counts; the
 // draw over a distribution; the failure codes become the CPU sampler's errors.
-#include "engine/device_sampling.h"
+#include "engine/generate/device_sampling.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/linear_loader.h"
+#include "engine/formats/linear_loader.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/ops.h"
 #include "test_support.h"

@@ -1,7 +1,7 @@
 // EXL2 loading and dequantization: against ExLlamaV2-converted reference files
 // (../shared/data/exl2-ref/*/exl2-4.0bpw/dequant_checks.json), against synthetic matrices packed
 // bit by bit here, and malformed files that must fail with a clear message.
-#include "engine/exl2_loader.h"
+#include "engine/formats/exl2_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/linear_loader.h"
+#include "engine/formats/linear_loader.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/error.h"
 #include "kernels/half.h"

@@ -1,6 +1,6 @@
 // exlagent synth: the random-weight EXL2 model loads through the strict loaders, has the
 // requested bit layout, and runs to finite logits.
-#include "engine/exl2_synth.h"
+#include "engine/formats/exl2_synth.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "engine/model.h"
 #include "engine/model_summary.h"
-#include "engine/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "kernels/error.h"
 #include "test_support.h"
 

@@ -4,7 +4,7 @@
 // seed. Skips without a CUDA device. Filter: CudaGeneratorSampling.*
 #include <gtest/gtest.h>
 
-#include "engine/generator.h"
+#include "engine/generate/generator.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "cuda_test_support.h"

@@ -1,6 +1,6 @@
 // The generator's device-sampling path (Generator::step → Model::forward_device/sample_device →
 // Backend::sample_rows) on the CPU: a backend that forwards every op to the CPU backend and
-// implements sample_rows with the host reference (engine/device_sampling.h) must produce exactly
+// implements sample_rows with the host reference (engine/generate/device_sampling.h) must produce exactly
 // the tokens of the plain CPU backend's host sampling, for batched jobs with seeds, penalties,
 // biases, grammar masks and forced tokens; a job the device cannot sample (typical_p) sends the
 // whole step to the host; GeneratorOptions::device_sampling = false never calls sample_rows.
@@ -11,8 +11,8 @@
 
 #include <functional>
 
-#include "engine/device_sampling.h"
-#include "engine/generator.h"
+#include "engine/generate/device_sampling.h"
+#include "engine/generate/generator.h"
 #include "test_support.h"
 
 namespace exl {

@@ -1,7 +1,7 @@
 // The generator: continuous batching gives each job exactly its solo tokens, prefix reuse is
 // reported, eviction under a tiny page budget never corrupts running jobs, stop conditions and
 // cancellation, and stories260K's llama2.c reference texts.
-#include "engine/generator.h"
+#include "engine/generate/generator.h"
 
 #include <gtest/gtest.h>
 

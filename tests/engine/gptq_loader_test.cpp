@@ -1,6 +1,6 @@
 // GPTQ loading and dequantization on synthetic checkpoints written here: act-order g_idx, the
 // v1/v2 zero conventions, the implied group size, bias handling and malformed tensors.
-#include "engine/gptq_loader.h"
+#include "engine/formats/gptq_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/linear_loader.h"
+#include "engine/formats/linear_loader.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/error.h"
 #include "kernels/half.h"

@@ -1,7 +1,7 @@
 // Grammar-constrained generation on stories260K: outputs match the grammar and end by EOS,
 // forced continuations are appended without sampling and tokenized canonically, a stuck grammar
 // and a rejected token end the job with an error instead of hanging, batched seeds stay valid.
-#include "engine/grammar_constraint.h"
+#include "engine/generate/grammar_constraint.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model.h"
-#include "engine/model_dir.h"
+#include "engine/formats/model_dir.h"
 #include "kernels/error.h"
 #include "test_support.h"
 

@@ -5,7 +5,7 @@
 // noise against the 3% tolerance.
 #include <gtest/gtest.h>
 
-#include "engine/exl2_synth.h"
+#include "engine/formats/exl2_synth.h"
 #include "engine/memory_plan.h"
 #include "engine/model.h"
 #include "kernels/cuda_backend.h"

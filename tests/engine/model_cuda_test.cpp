@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
+#include "engine/generate/generator.h"
 #include "engine/model.h"
-#include "engine/page_cache.h"
+#include "engine/generate/page_cache.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "cuda_test_support.h"

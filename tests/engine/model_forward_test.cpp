@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(All, Exl2RefModels, ::testing::Values("llama-gqa", "qwe
 }  // namespace model_forward_test
 }  // namespace exl
 
-#include "engine/page_cache.h"
+#include "engine/generate/page_cache.h"
 #include "safetensors_writer.h"
 
 namespace exl {

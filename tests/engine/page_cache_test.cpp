@@ -1,4 +1,4 @@
-#include "engine/page_cache.h"
+#include "engine/generate/page_cache.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // of exl2-engine.md §1.6, the spec-derived naive dequantizer of tests/kernels/random_weights.h,
 // and the exl2-ref models' transformers logits (quantized models must load in our engine, track
 // the FP16 logits within a bound per bpw, and report the requested average bpw).
-#include "engine/quantize_model.h"
+#include "engine/quantize/quantize_model.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 
 #include "../kernels/random_weights.h"
-#include "engine/exl2_writer.h"
+#include "engine/formats/exl2_writer.h"
 #include "engine/model.h"
 #include "engine/model_summary.h"
-#include "engine/quantize_alloc.h"
-#include "engine/quantize_linear.h"
+#include "engine/quantize/quantize_alloc.h"
+#include "engine/quantize/quantize_linear.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/error.h"
 #include "test_support.h"

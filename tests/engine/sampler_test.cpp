@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "engine/generate/sampler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // The CUDA backend's sample_rows (kernels/cuda/sampling.h) against the CPU sampler
-// (engine/sampler.h) on random logits with exact ties: vocabularies 1000, 32001 and 128256, with
+// (engine/generate/sampler.h) on random logits with exact ties: vocabularies 1000, 32001 and 128256, with
 // and without a mask, penalties and biases, greedy and every combination of temperature, top_k,
 // top_p and min_p, 16 uniforms per row. Greedy ids must be identical. Sampled ids must equal the
 // CPU's draw for the same u; where they differ, the GPU id must be the CPU's for u ± 1e-6 or for
@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/device_sampling.h"
+#include "engine/generate/device_sampling.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"

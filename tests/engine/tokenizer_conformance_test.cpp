@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/sentencepiece_tokenizer.h"
+#include "engine/tokenizer/sentencepiece_tokenizer.h"
 #include "tokenizer_test_util.h"
 
 namespace exl {

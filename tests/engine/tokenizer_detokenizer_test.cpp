@@ -1,8 +1,8 @@
 // Streaming detokenization: chunks are always whole UTF-8 characters and add up to decode().
 #include <gtest/gtest.h>
 
-#include "engine/detokenizer.h"
-#include "engine/utf8.h"
+#include "engine/tokenizer/detokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 #include "tokenizer_test_util.h"
 

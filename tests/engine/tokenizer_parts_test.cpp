@@ -6,12 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/added_tokens.h"
-#include "engine/bpe_model.h"
-#include "engine/byte_level.h"
-#include "engine/split_regex.h"
-#include "engine/tokenizer.h"
-#include "engine/utf8.h"
+#include "engine/tokenizer/added_tokens.h"
+#include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/split_regex.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 #include "test_support.h"
 

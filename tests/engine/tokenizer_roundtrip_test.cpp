@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 
-#include "engine/utf8.h"
+#include "engine/tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 
 namespace exl {

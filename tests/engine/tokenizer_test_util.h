@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "test_support.h"
 
 namespace exl::test {

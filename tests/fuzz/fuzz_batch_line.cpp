@@ -1,10 +1,10 @@
-// Fuzz target: batch input lines (runtime/batch_request.h) in both forms, with and without a
+// Fuzz target: batch input lines (runtime/openai/batch_request.h) in both forms, with and without a
 // default schema, and result-line keys on resume. parse_batch_line never throws: problems are
 // error items, which must still give a result line.
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_support.h"
-#include "runtime/batch_request.h"
+#include "runtime/openai/batch_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view line = exl::fuzz::as_text(data, size);

@@ -1,6 +1,6 @@
 // Fuzz target: HTTP requests as the server reads them. The bytes go through Beast's request parser
-// with the server's limits (body and header size, runtime/http_session.cpp); a request that parses
-// is routed (runtime/router.h) against a model whose generator never starts. Whatever the bytes,
+// with the server's limits (body and header size, runtime/server/http_session.cpp); a request that parses
+// is routed (runtime/server/router.h) against a model whose generator never starts. Whatever the bytes,
 // parsing fails with an error code or routing answers a response or a plan; nothing throws.
 #include <algorithm>
 #include <cctype>
@@ -9,7 +9,7 @@
 #include <boost/beast/http.hpp>
 
 #include "fuzz/fuzz_server.h"
-#include "runtime/router.h"
+#include "runtime/server/router.h"
 
 namespace exl::fuzz_http_request {
 

@@ -1,8 +1,8 @@
-// Fuzz target: config.json (engine/model_config.h). Text that is not JSON is the fuzzer's own
+// Fuzz target: config.json (engine/formats/model_config.h). Text that is not JSON is the fuzzer's own
 // business; a parsed document must give a ModelConfig or a clean exl::Error.
 #include <nlohmann/json.hpp>
 
-#include "engine/model_config.h"
+#include "engine/formats/model_config.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

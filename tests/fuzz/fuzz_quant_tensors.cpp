@@ -1,9 +1,9 @@
 // Fuzz target: EXL2 and GPTQ tensor sets. The input is the model.safetensors of a directory with
 // a fixed small config.json; the loaders read the matrix under prefix "m" (K = N = 32), checking
 // every structural invariant the kernels rely on (groups, permutations, shapes, dtypes).
-#include "engine/exl2_loader.h"
-#include "engine/gptq_loader.h"
-#include "engine/model_dir.h"
+#include "engine/formats/exl2_loader.h"
+#include "engine/formats/gptq_loader.h"
+#include "engine/formats/model_dir.h"
 #include "fuzz/fuzz_support.h"
 
 namespace exl::fuzz_quant_tensors {

@@ -1,6 +1,6 @@
 // Fuzz target: the safetensors header parser (offsets, sizes, dtypes and shapes against the file
 // length) on a whole file's bytes.
-#include "engine/safetensors.h"
+#include "engine/formats/safetensors.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
-// Fuzz target: the SentencePiece model loader (engine/sentencepiece_tokenizer.h) on a
+// Fuzz target: the SentencePiece model loader (engine/tokenizer/sentencepiece_tokenizer.h) on a
 // tokenizer.model's bytes; a model that loads then encodes and decodes a short text.
-#include "engine/sentencepiece_tokenizer.h"
+#include "engine/tokenizer/sentencepiece_tokenizer.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

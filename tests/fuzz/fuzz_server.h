@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "fuzz/fuzz_support.h"
-#include "runtime/server_state.h"
+#include "runtime/server/server_state.h"
 
 namespace exl::fuzz {
 

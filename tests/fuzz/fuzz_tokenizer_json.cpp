@@ -1,8 +1,8 @@
-// Fuzz target: the tokenizer.json and tokenizer_config.json loaders (engine/tokenizer.h). The
+// Fuzz target: the tokenizer.json and tokenizer_config.json loaders (engine/tokenizer/tokenizer.h). The
 // input up to its first NUL byte is tokenizer.json, the rest (when there is a NUL)
 // tokenizer_config.json; both are written to a model directory and load_tokenizer reads it. A
 // tokenizer that loads then encodes and decodes a short text with special tokens.
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

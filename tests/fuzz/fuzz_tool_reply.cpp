@@ -1,11 +1,11 @@
-// Fuzz target: what tool clients send (runtime/remote_tool.h): a tool definition
+// Fuzz target: what tool clients send (runtime/server/remote_tool.h): a tool definition
 // (parse_remote_tool_spec, whose inputSchema is then compiled by tools/argument_validator.h), a
 // tools/call result (tool_result_from_mcp), and arguments checked against a fixed tool schema.
 #include <nlohmann/json.hpp>
 
 #include "fuzz/fuzz_support.h"
 #include "grammar/grammar_budget.h"
-#include "runtime/remote_tool.h"
+#include "runtime/server/remote_tool.h"
 #include "tools/argument_validator.h"
 
 namespace exl::fuzz_tool_reply {

@@ -1,4 +1,4 @@
-#include "runtime/batch_request.h"
+#include "runtime/openai/batch_request.h"
 
 #include <gtest/gtest.h>
 

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "runtime/cli_runner.h"
 #include "test_support.h"
 

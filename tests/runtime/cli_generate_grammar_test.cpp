@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "cli_runner.h"
 #include "test_support.h"
 

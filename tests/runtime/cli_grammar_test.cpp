@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "test_support.h"
 
 namespace exl {

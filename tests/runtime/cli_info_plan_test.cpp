@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/memory_plan.h"
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "test_support.h"
 
 namespace exl {

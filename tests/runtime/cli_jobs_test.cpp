@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "runtime/cli_runner.h"
 #include "runtime/job_engine.h"
 #include "test_support.h"

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/error.h"
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "cli_runner.h"
 #include "test_support.h"
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/router.h"
+#include "runtime/server/router.h"
 #include "test_support.h"
 
 namespace exl {

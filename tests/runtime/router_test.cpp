@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/completion_writer.h"
-#include "runtime/router.h"
+#include "runtime/openai/completion_writer.h"
+#include "runtime/server/router.h"
 #include "test_support.h"
 
 namespace exl {

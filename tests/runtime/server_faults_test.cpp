@@ -21,8 +21,8 @@
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
-#include "runtime/server.h"
-#include "runtime/session_hub.h"
+#include "runtime/server/server.h"
+#include "runtime/server/session_hub.h"
 #include "http_test_client.h"
 #include "test_support.h"
 #include "ws_test_client.h"

@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/server.h"
+#include "runtime/server/server.h"
 #include "http_test_client.h"
 #include "test_support.h"
 #include "ws_test_client.h"

@@ -18,9 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
-#include "runtime/cli_commands.h"
+#include "runtime/cli/cli_commands.h"
 #include "runtime/cli_runner.h"
-#include "runtime/server.h"
+#include "runtime/server/server.h"
 #include "http_test_client.h"
 #include "test_support.h"
 

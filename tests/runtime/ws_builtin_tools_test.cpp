@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/server.h"
-#include "runtime/session_hub.h"
+#include "runtime/server/server.h"
+#include "runtime/server/session_hub.h"
 #include "test_support.h"
 #include "ws_test_client.h"
 

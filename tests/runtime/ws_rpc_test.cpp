@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/session_hub.h"
-#include "runtime/ws_rpc.h"
+#include "runtime/server/session_hub.h"
+#include "runtime/server/ws_rpc.h"
 #include "test_support.h"
 
 namespace exl {

@@ -7,7 +7,7 @@
 
 #include <random>
 
-#include "engine/sampler.h"
+#include "engine/generate/sampler.h"
 #include "test_support.h"
 
 namespace exl {

@@ -12,7 +12,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "kernels/error.h"
-#include "runtime/server_state.h"
+#include "runtime/server/server_state.h"
 #include "sessions/agent_session.h"
 #include "test_support.h"
 

@@ -11,7 +11,7 @@
 
 #include <fstream>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "sessions/chat_template.h"
 #include "test_support.h"
 

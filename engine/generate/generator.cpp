@@ -1,0 +1,524 @@
+#include "engine/generate/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/tokenizer/detokenizer.h"
+#include "engine/generate/device_sampling.h"
+#include "kernels/error.h"
+
+namespace exl {
+
+std::string to_string(FinishReason r) {
+  switch (r) {
+    case FinishReason::stop_token: return "stop_token";
+    case FinishReason::stop_string: return "stop_string";
+    case FinishReason::max_tokens: return "max_tokens";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
+  }
+  return "?";
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+struct Generator::Active {
+  uint64_t id = 0;
+  GenerationJob job;
+  Sampler sampler;
+  Detokenizer detok;
+  SeqId seq = 0;
+  std::vector<int32_t> tokens;  // prompt + generated, in order
+  int64_t n_done = 0;           // tokens whose K/V are in the cache
+  std::string held;             // text held back for stop strings
+  GenerationStats stats;
+  Clock::time_point submitted, first_token;
+  bool finished = false;
+
+  Active(uint64_t id_, GenerationJob j, const Tokenizer& tok)
+      : id(id_), job(std::move(j)), sampler(job.sampling), detok(tok, !has_text(tok, job.prompt), true) {}
+  // Whether the prompt shows any text, so the first generated token continues it.
+  static bool has_text(const Tokenizer& tok, const std::vector<int32_t>& prompt) {
+    for (int32_t t : prompt)
+      if (!tok.is_special(t)) return true;
+    return false;
+  }
+  bool prefilling() const { return n_done < int64_t(job.prompt.size()); }
+};
+
+Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions options)
+    : model_(model), tok_(tokenizer), opts_(options) {
+  EXL_CHECK(opts_.page_size > 0 && opts_.num_pages > 0 && opts_.max_batch_seqs > 0 && opts_.max_step_tokens > 0,
+            "engine: generator: page_size, num_pages, max_batch_seqs and max_step_tokens must be positive");
+  KvLayout layout = model.kv_layout(opts_.cache_format, opts_.page_size);
+  pool_ = model.backend().alloc_kv_pool(layout, opts_.num_pages);
+  CacheConfig pc;
+  pc.n_layers = layout.n_layers;
+  pc.n_kv_heads = layout.n_kv_heads;
+  pc.head_dim = layout.head_dim;
+  pc.page_size = opts_.page_size;
+  pc.n_pages = opts_.num_pages;
+  pc.format = opts_.cache_format;
+  pc.model_hash = std::hash<std::string>{}(model.identity());
+  cache_ = std::make_unique<PageCache>(pc);
+  device_sampler_ = opts_.device_sampling && model.can_sample_on_device();
+  pipelined_ = device_sampler_ && opts_.pipelined && model.can_sample_deferred();
+  cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.backend().kv_copy(*pool_, from, to, n); });
+}
+
+Generator::~Generator() {
+  stop();
+  if (!deferred_.empty()) {  // leave the backend without a pending sampling
+    std::vector<int32_t> ids(deferred_.size());
+    try {
+      model_.collect_samples(ids);
+    } catch (const Error&) {
+    }
+  }
+}
+
+uint64_t Generator::submit(GenerationJob job) {
+  std::lock_guard lk(mu_);
+  const uint64_t id = next_id_++;
+  queue_.emplace_back(id, std::move(job));
+  cv_.notify_one();
+  return id;
+}
+
+void Generator::cancel(uint64_t job) {
+  std::lock_guard lk(mu_);
+  cancelled_.push_back(job);
+  cv_.notify_one();
+}
+
+void Generator::unpin(uint64_t pin) {
+  std::lock_guard lk(mu_);
+  unpins_.push_back(pin);
+  cv_.notify_one();
+}
+
+void Generator::pin_pages(Active& a) {
+  const SeqId kept = cache_->fork(a.seq);
+  for (auto it = pins_.begin(); it != pins_.end(); ++it)
+    if (it->first == a.job.pin) {
+      cache_->release(it->second);
+      pins_.erase(it);
+      break;
+    }
+  pins_.emplace_back(a.job.pin, kept);
+}
+
+bool Generator::release_oldest_pin() {
+  if (pins_.empty()) return false;
+  cache_->release(pins_.front().second);
+  pins_.erase(pins_.begin());
+  return true;
+}
+
+void Generator::finish(Active& a, FinishReason r, std::string error) {
+  if (a.finished) return;
+  a.finished = true;
+  if (r != FinishReason::stop_string && r != FinishReason::error && !a.held.empty()) {
+    GenerationEvent t;
+    t.type = GenerationEvent::Type::token;
+    t.job = a.id;
+    t.text = std::move(a.held);
+    a.held.clear();
+    if (a.job.on_event) a.job.on_event(t);
+  }
+  if (a.job.pin && r != FinishReason::error) pin_pages(a);
+  cache_->release(a.seq);
+  GenerationEvent e;
+  e.type = GenerationEvent::Type::done;
+  e.job = a.id;
+  e.reason = r;
+  e.error = std::move(error);
+  e.stats = a.stats;
+  if (a.job.on_event) a.job.on_event(e);
+}
+
+void Generator::emit_token(Active& a, int32_t token) {
+  if (a.job.mask) a.job.mask->accept(token);
+  const auto now = Clock::now();
+  if (a.stats.n_generated == 0) {
+    a.first_token = now;
+    a.stats.ttft_s = seconds(a.submitted, now);
+  }
+  ++a.stats.n_generated;
+  a.stats.decode_s = seconds(a.first_token, now);
+  a.tokens.push_back(token);
+  a.sampler.accept(token);
+
+  const bool is_stop = std::find(a.job.stop_tokens.begin(), a.job.stop_tokens.end(), token) != a.job.stop_tokens.end();
+  std::string text = (is_stop && !a.job.include_stop_token_text) ? a.detok.flush() : a.detok.push(token);
+  if (is_stop && a.job.include_stop_token_text) text += a.detok.flush();
+  a.held += text;
+
+  // Stop strings: cut at the first full match; hold back a suffix that may start one.
+  size_t cut = std::string::npos;
+  for (const auto& s : a.job.stop_strings)
+    if (!s.empty())
+      if (size_t p = a.held.find(s); p != std::string::npos) cut = std::min(cut, p);
+  GenerationEvent ev;
+  ev.type = GenerationEvent::Type::token;
+  ev.job = a.id;
+  ev.token = token;
+  if (cut != std::string::npos) {
+    ev.text = a.held.substr(0, cut);
+    a.held.clear();
+    if (a.job.on_event) a.job.on_event(ev);
+    finish(a, FinishReason::stop_string);
+    return;
+  }
+  size_t keep = 0;
+  for (const auto& s : a.job.stop_strings)
+    for (size_t k = std::min(s.size() - 1, a.held.size()); k > keep; --k)
+      if (a.held.compare(a.held.size() - k, k, s, 0, k) == 0) {
+        keep = k;
+        break;
+      }
+  ev.text = a.held.substr(0, a.held.size() - keep);
+  a.held.erase(0, a.held.size() - keep);
+  if (a.job.on_event) a.job.on_event(ev);
+  if (is_stop || (a.job.mask && a.job.mask->terminated())) finish(a, FinishReason::stop_token);
+  else if (a.stats.n_generated >= a.job.max_new_tokens) finish(a, FinishReason::max_tokens);
+}
+
+bool Generator::emit_forced(Active& a) {
+  const auto generated = std::span<const int32_t>(a.tokens).subspan(a.job.prompt.size());
+  const std::vector<int32_t> forced = a.job.mask->forced_tokens(generated);
+  for (int32_t t : forced) {
+    if (a.finished) break;
+    EXL_CHECK(t >= 0 && t < model_.vocab_size(), "engine: generator: job ", a.id, ": forced token ", t,
+              " out of range [0, ", model_.vocab_size(), ")");
+    emit_token(a, t);
+  }
+  return !forced.empty();
+}
+
+bool Generator::prepare_sample(Active& a, std::vector<uint32_t>& mask) {
+  mask.clear();
+  if (!a.job.mask) return true;
+  if (emit_forced(a)) return false;  // their logits come with the next forward pass
+  mask.assign(mask_words(size_t(model_.vocab_size())), 0u);
+  a.job.mask->fill_mask(mask);
+  if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
+    finish(a, FinishReason::error,
+           cat("engine: generator: job ", a.id, ": the output constraint allows no token after ",
+               a.stats.n_generated, " generated tokens (the grammar is stuck)"));
+    return false;
+  }
+  return true;
+}
+
+void Generator::emit_sampled(Active& a, int32_t token) {
+  emit_token(a, token);
+  if (a.job.mask && !a.finished) emit_forced(a);
+}
+
+void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask) {
+  if (!prepare_sample(a, mask)) return;
+  emit_sampled(a, a.sampler.sample(logits, mask));
+}
+
+bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
+  if (!device_sampler_ || sampling.empty()) return false;
+  return std::all_of(sampling.begin(), sampling.end(),
+                     [](const Active* a) { return device_samplable(a->job.sampling); });
+}
+
+void Generator::sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows) {
+  const int64_t V = model_.vocab_size();
+  std::vector<Active*> jobs;
+  std::vector<DeviceRow> inputs;
+  std::vector<uint32_t> mask;
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    Active& a = *sampling[i];
+    try {
+      if (!prepare_sample(a, mask)) continue;
+      inputs.push_back(make_device_row(a.sampler, V, rows[i], mask));
+      jobs.push_back(&a);
+    } catch (const Error& e) {
+      finish(a, FinishReason::error, e.what());
+    }
+  }
+  if (jobs.empty()) return;
+  std::vector<RowSampling> params;
+  for (const DeviceRow& d : inputs) params.push_back(d.view());
+  std::vector<int32_t> ids(params.size());
+  try {
+    EXL_CHECK(model_.sample_device(params, ids), "engine: generator: the backend cannot sample on the device");
+  } catch (const Error& e) {
+    for (Active* a : jobs) finish(*a, FinishReason::error, e.what());
+    return;
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      emit_sampled(*jobs[i], checked_sampled_token(ids[i], V));
+    } catch (const Error& e) {
+      finish(*jobs[i], FinishReason::error, e.what());
+    }
+  }
+}
+
+bool Generator::sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows) {
+  // Only when these jobs are all there is to run next: the fed step decodes exactly them.
+  const auto running = std::count_if(active_.begin(), active_.end(), [](const auto& a) { return !a->finished; });
+  if (!pipelined_ || int64_t(sampling.size()) != int64_t(running)) return false;
+  for (const Active* a : sampling)
+    if (a->finished || a->job.mask || a->stats.n_generated + 1 >= a->job.max_new_tokens ||
+        int64_t(a->tokens.size()) != a->n_done)
+      return false;
+  const int64_t V = model_.vocab_size();
+  std::vector<DeviceRow> inputs;
+  std::vector<RowSampling> params;
+  try {
+    for (size_t i = 0; i < sampling.size(); ++i) inputs.push_back(make_device_row(sampling[i]->sampler, V, rows[i], {}));
+    for (const DeviceRow& d : inputs) params.push_back(d.view());
+    EXL_CHECK(model_.sample_device_deferred(params), "engine: generator: the backend cannot sample deferred");
+  } catch (const Error& e) {
+    for (Active* a : sampling) finish(*a, FinishReason::error, e.what());
+    return true;
+  }
+  deferred_.assign(sampling.begin(), sampling.end());
+  // The next step, fed by these samples: each job's next position, pages reserved for it.
+  std::vector<ForwardSeq> batch;
+  const int32_t placeholder = 0;
+  for (Active* a : deferred_) {
+    if (!cache_->reserve(a->seq, a->n_done + 1)) return true;  // collected and run as usual next step
+    batch.push_back({std::span<const int32_t>(&placeholder, 1), a->n_done, {}, false});
+  }
+  for (size_t i = 0; i < batch.size(); ++i) batch[i].page_table = cache_->page_table(deferred_[i]->seq);
+  try {
+    model_.forward_device_fed(batch, *pool_);
+    fed_ = deferred_;
+  } catch (const Error&) {
+    collect_deferred();  // the samples stand; the next step runs (and reports) the forward as usual
+  }
+  return true;
+}
+
+void Generator::collect_deferred() {
+  if (deferred_.empty()) return;
+  std::vector<Active*> jobs;
+  jobs.swap(deferred_);
+  std::vector<int32_t> ids(jobs.size());
+  try {
+    model_.collect_samples(ids);
+  } catch (const Error& e) {
+    for (Active* a : jobs) finish(*a, FinishReason::error, e.what());
+    fed_.clear();
+    return;
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    try {
+      emit_sampled(*jobs[i], checked_sampled_token(ids[i], model_.vocab_size()));
+    } catch (const Error& e) {
+      finish(*jobs[i], FinishReason::error, e.what());
+    }
+  }
+}
+
+// The queued fed step, for the jobs that took the token it was fed (the others ended: their
+// rows are discarded). Returns false when there is none.
+bool Generator::step_fed() {
+  if (fed_.empty()) return false;
+  std::vector<Active*> jobs;
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < fed_.size(); ++i) {
+    Active& a = *fed_[i];
+    if (a.finished || int64_t(a.tokens.size()) != a.n_done + 1) continue;
+    cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), 1));
+    ++a.n_done;
+    jobs.push_back(&a);
+    rows.push_back(int64_t(i));
+  }
+  fed_.clear();
+  if (jobs.empty()) return false;
+  if (!sample_deferred_and_feed(jobs, rows)) sample_on_device(jobs, rows);
+  return true;
+}
+
+void Generator::admit() {
+  std::vector<std::pair<uint64_t, GenerationJob>> fresh;
+  std::vector<uint64_t> cancels, unpins;
+  {
+    std::lock_guard lk(mu_);
+    unpins.swap(unpins_);
+    while (!queue_.empty() && int(active_.size() + fresh.size()) < opts_.max_batch_seqs) {
+      fresh.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    cancels.swap(cancelled_);
+  }
+  for (uint64_t u : unpins)
+    std::erase_if(pins_, [&](const auto& p) {
+      if (p.first != u) return false;
+      cache_->release(p.second);
+      return true;
+    });
+  for (auto& [id, job] : fresh) {
+    auto submitted = Clock::now();
+    std::unique_ptr<Active> a;
+    try {
+      EXL_CHECK(!job.prompt.empty(), "engine: generator: job ", id, " has an empty prompt");
+      for (int32_t t : job.prompt)
+        EXL_CHECK(t >= 0 && t < model_.vocab_size(), "engine: generator: job ", id, ": prompt token ", t,
+                  " out of range [0, ", model_.vocab_size(), ")");
+      EXL_CHECK(job.max_new_tokens > 0, "engine: generator: job ", id, ": max_new_tokens must be positive");
+      validate(job.sampling, model_.vocab_size());
+      a = std::make_unique<Active>(id, std::move(job), tok_);
+    } catch (const Error& e) {
+      GenerationEvent ev;
+      ev.type = GenerationEvent::Type::done;
+      ev.job = id;
+      ev.reason = FinishReason::error;
+      ev.error = e.what();
+      if (job.on_event) job.on_event(ev);
+      continue;
+    }
+    a->submitted = submitted;
+    a->tokens = a->job.prompt;
+    a->sampler.accept(a->job.prompt);
+    a->seq = cache_->create_sequence();
+    a->n_done = cache_->match_prefix(a->seq, a->job.prompt);
+    a->stats.n_prompt_tokens = int64_t(a->job.prompt.size());
+    a->stats.n_cached_tokens = a->n_done;
+    active_.push_back(std::move(a));
+  }
+  for (uint64_t c : cancels)
+    for (auto& a : active_)
+      if (a->id == c) finish(*a, FinishReason::cancelled);
+}
+
+bool Generator::step() {
+  collect_deferred();
+  admit();
+  const bool fed = step_fed();
+  std::erase_if(active_, [](const auto& a) { return a->finished; });
+  if (fed) return true;
+  if (active_.empty()) return false;
+
+  // Decodes first (one token each), then prefill chunks within the token budget.
+  struct Planned {
+    Active* a;
+    int64_t n;
+  };
+  std::vector<Planned> plan;
+  int64_t budget = opts_.max_step_tokens;
+  for (auto& a : active_)
+    if (!a->prefilling() && budget > 0) {
+      const int64_t n = std::min<int64_t>(budget, int64_t(a->tokens.size()) - a->n_done);
+      plan.push_back({a.get(), n});
+      budget -= n;
+    }
+  for (auto& a : active_)
+    if (a->prefilling() && budget > 0) {
+      const int64_t n = std::min<int64_t>(budget, int64_t(a->job.prompt.size()) - a->n_done);
+      plan.push_back({a.get(), n});
+      budget -= n;
+    }
+  // Reserve cache pages; a job that cannot get pages waits, unless nothing else can run.
+  std::vector<Planned> ready;
+  for (auto& p : plan) {
+    bool ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
+    while (!ok && release_oldest_pin()) ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
+    if (ok) ready.push_back(p);
+  }
+  if (ready.empty()) {
+    // Every job waits for pages. The youngest job holding pages, unless it is the oldest job,
+    // gives them back and starts over from its tokens later (what it emitted stays emitted), so
+    // the older ones go on; when only the oldest holds pages it does not fit the cache alone.
+    Active* oldest = plan.front().a;
+    for (auto& p : plan)
+      if (p.a->id < oldest->id) oldest = p.a;
+    Active* victim = nullptr;
+    for (auto& p : plan)
+      if (p.a != oldest && !cache_->page_table(p.a->seq).empty() && (!victim || p.a->id > victim->id)) victim = p.a;
+    if (victim) {
+      cache_->release(victim->seq);
+      victim->seq = cache_->create_sequence();
+      victim->n_done = 0;
+      ++n_preempted_;
+      return true;
+    }
+    finish(*oldest, FinishReason::error,
+           cat("engine: generator: out of KV cache pages (", opts_.num_pages, " pages of ", opts_.page_size,
+               " tokens); raise the cache budget"));
+    return true;
+  }
+
+  std::vector<ForwardSeq> batch;
+  for (auto& p : ready) {
+    ForwardSeq s;
+    s.tokens = std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->n_done), size_t(p.n));
+    s.pos_start = p.a->n_done;
+    s.page_table = cache_->page_table(p.a->seq);
+    batch.push_back(s);
+  }
+  // The jobs whose last prompt or pending token is in this step sample from its logits.
+  std::vector<Active*> sampling;
+  std::vector<int64_t> sample_rows;
+  for (size_t i = 0; i < ready.size(); ++i)
+    if (!ready[i].a->finished && ready[i].a->n_done + ready[i].n == int64_t(ready[i].a->tokens.size())) {
+      sampling.push_back(ready[i].a);
+      sample_rows.push_back(int64_t(i));
+    }
+  const bool on_device = use_device_sampling(sampling);
+  std::vector<float> logits;
+  try {
+    if (on_device) model_.forward_device(batch, *pool_);
+    else logits = model_.forward(batch, *pool_);
+  } catch (const Error& e) {
+    for (auto& p : ready) finish(*p.a, FinishReason::error, e.what());
+    return true;
+  }
+  const int64_t V = model_.vocab_size();
+  std::vector<uint32_t> mask;
+  for (size_t i = 0; i < ready.size(); ++i) {
+    Active& a = *ready[i].a;
+    cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), size_t(ready[i].n)));
+    a.n_done += ready[i].n;
+    if (a.n_done < int64_t(a.tokens.size()) || a.finished || on_device) continue;
+    std::span<float> row(logits.data() + int64_t(i) * V, size_t(V));
+    try {
+      sample_next(a, row, mask);
+    } catch (const Error& e) {
+      finish(a, FinishReason::error, e.what());
+    }
+  }
+  if (on_device && !sample_deferred_and_feed(sampling, sample_rows)) sample_on_device(sampling, sample_rows);
+  std::erase_if(active_, [](const auto& a) { return a->finished; });
+  return true;
+}
+
+void Generator::run_until_idle() {
+  for (;;) {
+    if (step()) continue;
+    std::lock_guard lk(mu_);
+    if (queue_.empty()) return;
+  }
+}
+
+void Generator::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] {
+    while (running_) {
+      if (step()) continue;
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, std::chrono::milliseconds(50),
+                   [&] { return !running_ || !queue_.empty() || !cancelled_.empty() || !unpins_.empty(); });
+    }
+  });
+}
+
+void Generator::stop() {
+  if (!running_.exchange(false)) return;
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace exl

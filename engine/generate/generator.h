@@ -1,0 +1,168 @@
+// Continuous-batching generation on one Model: jobs in, events out. Each step admits queued
+// jobs (reusing cached prefix pages), builds one batch of decode tokens and prefill chunks, runs
+// the forward pass, samples, and reports tokens and text.
+//
+// KV pages: a job that cannot get pages waits while others run. When every planned job waits,
+// the youngest gives its pages back and later recomputes its tokens (prompt and what it has
+// emitted; nothing is emitted twice), so the oldest always progresses; only a job that does not
+// fit the cache alone ends with the error "out of KV cache pages".
+//
+// Threads: submit() and cancel() may be called from any thread. step() runs on one thread at a
+// time — either the caller's (tests, single-shot CLIs) or the generator's own after start().
+// Event callbacks run on the stepping thread and must not block or call back into step().
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/generate/page_cache.h"
+#include "engine/generate/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace exl {
+
+// Constrains sampling for one job (the grammar engine implements it: engine/generate/grammar_constraint.h).
+// fill_mask sets the bit of every token allowed next (mask has mask_words(vocab) words, all bits
+// clear on entry); accept is told every token the job emits, sampled or forced, and throws
+// exl::Error for a token it cannot take. forced_tokens (asked before each sampling and after each
+// sampled token) returns tokens to append without sampling, given the tokens generated so far;
+// the generator emits them like sampled ones (events, stats, max_new_tokens). Once terminated()
+// the job ends with reason stop_token. A mask that allows no token ends the job with an error.
+class LogitsMaskHook {
+ public:
+  virtual ~LogitsMaskHook() = default;
+  virtual void fill_mask(std::span<uint32_t> mask) = 0;
+  virtual void accept(int32_t token) = 0;
+  virtual std::vector<int32_t> forced_tokens(std::span<const int32_t> /*generated*/) { return {}; }
+  virtual bool terminated() const { return false; }
+};
+
+enum class FinishReason : uint8_t { stop_token, stop_string, max_tokens, cancelled, error };
+std::string to_string(FinishReason r);
+
+struct GenerationStats {
+  int64_t n_prompt_tokens = 0;
+  int64_t n_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t n_generated = 0;
+  double ttft_s = 0;            // submit → first sampled token
+  double decode_s = 0;          // first → last token
+  double tokens_per_s() const { return decode_s > 0 && n_generated > 1 ? double(n_generated - 1) / decode_s : 0; }
+};
+
+struct GenerationEvent {
+  enum class Type : uint8_t { token, done };
+  Type type = Type::token;
+  uint64_t job = 0;
+  int32_t token = -1;  // token events
+  std::string text;    // token events: newly complete text (may be empty while held back)
+  FinishReason reason = FinishReason::max_tokens;  // done events
+  std::string error;   // done events with reason error
+  GenerationStats stats;
+};
+
+struct GenerationJob {
+  std::vector<int32_t> prompt;  // must be non-empty
+  SamplerSettings sampling;
+  int32_t max_new_tokens = 256;
+  std::vector<int32_t> stop_tokens;       // generation ends after emitting one of these
+  std::vector<std::string> stop_strings;  // text ends before the first match
+  bool include_stop_token_text = false;   // emit the stop token's text
+  std::shared_ptr<LogitsMaskHook> mask;
+  std::function<void(const GenerationEvent&)> on_event;
+  // Nonzero: when the job ends (not in error) its full KV pages stay referenced under this key,
+  // replacing the key's earlier pin, so the next turn of a session is a prefix-cache hit. Pins are
+  // released by unpin() and, oldest first, whenever the cache runs short of pages.
+  uint64_t pin = 0;
+};
+
+struct GeneratorOptions {
+  KvFormat cache_format = KvFormat::f32;
+  int page_size = 64;
+  int num_pages = 512;          // cache budget
+  int max_batch_seqs = 16;      // jobs decoding at once
+  int max_step_tokens = 512;    // tokens per forward pass (prefill chunk budget)
+  // Sample on the backend (Backend::sample_rows) when it can and every job sampled in the step
+  // allows it (engine/generate/device_sampling.h); same tokens as the host sampler. false: always host.
+  bool device_sampling = true;
+  // Pipelined decoding (Model::forward_device_fed): while every active job decodes, samples on
+  // the device and has no mask hook, the next step is queued, fed by the sampled ids on the
+  // device, before the host collects and emits them; the device then never waits for the host
+  // between steps. The same tokens as without. A job that ends on the collected token leaves
+  // one step of work discarded.
+  bool pipelined = true;
+};
+
+class Generator {
+ public:
+  Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions options);
+  ~Generator();
+
+  uint64_t submit(GenerationJob job);
+  void cancel(uint64_t job);
+  // Releases the pages pinned under `pin` (see GenerationJob::pin); any thread.
+  void unpin(uint64_t pin);
+  // One scheduling step; returns false when there was nothing to do.
+  bool step();
+  // Runs until every submitted job is done (on the calling thread).
+  void run_until_idle();
+  // Background stepping thread.
+  void start();
+  void stop();
+
+  PageCache& cache() { return *cache_; }
+  // Jobs that gave their pages back so that older ones could go on (stepping thread).
+  int64_t n_preempted() const { return n_preempted_; }
+  const GeneratorOptions& options() const { return opts_; }
+
+ private:
+  struct Active;
+  void admit();
+  void finish(Active& a, FinishReason r, std::string error = {});
+  void emit_token(Active& a, int32_t token);
+  bool emit_forced(Active& a);
+  void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
+  bool prepare_sample(Active& a, std::vector<uint32_t>& mask);
+  void emit_sampled(Active& a, int32_t token);
+  bool use_device_sampling(std::span<Active* const> sampling) const;
+  void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
+  bool sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows);
+  void collect_deferred();
+  bool step_fed();
+  void pin_pages(Active& a);
+  bool release_oldest_pin();
+
+  Model& model_;
+  const Tokenizer& tok_;
+  GeneratorOptions opts_;
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<PageCache> cache_;
+  bool device_sampler_ = false;  // options allow it and the backend can
+  bool pipelined_ = false;       // likewise for pipelined decoding
+  int64_t n_preempted_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, GenerationJob>> queue_;  // guarded by mu_
+  std::vector<uint64_t> cancelled_;                       // guarded by mu_
+  std::vector<uint64_t> unpins_;                          // guarded by mu_
+  uint64_t next_id_ = 1;                                  // guarded by mu_
+  std::atomic<bool> running_{false};
+  std::thread thread_;
+
+  std::vector<std::unique_ptr<Active>> active_;  // stepping thread only
+  std::vector<std::pair<uint64_t, SeqId>> pins_;  // stepping thread only; oldest first
+  // Pipelining (stepping thread only): the jobs of the deferred sampling not collected yet, in
+  // entry order, and of the fed step queued after it (batch order = entry order; empty: none).
+  std::vector<Active*> deferred_, fed_;
+};
+
+}  // namespace exl

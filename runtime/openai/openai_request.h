@@ -1,0 +1,51 @@
+// OpenAI request bodies (/v1/chat/completions, /v1/completions) parsed and range-checked into
+// plain structs. Every bad field is an ApiError 400 naming the field; unknown fields are ignored, as
+// OpenAI-compatible local servers do. Pure functions; any thread.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/generate/sampler.h"
+#include "sessions/chat_template.h"
+
+namespace exl {
+
+// The fields both endpoints share.
+struct GenerationRequest {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;             // stream_options.include_usage
+  std::optional<int64_t> max_tokens;      // max_completion_tokens, else max_tokens
+  std::vector<std::string> stop;          // at most 4, non-empty
+  SamplerSettings sampling;               // temperature, top_p, seed, logit_bias, penalties, top_k, min_p
+};
+
+enum class ToolChoice : uint8_t { none, auto_, required, named };
+
+struct ChatRequest {
+  GenerationRequest gen;
+  std::vector<ChatMessage> messages;        // developer is mapped to system
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // OpenAI tool objects, validated
+  ToolChoice tool_choice = ToolChoice::none;  // default: auto when tools are given
+  std::string tool_choice_name;               // named
+  bool parallel_tool_calls = true;
+  std::string response_format = "text";       // text, json_object, json_schema
+  nlohmann::ordered_json json_schema;         // response_format.json_schema.schema
+};
+
+struct CompletionRequest {
+  GenerationRequest gen;
+  std::string prompt;
+  bool echo = false;
+};
+
+// vocab_size bounds logit_bias token ids. Throws ApiError.
+ChatRequest parse_chat_request(std::string_view body, int64_t vocab_size);
+CompletionRequest parse_completion_request(std::string_view body, int64_t vocab_size);
+
+}  // namespace exl

@@ -1,0 +1,254 @@
+#include "runtime/server/session_hub.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "kernels/error.h"
+#include "runtime/server/server_state.h"
+#include "tools/builtin_tools.h"
+
+namespace exl {
+
+namespace {
+
+std::string new_session_id() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string s = "s-";
+  for (int i = 0; i < 20; ++i) s += hex[rng() % 16];
+  return s;
+}
+
+}  // namespace
+
+SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root,
+                       TranscriptRetention retention)
+    : max_sessions_(max_sessions), retention_(retention) {
+  env_.generator = &state.generator();
+  env_.tokenizer = &state.tokenizer();
+  env_.chat_template = state.chat_template();
+  env_.encode_prompt = [&state](const RenderedPrompt& p) { return state.encode_prompt(p); };
+  BuiltinToolOptions tool_opts;
+  tool_opts.read_root = std::move(read_root);
+  for (auto& t : make_builtin_tools(tool_opts)) builtins_.add(std::move(t));
+  env_.find_tool = [this](const std::string& name) { return find_tool(name); };
+  env_.constraint = [this, budget = state.options().grammar_budget](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
+    TurnConstraintFactory f;
+    {
+      std::lock_guard lk(mu_);
+      f = constraint_;
+    }
+    if (f) return f(ctx);
+    return with_grammar_budget(budget, [&] { return make_agent_turn_constraint(ctx, *env_.tokenizer); });
+  };
+  env_.executor = pool_.get_executor();
+  env_.dir = dir.empty() ? std::filesystem::temp_directory_path() / ("exlagent-sessions-" + std::to_string(::geteuid()))
+                         : std::move(dir);
+  prepare_private_dir(env_.dir);
+  env_.context_length = state.context_length();
+  env_.max_prompt_tokens = state.max_prompt_tokens();
+  env_.max_prompt_bytes = state.options().max_prompt_bytes;
+}
+
+void SessionHub::shutdown() {
+  std::map<std::string, Owned> sessions;
+  {
+    std::lock_guard lk(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& [id, o] : sessions) o.session->close();
+  sessions.clear();
+  pool_.join();  // without stop(): runs the posted closes (dropping the sinks), then the threads end
+}
+
+SessionHub::~SessionHub() {
+  std::map<std::string, Owned> sessions;
+  {
+    std::lock_guard lk(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& [id, o] : sessions) o.session->close();
+  sessions.clear();
+  pool_.stop();
+  pool_.join();
+}
+
+std::shared_ptr<AgentSession> SessionHub::adopt(std::shared_ptr<AgentSession> s, uint64_t owner) {
+  std::lock_guard lk(mu_);
+  if (int(sessions_.size()) >= max_sessions_) {
+    s->close();
+    throw RpcError(rpc_code::session_limit, cat("Too many sessions: the server allows ", max_sessions_,
+                                               " at once (--max-sessions); close one first"));
+  }
+  sessions_[s->id()] = {s, owner};
+  return s;
+}
+
+void SessionHub::settle() {
+  std::vector<std::shared_ptr<AgentSession>> live;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, o] : sessions_) live.push_back(o.session);
+  }
+  for (auto& s : live) s->messages();  // a round trip through the session's strand
+}
+
+void SessionHub::prune() {
+  std::vector<std::string> live;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [id, o] : sessions_) live.push_back(id);
+  }
+  std::lock_guard lk(prune_mu_);
+  prune_transcripts(env_.dir, retention_, live);
+}
+
+std::shared_ptr<AgentSession> SessionHub::create(AgentConfig config, AgentSink sink, uint64_t owner) {
+  prune();
+  {
+    std::lock_guard lk(mu_);
+    if (int(sessions_.size()) >= max_sessions_)
+      throw RpcError(rpc_code::session_limit, cat("Too many sessions: the server allows ", max_sessions_,
+                                                 " at once (--max-sessions); close one first"));
+  }
+  return adopt(AgentSession::create(env_, new_session_id(), std::move(config), std::move(sink)), owner);
+}
+
+std::shared_ptr<AgentSession> SessionHub::resume(const std::string& id, AgentSink sink, uint64_t owner) {
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = sessions_.find(id); it != sessions_.end()) {
+      if (it->second.owner == owner) return it->second.session;
+      throw RpcError(rpc_code::session_busy, cat("Session '", id, "' is open on another connection"));
+    }
+  }
+  if (!valid_session_id(id)) throw RpcError(-32602, cat("Invalid params: '", id, "' is not a session id"));
+  std::shared_ptr<AgentSession> s;
+  try {
+    s = AgentSession::load(env_, id, std::move(sink));
+  } catch (const Error& e) {
+    throw RpcError(rpc_code::session_gone, e.what());
+  }
+  return adopt(std::move(s), owner);
+}
+
+std::shared_ptr<AgentSession> SessionHub::find(const std::string& id, uint64_t owner) {
+  std::lock_guard lk(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.owner != owner)
+    throw RpcError(rpc_code::session_gone, cat("Session '", id, "' is not open on this connection"));
+  return it->second.session;
+}
+
+void SessionHub::close(const std::string& id, uint64_t owner) {
+  std::shared_ptr<AgentSession> s = find(id, owner);
+  {
+    std::lock_guard lk(mu_);
+    sessions_.erase(id);
+  }
+  s->close();
+  prune();
+}
+
+void SessionHub::close_owner(uint64_t owner) {
+  std::vector<std::shared_ptr<AgentSession>> gone;
+  std::vector<std::shared_ptr<ToolClientLink>> links;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();)
+      if (it->second.owner == owner) {
+        gone.push_back(it->second.session);
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    for (auto it = tools_.begin(); it != tools_.end();)
+      if (it->second.owner == owner) {
+        if (auto l = it->second.tool->link()) links.push_back(l);
+        it = tools_.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (auto& s : gone) s->close();
+  for (auto& l : links) l->disconnect();
+}
+
+size_t SessionHub::live_sessions() const {
+  std::lock_guard lk(mu_);
+  return sessions_.size();
+}
+
+size_t SessionHub::running_sessions() const {
+  std::lock_guard lk(mu_);
+  size_t n = 0;
+  for (const auto& [id, o] : sessions_) n += o.session->running() ? 1 : 0;
+  return n;
+}
+
+void SessionHub::register_tools(std::vector<ToolSpec> tools, std::shared_ptr<ToolClientLink> link, uint64_t owner) {
+  std::lock_guard lk(mu_);
+  size_t owned = 0;
+  for (const auto& [name, r] : tools_) owned += r.owner == owner;
+  for (const auto& t : tools) {
+    auto it = tools_.find(t.name);
+    if (it != tools_.end() && it->second.owner != owner)
+      throw RpcError(rpc_code::tool_conflict, cat("Tool '", t.name, "' is already registered by another client"));
+    if (builtins_.contains(t.name))
+      throw RpcError(rpc_code::tool_conflict, cat("Tool '", t.name, "' is a built-in tool"));
+    if (it == tools_.end()) ++owned;
+  }
+  if (owned > kMaxToolsPerClient)
+    throw RpcError(-32602, cat("Invalid params: a client may register at most ", kMaxToolsPerClient, " tools"));
+  for (auto& t : tools) {
+    const std::string name = t.name;
+    tools_[name] = {std::make_shared<RemoteTool>(std::move(t), link), owner};
+  }
+}
+
+std::shared_ptr<Tool> SessionHub::find_tool(const std::string& name) const {
+  std::lock_guard lk(mu_);
+  auto it = tools_.find(name);
+  if (it != tools_.end()) return it->second.tool;
+  return builtins_.find(name);
+}
+
+std::vector<std::string> SessionHub::tool_names() const {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, r] : tools_) out.push_back(name);
+  return out;
+}
+
+void SessionHub::set_turn_constraint(TurnConstraintFactory f) {
+  std::lock_guard lk(mu_);
+  constraint_ = std::move(f);
+}
+
+TurnConstraintFactory scripted_turns(const Tokenizer& tokenizer, std::vector<std::string> replies) {
+  EXL_CHECK(!replies.empty(), "runtime: agent script: no replies");
+  return [&tokenizer, replies = std::move(replies)](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
+    return ForcedTextHook::for_text(tokenizer, replies[std::min<size_t>(size_t(std::max(c.turn, 1)), replies.size()) - 1]);
+  };
+}
+
+std::vector<std::string> read_agent_script(const std::filesystem::path& file) {
+  std::ifstream f(file, std::ios::binary);
+  EXL_CHECK(bool(f), "runtime: agent script: cannot read '", file.string(), "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  EXL_CHECK(j.is_array() && !j.empty(), "runtime: agent script: '", file.string(),
+            "' must be a non-empty JSON array of strings");
+  std::vector<std::string> out;
+  for (const auto& r : j) {
+    EXL_CHECK(r.is_string(), "runtime: agent script: '", file.string(), "' must be a non-empty JSON array of strings");
+    out.push_back(r.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace exl
