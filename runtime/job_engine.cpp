@@ -1,13 +1,10 @@
 #include "runtime/job_engine.h"
 
 #include <algorithm>
-#include <filesystem>
 
 #include "engine/generate/grammar_constraint.h"
-#include "engine/memory_plan.h"
 #include "grammar/json_schema.h"
 #include "kernels/error.h"
-#include "runtime/backend_select.h"
 
 namespace exl {
 
@@ -22,27 +19,15 @@ std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohm
 JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_batch_seqs > 0, "runtime: job: the number of jobs in flight must be positive");
   EXL_CHECK(opts_.max_context > 0, "runtime: job: the context length must be positive");
-  dir_ = std::make_unique<ModelDir>(opts_.model_dir);
-  std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
-  model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
-  tok_ = load_tokenizer(dir_->path());
-  TemplateTokens tt;
-  if (tok_->bos_id()) tt.bos = tok_->token_bytes(*tok_->bos_id());
-  if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
-  tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
-  backend_ = make_backend(opts_.backend, opts_.cpu_threads);
-  const int64_t model_ctx = dir_->config().max_position_embeddings;
+  host_ = std::make_unique<ModelHost>(
+      ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template});
+  const int64_t model_ctx = host_->max_position_embeddings();
   ctx_ = model_ctx > 0 ? std::min(model_ctx, opts_.max_context) : opts_.max_context;
   GeneratorOptions go;
-  go.cache_format = default_cache_format(opts_.backend);
   go.page_size = 64;
   go.max_batch_seqs = opts_.max_batch_seqs;
   go.num_pages = int(int64_t(opts_.max_batch_seqs) * ((ctx_ + go.page_size - 1) / go.page_size) + 1);
-  MemoryPlan plan;
-  model_ = load_planned_model(*dir_, *backend_,
-                              {go.cache_format, go.page_size, go.num_pages, go.max_batch_seqs, go.max_step_tokens, ctx_},
-                              plan);
-  gen_ = std::make_unique<Generator>(*model_, *tok_, go);
+  gen_ = host_->load_generator(go, ctx_);
 }
 
 JobEngine::~JobEngine() = default;
@@ -56,7 +41,7 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
   std::string err;
   try {
     EXL_CHECK(schema.is_object() || schema.is_boolean(), "the schema must be a JSON object");
-    hooks_[key] = schema_hook_factory(schema, *tok_);
+    hooks_[key] = schema_hook_factory(schema, host_->tokenizer());
   } catch (const GrammarCancelled&) {
     throw;
   } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
@@ -67,7 +52,7 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
 }
 
 std::vector<int32_t> JobEngine::encode_prompt(const RenderedPrompt& prompt) const {
-  return tokenize_prompt(*tok_, prompt);
+  return host_->encode_prompt(prompt);
 }
 
 GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
@@ -77,7 +62,7 @@ GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
     check_schema(*spec.schema);
     if (const auto& make = hooks_.at(spec.schema->dump())) job.mask = make();
   }
-  job.prompt = encode_prompt(tmpl_->render(spec.messages, spec.tools, true));
+  job.prompt = encode_prompt(host_->chat_template()->render(spec.messages, spec.tools, true));
   const int64_t n_prompt = int64_t(job.prompt.size());
   EXL_CHECK(n_prompt < ctx_, "runtime: job: the prompt has ", n_prompt, " tokens; the context holds ", ctx_);
   const int64_t room = ctx_ - n_prompt;
@@ -88,9 +73,9 @@ GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
   }
   job.max_new_tokens = int32_t(spec.max_tokens.value_or(room));
   job.sampling = spec.sampling;
-  job.stop_tokens.assign(tok_->eos_ids().begin(), tok_->eos_ids().end());
+  job.stop_tokens.assign(host_->tokenizer().eos_ids().begin(), host_->tokenizer().eos_ids().end());
   job.stop_strings = spec.stop;
-  for (const auto& s : tmpl_->stop_strings())
+  for (const auto& s : host_->chat_template()->stop_strings())
     if (!s.empty()) job.stop_strings.push_back(s);
   return job;
 }

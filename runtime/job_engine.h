@@ -16,10 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate/generator.h"
-#include "engine/model.h"
-#include "engine/formats/model_dir.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kernels/backend.h"
+#include "runtime/model_host.h"
 #include "sessions/chat_template.h"
 
 namespace exl {
@@ -69,9 +67,9 @@ class JobEngine {
   explicit JobEngine(JobEngineOptions options);
   ~JobEngine();
 
-  const Tokenizer& tokenizer() const { return *tok_; }
-  std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
-  const std::string& model_id() const { return model_id_; }
+  const Tokenizer& tokenizer() const { return host_->tokenizer(); }
+  std::shared_ptr<const ChatTemplate> chat_template() const { return host_->chat_template(); }
+  const std::string& model_id() const { return host_->model_id(); }
   int64_t context_length() const { return ctx_; }
   // The generator, for callers that run it on its own thread (start/stop) between job batches;
   // no job of this engine may be in flight meanwhile.
@@ -94,13 +92,8 @@ class JobEngine {
   GenerationJob build_job(const ChatJobSpec& spec);
 
   JobEngineOptions opts_;
-  std::string model_id_;
-  std::unique_ptr<ModelDir> dir_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  std::shared_ptr<const ChatTemplate> tmpl_;
-  std::unique_ptr<Generator> gen_;
+  std::unique_ptr<ModelHost> host_;
+  std::unique_ptr<Generator> gen_;  // after host_: destroyed first
   int64_t ctx_ = 0;
   int64_t in_flight_ = 0;
   std::map<std::string, std::function<std::shared_ptr<LogitsMaskHook>()>> hooks_;  // by schema text

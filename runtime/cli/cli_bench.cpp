@@ -11,9 +11,9 @@
 #include "engine/formats/model_dir.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cuda_backend.h"
-#include "runtime/backend_select.h"
 #include "runtime/cli/cli_args.h"
 #include "runtime/cli/cli_commands.h"
+#include "runtime/model_host.h"
 
 namespace exl {
 
@@ -89,10 +89,16 @@ int cli_bench(std::span<const std::string> args) {
     const int64_t n_jobs = a.get_int("--jobs", 0), job_tokens = a.get_int("--job-tokens", 64);
     if (n_jobs < 0 || job_tokens <= 0) throw UsageError("--jobs must be >= 0 and --job-tokens positive");
     if (prefix_len < 0 || suffix_len <= 0) throw UsageError("--prefix-len must be >= 0 and --suffix-len positive");
-    const KvFormat fmt = a.has("--cache") ? kv_format_from_string(*a.get("--cache")) : default_cache_format(backend_name);
 
-    ModelDir dir(*a.get("--model"));
-    auto backend = make_backend(backend_name, int(a.get_int("--threads", 0)));
+    ModelHostOptions ho;
+    ho.model_dir = *a.get("--model");
+    ho.backend = backend_name;
+    ho.cpu_threads = int(a.get_int("--threads", 0));
+    if (a.has("--cache")) ho.cache_format = kv_format_from_string(*a.get("--cache"));
+    ModelHost host(ho);
+    const KvFormat fmt = host.cache_format();
+    const ModelDir& dir = host.dir();
+    Backend* backend = &host.backend();
     const int page = 64;
     const int64_t max_pos = dir.config().max_position_embeddings;
     // The largest of the pools and steps below.
@@ -113,9 +119,8 @@ int cli_bench(std::span<const std::string> args) {
         req.max_batch_seqs = std::max(req.max_batch_seqs, int(b));
         req.max_seq_len = std::max(req.max_seq_len, ctx + steps);
       }
-    MemoryPlan plan;
-    auto model_ptr = load_planned_model(dir, *backend, req, plan);
-    Model& model = *model_ptr;
+    host.load(req);
+    Model& model = host.model();
     const int64_t V = model.vocab_size();
     std::mt19937 rng(1234);
     auto random_ids = [&](int64_t n) {
@@ -212,13 +217,12 @@ int cli_bench(std::span<const std::string> args) {
     }
 
     {  // prefix cache: prefix + suffix A cold, then prefix + suffix B reusing the prefix's full pages
-      auto tok = load_tokenizer(dir.path());
       const int64_t n_prefix = std::min(prefix_len, max_pos - 2 - suffix_len);
       GeneratorOptions go;
-      go.cache_format = fmt;
       go.page_size = page;
       go.num_pages = int(2 * ((n_prefix + suffix_len + page - 1) / page) + 4);
-      Generator gen(model, *tok, go);
+      auto gen_ptr = host.make_generator(go);
+      Generator& gen = *gen_ptr;
       const auto prefix = random_ids(n_prefix);
       std::vector<int32_t> prompts[2] = {prefix, prefix};
       for (auto& p : prompts) {
@@ -248,20 +252,20 @@ int cli_bench(std::span<const std::string> args) {
     }
 
     if (n_jobs > 0) {  // generation: n_jobs concurrent jobs, unconstrained and (with --schema) constrained
-      auto tok = load_tokenizer(dir.path());
+      const Tokenizer* tok = &host.tokenizer();
       std::shared_ptr<const CompiledGrammar> grammar;
       if (a.has("--schema")) grammar = compile_json_schema_for(read_schema_file(*a.get("--schema"), "bench"), *tok);
       const int64_t ctx = std::min(contexts.front(), max_pos - job_tokens - 1);
       std::vector<std::vector<int32_t>> prompts;
       for (int64_t j = 0; j < n_jobs; ++j) prompts.push_back(random_ids(ctx));
       GeneratorOptions go;
-      go.cache_format = fmt;
       go.page_size = page;
       go.max_batch_seqs = int(n_jobs);
       go.num_pages = int(n_jobs * ((ctx + job_tokens + page - 1) / page + 1));
       go.max_step_tokens = int(std::max<int64_t>(n_jobs, 512));
       for (int constrained = 0; constrained < (grammar ? 2 : 1); ++constrained) {
-        Generator gen(model, *tok, go);
+        auto gen_ptr = host.make_generator(go);
+        Generator& gen = *gen_ptr;
         int64_t generated = 0;
         const auto t0 = Clock::now();
         for (int64_t j = 0; j < n_jobs; ++j) {

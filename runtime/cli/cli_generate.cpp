@@ -10,14 +10,11 @@
 
 #include "engine/generate/generator.h"
 #include "engine/generate/grammar_constraint.h"
-#include "engine/memory_plan.h"
 #include "grammar/grammar_error.h"
-#include "engine/model.h"
-#include "engine/formats/model_dir.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "runtime/backend_select.h"
 #include "runtime/cli/cli_args.h"
 #include "runtime/cli/cli_commands.h"
+#include "runtime/model_host.h"
 
 namespace exl {
 
@@ -126,11 +123,15 @@ int cli_generate(std::span<const std::string> args) {
     if (max_tokens <= 0) throw UsageError("--max-tokens must be positive");
     const std::string backend_name = a.get_or("--backend", "cpu");
 
-    ModelDir dir(*a.get("--model"));
-    auto tok = load_tokenizer(dir.path());
+    ModelHostOptions ho;
+    ho.model_dir = *a.get("--model");
+    ho.backend = backend_name;
+    ho.cpu_threads = int(a.get_int("--threads", 0));
+    if (a.has("--cache")) ho.cache_format = kv_format_from_string(*a.get("--cache"));
+    ModelHost host(ho);
+    const Tokenizer* tok = &host.tokenizer();
     std::shared_ptr<const CompiledGrammar> grammar = output_grammar(a, *tok);
     const std::vector<uint64_t> seeds = seed_list(a);
-    auto backend = make_backend(backend_name, int(a.get_int("--threads", 0)));
 
     GenerationJob proto;
     proto.prompt = tok->encode(a.get_or("--prompt", ""), true);
@@ -145,17 +146,12 @@ int cli_generate(std::span<const std::string> args) {
 
     const size_t n_jobs = seeds.empty() ? 1 : seeds.size();
     GeneratorOptions go;
-    go.cache_format = a.has("--cache") ? kv_format_from_string(*a.get("--cache")) : default_cache_format(backend_name);
     go.page_size = 64;
     go.num_pages = int(n_jobs * ((proto.prompt.size() + size_t(max_tokens) + 63) / 64 + 1));
     go.max_step_tokens = 512;
     go.max_batch_seqs = int(std::min<size_t>(n_jobs, 64));
-    MemoryPlan plan;
-    auto model = load_planned_model(dir, *backend,
-                                    {go.cache_format, go.page_size, go.num_pages, go.max_batch_seqs,
-                                     go.max_step_tokens, int64_t(proto.prompt.size()) + max_tokens},
-                                    plan);
-    Generator gen(*model, *tok, go);
+    auto gen_ptr = host.load_generator(go, int64_t(proto.prompt.size()) + max_tokens);
+    Generator& gen = *gen_ptr;
     std::vector<JobResult> results(n_jobs);
     for (size_t i = 0; i < n_jobs; ++i) {
       GenerationJob job = proto;

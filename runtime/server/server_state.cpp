@@ -4,9 +4,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "engine/memory_plan.h"
 #include "kernels/error.h"
-#include "runtime/backend_select.h"
 #include "runtime/server/session_hub.h"
 
 namespace exl {
@@ -22,26 +20,23 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_prompt_tokens >= 0, "runtime: serve: --max-prompt-tokens must be positive (0: the context)");
   EXL_CHECK(opts_.max_prompt_bytes > 0, "runtime: serve: --max-prompt-bytes must be positive");
   EXL_CHECK(opts_.read_timeout.count() > 0, "runtime: serve: the read timeout must be positive");
-  dir_ = std::make_unique<ModelDir>(opts_.model_dir);
-  std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
-  model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
   created_ = int64_t(std::time(nullptr));
-  tok_ = load_tokenizer(dir_->path());
-  TemplateTokens tt;
-  if (tok_->bos_id()) tt.bos = tok_->token_bytes(*tok_->bos_id());
-  if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
-  tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
-  backend_ = make_backend(opts_.backend, opts_.cpu_threads);
+  host_ = std::make_unique<ModelHost>(
+      ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template});
   GeneratorOptions go;
-  go.cache_format = default_cache_format(opts_.backend);
   go.page_size = opts_.page_size;
+  go.num_pages = opts_.cache_pages;
   go.max_batch_seqs = opts_.max_batch_seqs;
-  MemoryRequest req{go.cache_format, go.page_size, opts_.cache_pages, go.max_batch_seqs, go.max_step_tokens};
-  MemoryPlan plan;
-  model_ = load_planned_model(*dir_, *backend_, req, plan);
-  go.num_pages = plan.cache_pages;
-  gen_ = std::make_unique<Generator>(*model_, *tok_, go);
-  hub_ = std::make_unique<SessionHub>(*this, opts_.session_dir, opts_.max_sessions, opts_.read_root,
+  gen_ = host_->load_generator(go);
+  AgentEnv model;
+  model.generator = gen_.get();
+  model.tokenizer = &host_->tokenizer();
+  model.chat_template = host_->chat_template();
+  model.encode_prompt = [host = host_.get()](const RenderedPrompt& p) { return host->encode_prompt(p); };
+  model.context_length = context_length();
+  model.max_prompt_tokens = max_prompt_tokens();
+  model.max_prompt_bytes = opts_.max_prompt_bytes;
+  hub_ = std::make_unique<SessionHub>(std::move(model), opts_.grammar_budget, opts_.session_dir, opts_.max_sessions, opts_.read_root,
                                       TranscriptRetention{opts_.session_retain_files, opts_.session_retain_bytes});
 }
 
@@ -52,7 +47,7 @@ ServerState::~ServerState() {
 
 int64_t ServerState::context_length() const {
   const int64_t cache = int64_t(gen_->options().num_pages) * opts_.page_size;
-  const int64_t n = model_->config().max_position_embeddings;
+  const int64_t n = host_->max_position_embeddings();
   return n > 0 ? std::min(n, cache) : cache;
 }
 
@@ -97,12 +92,13 @@ size_t ServerState::open_closers() const {
 }
 
 std::vector<int32_t> ServerState::encode_prompt(const RenderedPrompt& prompt) const {
-  return tokenize_prompt(*tok_, prompt);
+  return host_->encode_prompt(prompt);
 }
 
 std::vector<int32_t> ServerState::encode_raw_prompt(const std::string& text) const {
-  std::vector<int32_t> ids = tok_->encode(text, true);
-  if (ids.size() >= 2 && tok_->bos_id() && ids[0] == *tok_->bos_id() && ids[1] == *tok_->bos_id())
+  const Tokenizer& tok = host_->tokenizer();
+  std::vector<int32_t> ids = tok.encode(text, true);
+  if (ids.size() >= 2 && tok.bos_id() && ids[0] == *tok.bos_id() && ids[1] == *tok.bos_id())
     ids.erase(ids.begin());
   return ids;
 }

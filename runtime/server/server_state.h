@@ -15,11 +15,9 @@
 #include <vector>
 
 #include "engine/generate/generator.h"
-#include "engine/model.h"
-#include "engine/formats/model_dir.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "grammar/grammar_budget.h"
-#include "kernels/backend.h"
+#include "runtime/model_host.h"
 #include "runtime/server/metrics.h"
 #include "sessions/chat_template.h"
 
@@ -65,10 +63,10 @@ class ServerState {
   ~ServerState();
 
   const ServerOptions& options() const { return opts_; }
-  const std::string& model_id() const { return model_id_; }
+  const std::string& model_id() const { return host_->model_id(); }
   int64_t created() const { return created_; }
-  const Tokenizer& tokenizer() const { return *tok_; }
-  std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
+  const Tokenizer& tokenizer() const { return host_->tokenizer(); }
+  std::shared_ptr<const ChatTemplate> chat_template() const { return host_->chat_template(); }
   // Tokens one sequence may hold: the model's max_position_embeddings, capped by the KV cache.
   int64_t context_length() const;
   // Tokens a prompt may have: options().max_prompt_tokens capped by context_length().
@@ -106,14 +104,9 @@ class ServerState {
 
  private:
   ServerOptions opts_;
-  std::string model_id_;
   int64_t created_ = 0;
-  std::unique_ptr<ModelDir> dir_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Generator> gen_;
-  std::shared_ptr<const ChatTemplate> tmpl_;
+  std::unique_ptr<ModelHost> host_;
+  std::unique_ptr<Generator> gen_;  // after host_: destroyed first
   Metrics metrics_;
   std::atomic<int64_t> running_{0};
   std::atomic<bool> draining_{false};

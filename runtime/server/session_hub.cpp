@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "kernels/error.h"
-#include "runtime/server/server_state.h"
 #include "tools/builtin_tools.h"
 
 namespace exl {
@@ -24,18 +23,14 @@ std::string new_session_id() {
 
 }  // namespace
 
-SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root,
-                       TranscriptRetention retention)
-    : max_sessions_(max_sessions), retention_(retention) {
-  env_.generator = &state.generator();
-  env_.tokenizer = &state.tokenizer();
-  env_.chat_template = state.chat_template();
-  env_.encode_prompt = [&state](const RenderedPrompt& p) { return state.encode_prompt(p); };
+SessionHub::SessionHub(AgentEnv model, GrammarBudget budget, std::filesystem::path dir, int max_sessions,
+                       std::filesystem::path read_root, TranscriptRetention retention)
+    : env_(std::move(model)), max_sessions_(max_sessions), retention_(retention) {
   BuiltinToolOptions tool_opts;
   tool_opts.read_root = std::move(read_root);
   for (auto& t : make_builtin_tools(tool_opts)) builtins_.add(std::move(t));
   env_.find_tool = [this](const std::string& name) { return find_tool(name); };
-  env_.constraint = [this, budget = state.options().grammar_budget](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
+  env_.constraint = [this, budget](const AgentTurnContext& ctx) -> std::shared_ptr<LogitsMaskHook> {
     TurnConstraintFactory f;
     {
       std::lock_guard lk(mu_);
@@ -48,9 +43,6 @@ SessionHub::SessionHub(ServerState& state, std::filesystem::path dir, int max_se
   env_.dir = dir.empty() ? std::filesystem::temp_directory_path() / ("exlagent-sessions-" + std::to_string(::geteuid()))
                          : std::move(dir);
   prepare_private_dir(env_.dir);
-  env_.context_length = state.context_length();
-  env_.max_prompt_tokens = state.max_prompt_tokens();
-  env_.max_prompt_bytes = state.options().max_prompt_bytes;
 }
 
 void SessionHub::shutdown() {

@@ -19,13 +19,12 @@
 
 #include <boost/asio/thread_pool.hpp>
 
+#include "grammar/grammar_budget.h"
 #include "runtime/server/remote_tool.h"
 #include "sessions/agent_session.h"
 #include "tools/tool_registry.h"
 
 namespace exl {
-
-class ServerState;
 
 struct RpcError : std::runtime_error {
   RpcError(int code_, const std::string& message) : std::runtime_error(message), code(code_) {}
@@ -45,12 +44,15 @@ inline constexpr size_t kMaxToolsPerClient = 128;
 
 class SessionHub {
  public:
+  // model: what sessions run on — generator, tokenizer, chat template, encode_prompt and the
+  // prompt limits (context_length, max_prompt_tokens, max_prompt_bytes); its tools, constraint,
+  // executor and dir are the hub's own. Each turn's grammar compiles under `budget`.
   // dir: transcripts (empty = <temp>/exlagent-sessions-<uid>), made private with
   // prepare_private_dir (throws exl::Error when it is unsafe); retention is applied when a session
   // is created or closed, sparing live sessions' transcripts.
   // read_root: the directory the built-in read_file tool may read (empty: no read_file).
-  SessionHub(ServerState& state, std::filesystem::path dir, int max_sessions, std::filesystem::path read_root = {},
-             TranscriptRetention retention = {});
+  SessionHub(AgentEnv model, GrammarBudget budget, std::filesystem::path dir, int max_sessions,
+             std::filesystem::path read_root = {}, TranscriptRetention retention = {});
   ~SessionHub();
   // Server shutdown, while the network's io_context still exists: closes every session and runs
   // the hub's pending work to the end, so no session (nor its event sink, which posts to a
