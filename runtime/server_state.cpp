@@ -22,6 +22,7 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_prompt_tokens >= 0, "runtime: serve: --max-prompt-tokens must be positive (0: the context)");
   EXL_CHECK(opts_.max_prompt_bytes > 0, "runtime: serve: --max-prompt-bytes must be positive");
   EXL_CHECK(opts_.read_timeout.count() > 0, "runtime: serve: the read timeout must be positive");
+  EXL_CHECK(opts_.ws_message_timeout.count() > 0, "runtime: serve: the WebSocket message timeout must be positive");
   dir_ = std::make_unique<ModelDir>(opts_.model_dir);
   std::filesystem::path p = std::filesystem::absolute(opts_.model_dir).lexically_normal();
   model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();

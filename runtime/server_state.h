@@ -44,6 +44,8 @@ struct ServerOptions {
   size_t max_prompt_bytes = 1u << 20;        // bytes of prompt text (message contents, tool-call arguments,
                                              // a completions prompt), checked before tokenizing
   std::chrono::milliseconds read_timeout{60000};  // one HTTP request (headers and body) must arrive within it
+  std::chrono::milliseconds ws_message_timeout{60000};  // one WebSocket message must arrive whole within it
+                                                       // of its first frame, else the connection is closed
   int io_threads = 2;
   GrammarBudget grammar_budget;              // per request's constraint; the request's disconnect cancels it
   std::string chat_template;                 // override name; empty = detect

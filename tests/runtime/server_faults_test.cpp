@@ -1,8 +1,9 @@
 // Fault injection at the server's seams (issue 28), each against the real server on loopback with
 // stories260K on the CPU, and each followed by the proof that the server still answers /health
 // and serves other clients: huge prompts under the body limit, a client that trickles its request
-// (slowloris), one that trickles a WebSocket frame, a WebSocket client that vanishes mid-turn, KV
-// cache pages exhausted by concurrent large requests, and a model file truncated while mapped.
+// (slowloris), one that trickles a WebSocket frame (and one whose message passes its deadline), a
+// WebSocket client that vanishes mid-turn, KV cache pages exhausted by concurrent large requests,
+// and a model file truncated while mapped.
 // Tool faults (hang, crash, garbage, huge output) are in ws_agent_test.cpp, whose fixture scripts
 // tool calls. CUDA errors surfacing as request errors need a GPU and are not tested here.
 #include <gtest/gtest.h>
@@ -167,6 +168,51 @@ TEST(ServerFaults, TricklingWebSocketFrameDoesNotBlockOthers) {
   expect_serving(s.port());
   stop = true;
   trickle.join();
+}
+
+// Issue 28: a WebSocket client that sent a frame a byte at a time held its connection for as long
+// as it kept sending. A message must now arrive whole within ws_message_timeout of its first
+// frame: the connection is closed, and other connections' sessions run meanwhile and after.
+TEST(ServerFaults, TricklingWebSocketMessageIsClosedAtItsDeadline) {
+  EXL_REQUIRE_STORIES();
+  ServerOptions o = small_server("ServerFaultsWsDeadline");
+  o.ws_message_timeout = std::chrono::milliseconds(1000);
+  Running s(o);
+  WsTestClient slow(s.port(), "");
+  // A masked text frame announcing 1000 payload bytes: the header at once, then a byte every 100 ms.
+  slow.write_raw(std::string{char(0x81), char(0x80 | 126), char(0x03), char(0xE8), 1, 2, 3, 4});
+  std::atomic<bool> stop{false};
+  std::atomic<bool> write_failed{false};
+  std::thread trickle([&] {
+    for (size_t i = 0; !stop && i < 1000; ++i) {
+      try {
+        slow.write_raw(std::string(1, char('a' ^ "\x01\x02\x03\x04"[i % 4])));
+      } catch (const boost::system::system_error&) {
+        write_failed = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  WsTestClient other(s.port(), "");
+  json created = other.call("sessions/create", {{"maxTokens", 8}});
+  ASSERT_TRUE(created.contains("result")) << created;
+  const json sid = created["result"]["sessionId"];
+  ASSERT_TRUE(other.call("sessions/send", {{"sessionId", sid}, {"content", "Hi"}}).contains("result"));
+  auto done = other.next_of("sessions/event", "done");
+  ASSERT_TRUE(done);
+  EXPECT_NE((*done)["params"]["reason"], "error") << *done;
+  // The server closes the slow connection, so the trickle's writes fail (20 s at most; without the
+  // deadline the 1000 bytes take 100 s).
+  for (int i = 0; i < 200 && !write_failed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stop = true;
+  trickle.join();
+  EXPECT_TRUE(write_failed);
+  ASSERT_TRUE(other.call("sessions/send", {{"sessionId", sid}, {"content", "Again"}}).contains("result"));
+  done = other.next_of("sessions/event", "done");
+  ASSERT_TRUE(done);
+  EXPECT_NE((*done)["params"]["reason"], "error") << *done;
+  expect_serving(s.port());
 }
 
 // A WebSocket client that vanishes in the middle of a turn: its session is cancelled and closed,
