@@ -15,7 +15,8 @@ bool is_loopback_host(std::string_view h) {
   return h == "localhost" || h == "::1" || h == "[::1]" || h.substr(0, 4) == "127.";
 }
 
-ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
+ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend)
+    : opts_(std::move(options)), backend_(std::move(backend)) {
   EXL_CHECK(opts_.max_sessions > 0, "runtime: serve: --max-sessions must be positive");
   EXL_CHECK(opts_.cache_pages >= 0, "runtime: serve: --cache-pages must be positive (0: fit the free memory)");
   EXL_CHECK(opts_.page_size > 0, "runtime: serve: page size must be positive");
@@ -32,7 +33,7 @@ ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
   if (tok_->bos_id()) tt.bos = tok_->token_bytes(*tok_->bos_id());
   if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
   tmpl_ = make_chat_template(choose_template(dir_->path(), opts_.chat_template), tt);
-  backend_ = make_backend(opts_.backend, opts_.cpu_threads);
+  if (!backend_) backend_ = make_backend(opts_.backend, opts_.cpu_threads);
   GeneratorOptions go;
   go.cache_format = default_cache_format(opts_.backend);
   go.page_size = opts_.page_size;

@@ -63,7 +63,9 @@ class SessionHub;
 class ServerState {
  public:
   // Loads the model directory; throws exl::Error naming what failed. The generator is not started.
-  explicit ServerState(ServerOptions options);
+  // `backend`, when given, runs the model instead of the one options.backend names (tests wrap
+  // the CPU backend to inject device faults).
+  explicit ServerState(ServerOptions options, std::unique_ptr<Backend> backend = nullptr);
   ~ServerState();
 
   const ServerOptions& options() const { return opts_; }
