@@ -23,7 +23,7 @@ Buffer upload_vector(Backend& be, const std::vector<float>& v) {
 
 }  // namespace
 
-Model::Model(const ModelDir& dir, Backend& backend) : dir_(dir), backend_(backend), cfg_(dir.config()) {
+Model::Model(const ModelDir& dir, Backend& backend) : backend_(backend), cfg_(dir.config()) {
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
   const int64_t QD = cfg_.num_heads * D, KVD = cfg_.num_kv_heads * D;
   identity_ = std::filesystem::absolute(dir.path()).lexically_normal().string();
@@ -57,6 +57,7 @@ Model::Model(const ModelDir& dir, Backend& backend) : dir_(dir), backend_(backen
   }
   final_norm_ = upload_vector(backend, load_f32(dir, "model.norm.weight", hshape));
   head_ = backend.prepare_linear(load_linear(dir, "lm_head", H, cfg_.vocab_size));
+  for (const auto& f : dir.files()) f->release_pages();
 }
 
 Model::~Model() = default;

@@ -1,6 +1,7 @@
 // A decoder-only transformer (Llama / Mistral / Qwen2) on a Backend. The architecture differences
-// are data (biases, tied head, rope type, sliding window). Built once from a ModelDir, whose mapped
-// weights must outlive it; forward() is called by one thread (the engine thread).
+// are data (biases, tied head, rope type, sliding window). Built once from a ModelDir, whose
+// weights the backend copies at construction (Backend::prepare_*): the ModelDir and its files may
+// change or go away afterwards. forward() is called by one thread (the engine thread).
 #pragma once
 #include <memory>
 #include <span>
@@ -71,7 +72,6 @@ class Model {
   void ensure_scratch(int64_t tokens, int64_t logit_rows);
   int64_t run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool fed);
 
-  const ModelDir& dir_;
   Scratch scratch_;
   Backend& backend_;
   ModelConfig cfg_;

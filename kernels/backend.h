@@ -138,6 +138,8 @@ class Backend {
   // nullopt for backends that allocate host memory (CPU).
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }
 
+  // The weights in backend memory: the result never reads the memory `w` and `e` point into once
+  // these return (a model file's mapping may change or vanish after loading).
   virtual std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) = 0;
   virtual std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) = 0;
   virtual std::unique_ptr<KvPool> alloc_kv_pool(const KvLayout& layout, int num_pages) = 0;

@@ -7,7 +7,7 @@
 
 namespace exl {
 
-ModelHost::ModelHost(const ModelHostOptions& options) {
+ModelHost::ModelHost(const ModelHostOptions& options, std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {
   dir_ = std::make_unique<ModelDir>(options.model_dir);
   const std::filesystem::path p = std::filesystem::absolute(options.model_dir).lexically_normal();
   model_id_ = p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
@@ -18,7 +18,7 @@ ModelHost::ModelHost(const ModelHostOptions& options) {
     if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
     tmpl_ = make_chat_template(choose_template(dir_->path(), options.chat_template), tt);
   }
-  backend_ = make_backend(options.backend, options.cpu_threads);
+  if (!backend_) backend_ = make_backend(options.backend, options.cpu_threads);
   cache_format_ = options.cache_format.value_or(default_cache_format(options.backend));
 }
 

@@ -35,8 +35,10 @@ struct ModelHostOptions {
 
 class ModelHost {
  public:
-  // Throws exl::Error naming what failed (directory, tokenizer, template, backend).
-  explicit ModelHost(const ModelHostOptions& options);
+  // Throws exl::Error naming what failed (directory, tokenizer, template, backend). `backend`,
+  // when given, runs the model instead of the one options.backend names (tests wrap the CPU
+  // backend to inject device faults).
+  explicit ModelHost(const ModelHostOptions& options, std::unique_ptr<Backend> backend = nullptr);
   ~ModelHost();
   ModelHost(const ModelHost&) = delete;
   ModelHost& operator=(const ModelHost&) = delete;

@@ -33,6 +33,10 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   }
 }
 
+void MappedFile::release_pages() const {
+  if (data_) ::madvise(const_cast<std::byte*>(data_), size_, MADV_DONTNEED);
+}
+
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
 

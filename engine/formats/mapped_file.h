@@ -18,6 +18,10 @@ class MappedFile {
   ~MappedFile();
 
   std::span<const std::byte> bytes() const { return {data_, size_}; }
+  // Drops the pages of the mapping that this process holds (madvise MADV_DONTNEED): the bytes read
+  // the same afterwards, faulted in from the file again on access. For once everything read from
+  // the file has been copied elsewhere, so that those pages stop counting in the process's memory.
+  void release_pages() const;
   const std::filesystem::path& path() const { return path_; }
 
  private:

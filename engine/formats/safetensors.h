@@ -52,6 +52,8 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return file_.path(); }
   const TensorInfo* find(std::string_view name) const;
   TensorView view(const TensorInfo& t) const;
+  // MappedFile::release_pages of the file.
+  void release_pages() const { file_.release_pages(); }
 
  private:
   MappedFile file_;

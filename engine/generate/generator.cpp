@@ -23,6 +23,14 @@ std::string to_string(FinishReason r) {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+// A job's error for an exception out of the backend, the sampler or a mask hook. Every failure is
+// caught as std::exception, not only exl::Error: another (std::bad_alloc from an allocation inside
+// a forward pass) would end the stepping thread, and with it the process. exl::Error messages
+// name their layer already; the others get the generator's.
+std::string generator_failure_text(const std::exception& e) {
+  if (dynamic_cast<const Error*>(&e)) return e.what();
+  return cat("engine: generator: ", e.what());
+}
 }  // namespace
 
 struct Generator::Active {
@@ -75,7 +83,7 @@ Generator::~Generator() {
     std::vector<int32_t> ids(deferred_.size());
     try {
       model_.collect_samples(ids);
-    } catch (const Error&) {
+    } catch (const std::exception&) {
     }
   }
 }
@@ -241,8 +249,8 @@ void Generator::sample_on_device(std::span<Active* const> sampling, std::span<co
       if (!prepare_sample(a, mask)) continue;
       inputs.push_back(make_device_row(a.sampler, V, rows[i], mask));
       jobs.push_back(&a);
-    } catch (const Error& e) {
-      finish(a, FinishReason::error, e.what());
+    } catch (const std::exception& e) {
+      finish(a, FinishReason::error, generator_failure_text(e));
     }
   }
   if (jobs.empty()) return;
@@ -251,15 +259,15 @@ void Generator::sample_on_device(std::span<Active* const> sampling, std::span<co
   std::vector<int32_t> ids(params.size());
   try {
     EXL_CHECK(model_.sample_device(params, ids), "engine: generator: the backend cannot sample on the device");
-  } catch (const Error& e) {
-    for (Active* a : jobs) finish(*a, FinishReason::error, e.what());
+  } catch (const std::exception& e) {
+    for (Active* a : jobs) finish(*a, FinishReason::error, generator_failure_text(e));
     return;
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     try {
       emit_sampled(*jobs[i], checked_sampled_token(ids[i], V));
-    } catch (const Error& e) {
-      finish(*jobs[i], FinishReason::error, e.what());
+    } catch (const std::exception& e) {
+      finish(*jobs[i], FinishReason::error, generator_failure_text(e));
     }
   }
 }
@@ -279,8 +287,8 @@ bool Generator::sample_deferred_and_feed(std::span<Active* const> sampling, std:
     for (size_t i = 0; i < sampling.size(); ++i) inputs.push_back(make_device_row(sampling[i]->sampler, V, rows[i], {}));
     for (const DeviceRow& d : inputs) params.push_back(d.view());
     EXL_CHECK(model_.sample_device_deferred(params), "engine: generator: the backend cannot sample deferred");
-  } catch (const Error& e) {
-    for (Active* a : sampling) finish(*a, FinishReason::error, e.what());
+  } catch (const std::exception& e) {
+    for (Active* a : sampling) finish(*a, FinishReason::error, generator_failure_text(e));
     return true;
   }
   deferred_.assign(sampling.begin(), sampling.end());
@@ -295,7 +303,7 @@ bool Generator::sample_deferred_and_feed(std::span<Active* const> sampling, std:
   try {
     model_.forward_device_fed(batch, *pool_);
     fed_ = deferred_;
-  } catch (const Error&) {
+  } catch (const std::exception&) {
     collect_deferred();  // the samples stand; the next step runs (and reports) the forward as usual
   }
   return true;
@@ -308,16 +316,16 @@ void Generator::collect_deferred() {
   std::vector<int32_t> ids(jobs.size());
   try {
     model_.collect_samples(ids);
-  } catch (const Error& e) {
-    for (Active* a : jobs) finish(*a, FinishReason::error, e.what());
+  } catch (const std::exception& e) {
+    for (Active* a : jobs) finish(*a, FinishReason::error, generator_failure_text(e));
     fed_.clear();
     return;
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     try {
       emit_sampled(*jobs[i], checked_sampled_token(ids[i], model_.vocab_size()));
-    } catch (const Error& e) {
-      finish(*jobs[i], FinishReason::error, e.what());
+    } catch (const std::exception& e) {
+      finish(*jobs[i], FinishReason::error, generator_failure_text(e));
     }
   }
 }
@@ -371,12 +379,12 @@ void Generator::admit() {
       EXL_CHECK(job.max_new_tokens > 0, "engine: generator: job ", id, ": max_new_tokens must be positive");
       validate(job.sampling, model_.vocab_size());
       a = std::make_unique<Active>(id, std::move(job), tok_);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       GenerationEvent ev;
       ev.type = GenerationEvent::Type::done;
       ev.job = id;
       ev.reason = FinishReason::error;
-      ev.error = e.what();
+      ev.error = generator_failure_text(e);
       if (job.on_event) job.on_event(ev);
       continue;
     }
@@ -472,8 +480,8 @@ bool Generator::step() {
   try {
     if (on_device) model_.forward_device(batch, *pool_);
     else logits = model_.forward(batch, *pool_);
-  } catch (const Error& e) {
-    for (auto& p : ready) finish(*p.a, FinishReason::error, e.what());
+  } catch (const std::exception& e) {
+    for (auto& p : ready) finish(*p.a, FinishReason::error, generator_failure_text(e));
     return true;
   }
   const int64_t V = model_.vocab_size();
@@ -486,8 +494,8 @@ bool Generator::step() {
     std::span<float> row(logits.data() + int64_t(i) * V, size_t(V));
     try {
       sample_next(a, row, mask);
-    } catch (const Error& e) {
-      finish(a, FinishReason::error, e.what());
+    } catch (const std::exception& e) {
+      finish(a, FinishReason::error, generator_failure_text(e));
     }
   }
   if (on_device && !sample_deferred_and_feed(sampling, sample_rows)) sample_on_device(sampling, sample_rows);

@@ -7,6 +7,10 @@
 // emitted; nothing is emitted twice), so the oldest always progresses; only a job that does not
 // fit the cache alone ends with the error "out of KV cache pages".
 //
+// Failures: any exception out of the backend (a device error, a failed allocation), a sampler or
+// a mask hook ends the jobs it concerns (a forward pass: its whole batch) with reason error and
+// its message; their pages and batch slots are freed and the generator goes on.
+//
 // Threads: submit() and cancel() may be called from any thread. step() runs on one thread at a
 // time — either the caller's (tests, single-shot CLIs) or the generator's own after start().
 // Event callbacks run on the stepping thread and must not block or call back into step().

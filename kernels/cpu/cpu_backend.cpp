@@ -1,6 +1,9 @@
 // The CPU backend: host memory, fp32 activations, quantized weights decoded on the fly.
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/ops.h"
@@ -10,11 +13,17 @@ namespace exl {
 
 namespace {
 
+// Host copies of weight bytes that the prepared weights point into; shared where two prepared
+// weights read the same bytes (a tied embedding and head).
+using HostCopies = std::vector<std::shared_ptr<const Buffer>>;
+
 struct CpuLinear : PreparedLinear {
-  LinearWeights w;
+  LinearWeights w;  // raw pointers into `owned`
+  HostCopies owned;
 };
 struct CpuEmbedding : PreparedEmbedding {
-  EmbeddingWeights e;
+  EmbeddingWeights e;  // data points into `owned`
+  HostCopies owned;
 };
 struct CpuKvPool : KvPool {
   Buffer mem;
@@ -36,9 +45,25 @@ class CpuBackend final : public Backend {
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
+  // The weights are copied into host memory this backend owns, so that a forward pass never reads
+  // the caller's memory (a model file's mapping, which a truncated file turns into SIGBUS).
   std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override {
     auto p = std::make_unique<CpuLinear>();
     p->w = w;
+    if (auto* m = std::get_if<Exl2Matrix>(&p->w)) {
+      const size_t G = m->groups.size(), Np = size_t(m->padded_out);
+      m->q_weight = own(p->owned, m->q_weight, size_t(m->q_rows) * Np);
+      m->q_scale = own(p->owned, m->q_scale, G * (Np / 8));
+      m->q_scale_max = own(p->owned, m->q_scale_max, G);
+    } else if (auto* g = std::get_if<GptqMatrix>(&p->w)) {
+      const size_t K = size_t(g->in_features), N = size_t(g->out_features), G = size_t(g->num_groups);
+      g->qweight = own(p->owned, g->qweight, K / 8 * N);
+      g->qzeros = own(p->owned, g->qzeros, G * (N / 8));
+      g->scales = own(p->owned, g->scales, G * N);
+    } else {
+      auto& d = std::get<DenseMatrix>(p->w);
+      d.data = own_bytes(p->owned, d.data, size_t(d.in_features * d.out_features) * dtype_size(d.dtype));
+    }
     p->in_features = in_features(w);
     p->out_features = out_features(w);
     return p;
@@ -46,6 +71,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) override {
     auto p = std::make_unique<CpuEmbedding>();
     p->e = e;
+    p->e.data = own_bytes(p->owned, e.data, size_t(e.vocab * e.dim) * dtype_size(e.dtype));
     p->vocab = e.vocab;
     p->dim = e.dim;
     return p;
@@ -89,7 +115,28 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // A host copy of src[0, bytes), appended to `into`; the copy of identical bytes at the same
+  // address is shared (the memcmp guards against a different buffer reusing a freed address).
+  const void* own_bytes(HostCopies& into, const void* src, size_t bytes) {
+    if (src == nullptr || bytes == 0) return src;
+    auto& slot = copies_[{src, bytes}];
+    std::shared_ptr<const Buffer> copy = slot.lock();
+    if (!copy || std::memcmp(copy->data(), src, bytes) != 0) {
+      auto fresh = std::make_shared<Buffer>(host_alloc(bytes));
+      std::memcpy(fresh->data(), src, bytes);
+      copy = fresh;
+      slot = copy;
+    }
+    into.push_back(copy);
+    return copy->data();
+  }
+  template <typename T>
+  const T* own(HostCopies& into, const T* src, size_t count) {
+    return static_cast<const T*>(own_bytes(into, src, count * sizeof(T)));
+  }
+
   ThreadPool tp_;
+  std::map<std::pair<const void*, size_t>, std::weak_ptr<const Buffer>> copies_;  // by source range
 };
 
 }  // namespace

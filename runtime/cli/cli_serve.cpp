@@ -26,7 +26,8 @@ const CommandSpec& serve_spec() {
       "Limits: request body --max-body; prompts --max-prompt-bytes of text, then --max-prompt-tokens (400\n"
       "context_length_exceeded; an agent turn ends with an error event); a request must arrive within\n"
       "--read-timeout; --max-sessions generations in flight (then 503 with Retry-After) and live agent\n"
-      "sessions; WebSocket messages 4 MiB (close 1009), 256 frames per second per connection (-32012),\n"
+      "sessions; WebSocket messages 4 MiB (close 1009) arriving within --ws-message-timeout of their first\n"
+      "frame (else the connection is closed), 256 frames per second per connection (-32012),\n"
       "sessions/send content 1 MiB or --max-prompt-bytes (-32013), 16 MiB of unsent frames per connection (close 1008); numbers\n"
       "in requests are range-checked (no wrap); read_file reads files up to 1 MiB under --read-root only.\n"
       "Transcripts are 0600 files in a private 0700 --session-dir, the oldest deleted beyond\n"
@@ -59,6 +60,8 @@ const CommandSpec& serve_spec() {
         "bytes of prompt text (message contents and tool-call arguments, a completions prompt, an agent's\n"
         "conversation), checked before tokenizing (default 1048576)"},
        {"--read-timeout", "S", "seconds one HTTP request (headers and body) may take to arrive (default 60)"},
+       {"--ws-message-timeout", "S",
+        "seconds one WebSocket message may take to arrive from its first frame (default 60; then close)"},
        {"--grammar-max-states", "N", "automaton states one request's output grammar may build in all (default 8000000)"},
        {"--grammar-max-mb", "MB", "memory one request's grammar compilation may use (default 256)"},
        {"--grammar-timeout-ms", "MS", "time one request's grammar compilation may take (default 5000)"},
@@ -114,9 +117,12 @@ int cli_serve(std::span<const std::string> args) {
     if (a.has("--max-prompt-tokens") && prompt_tokens <= 0) throw UsageError("--max-prompt-tokens must be positive");
     if (prompt_bytes <= 0) throw UsageError("--max-prompt-bytes must be positive");
     if (read_s <= 0 || read_s > 3600) throw UsageError("--read-timeout must be in [1, 3600] seconds");
+    const long long ws_message_s = a.get_int("--ws-message-timeout", 60);
+    if (ws_message_s <= 0 || ws_message_s > 3600) throw UsageError("--ws-message-timeout must be in [1, 3600] seconds");
     o.max_prompt_tokens = prompt_tokens;
     o.max_prompt_bytes = size_t(prompt_bytes);
     o.read_timeout = std::chrono::seconds(read_s);
+    o.ws_message_timeout = std::chrono::seconds(ws_message_s);
     const long long g_states = a.get_int("--grammar-max-states", (long long)o.grammar_budget.max_states);
     const long long g_mb = a.get_int("--grammar-max-mb", (long long)(o.grammar_budget.max_bytes >> 20));
     const long long g_ms = a.get_int("--grammar-timeout-ms", (long long)o.grammar_budget.timeout.count());

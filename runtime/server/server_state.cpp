@@ -13,16 +13,18 @@ bool is_loopback_host(std::string_view h) {
   return h == "localhost" || h == "::1" || h == "[::1]" || h.substr(0, 4) == "127.";
 }
 
-ServerState::ServerState(ServerOptions options) : opts_(std::move(options)) {
+ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_sessions > 0, "runtime: serve: --max-sessions must be positive");
   EXL_CHECK(opts_.cache_pages >= 0, "runtime: serve: --cache-pages must be positive (0: fit the free memory)");
   EXL_CHECK(opts_.page_size > 0, "runtime: serve: page size must be positive");
   EXL_CHECK(opts_.max_prompt_tokens >= 0, "runtime: serve: --max-prompt-tokens must be positive (0: the context)");
   EXL_CHECK(opts_.max_prompt_bytes > 0, "runtime: serve: --max-prompt-bytes must be positive");
   EXL_CHECK(opts_.read_timeout.count() > 0, "runtime: serve: the read timeout must be positive");
+  EXL_CHECK(opts_.ws_message_timeout.count() > 0, "runtime: serve: the WebSocket message timeout must be positive");
   created_ = int64_t(std::time(nullptr));
   host_ = std::make_unique<ModelHost>(
-      ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template});
+      ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template},
+      std::move(backend));
   GeneratorOptions go;
   go.page_size = opts_.page_size;
   go.num_pages = opts_.cache_pages;

@@ -42,6 +42,8 @@ struct ServerOptions {
   size_t max_prompt_bytes = 1u << 20;        // bytes of prompt text (message contents, tool-call arguments,
                                              // a completions prompt), checked before tokenizing
   std::chrono::milliseconds read_timeout{60000};  // one HTTP request (headers and body) must arrive within it
+  std::chrono::milliseconds ws_message_timeout{60000};  // one WebSocket message must arrive whole within it
+                                                       // of its first frame, else the connection is closed
   int io_threads = 2;
   GrammarBudget grammar_budget;              // per request's constraint; the request's disconnect cancels it
   std::string chat_template;                 // override name; empty = detect
@@ -59,7 +61,9 @@ class SessionHub;
 class ServerState {
  public:
   // Loads the model directory; throws exl::Error naming what failed. The generator is not started.
-  explicit ServerState(ServerOptions options);
+  // `backend`, when given, runs the model instead of the one options.backend names (tests wrap
+  // the CPU backend to inject device faults).
+  explicit ServerState(ServerOptions options, std::unique_ptr<Backend> backend = nullptr);
   ~ServerState();
 
   const ServerOptions& options() const { return opts_; }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
@@ -24,7 +25,8 @@ std::atomic<uint64_t> g_next_peer{1};
 
 class WsSession : public std::enable_shared_from_this<WsSession> {
  public:
-  WsSession(tcp::socket&& socket, std::shared_ptr<ServerState> state) : ws_(std::move(socket)), state_(std::move(state)) {
+  WsSession(tcp::socket&& socket, std::shared_ptr<ServerState> state)
+      : ws_(std::move(socket)), message_timer_(ws_.get_executor()), state_(std::move(state)) {
     ++state_->metrics().open_connections;
     peer_.id = g_next_peer++;
   }
@@ -74,9 +76,26 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     });
   }
 
+  // A message is read in two steps so that its deadline starts at its first frame, not while the
+  // connection idles between messages: read_some returns with the first part, then the rest must
+  // arrive before message_timer_ closes the socket (a client trickling a frame holds it no longer).
   void do_read() {
     buffer_.clear();
-    ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
+    ws_.async_read_some(buffer_, 0, beast::bind_front_handler(&WsSession::on_first_part, shared_from_this()));
+  }
+
+  void on_first_part(beast::error_code ec, size_t n) {
+    if (ec || ws_.is_message_done()) return on_read(ec, n);
+    message_timer_.expires_after(state_->options().ws_message_timeout);
+    message_timer_.async_wait([w = weak_from_this()](beast::error_code timer_ec) {
+      auto self = w.lock();
+      if (!self || timer_ec || self->message_timer_.expiry() > net::steady_timer::clock_type::now()) return;
+      beast::get_lowest_layer(self->ws_).close();
+    });
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code read_ec, size_t read_n) {
+      self->message_timer_.expires_at(net::steady_timer::time_point::max());  // a wait already due sees this
+      self->on_read(read_ec, read_n);
+    });
   }
 
   void on_read(beast::error_code ec, size_t) {
@@ -120,6 +139,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   websocket::stream<beast::tcp_stream> ws_;
+  net::steady_timer message_timer_;  // the deadline of the message being read
   beast::flat_buffer buffer_;
   std::shared_ptr<ServerState> state_;
   std::deque<std::string> queue_;

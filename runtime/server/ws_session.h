@@ -2,8 +2,9 @@
 // http_session checked, then reads text frames and answers each with handle_rpc_message; session
 // events and tools/call requests from other threads are queued onto the same strand.
 // Limits: frames and messages up to kMaxWsMessage bytes (bigger ones close with 1009), binary
-// frames close with 1003, and a client more than kMaxWsQueueBytes of outgoing frames behind is
-// closed with 1008. When the connection ends its sessions close and its tools go (close_ws_peer).
+// frames close with 1003, a message not whole within options().ws_message_timeout of its first
+// frame closes the socket (no close frame: the client is still inside a frame), and a client
+// more than kMaxWsQueueBytes of outgoing frames behind is closed with 1008. When the connection ends its sessions close and its tools go (close_ws_peer).
 // Lifetime: shared_ptr held by pending handlers; members touched only on the connection's strand.
 #pragma once
 #include <memory>
