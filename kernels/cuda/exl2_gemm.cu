@@ -893,7 +893,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
   for (int j = threadIdx.x; j < chunks * k_mma_chunk; j += k_exl2_gemv_threads) {
     const int k = k0 + j;
-    int p = 0, src = 0;
+    // Past k1 (whole 32-row blocks) every slot gets a zero: the mma multiplies those slots by zero
+    // weights, and 0 · NaN (stale shared memory) would be NaN.
+    int p = j & 31, src = 0;
     if (k < k1) {
       p = mma_slot(w.groups[w.group_of_row[k]].bits, j & 31);
       src = w.perm[k];

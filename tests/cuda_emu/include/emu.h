@@ -1,7 +1,14 @@
 // CPU emulation of the CUDA subset used by kernels/cuda/ (see ../Makefile), for checking kernel
 // logic without a GPU. Blocks run one at a time; the threads of a block are cooperative fibers
-// (ucontext + _setjmp); __syncthreads, __syncwarp and shuffles are barriers among live threads.
-// Device memory is host memory; cuBLAS GEMMs are naive loops that validate their arguments.
+// (ucontext + _setjmp); __syncthreads, __syncwarp, shuffles, votes and mma.sync are barriers among
+// the live threads of the block or warp. fp16 arithmetic rounds once, to nearest even, as the
+// hardware's. Inline PTX arrives as calls of emu::asm_<opcode> (gen.py): lop3.b32, prefetch
+// (a no-op), atom.add.u32 and mma.sync m16n8k16 f16→f32, the last with the fragment layouts of the
+// PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type") and exact products summed
+// in double. Device memory is host memory; streams are one in-order queue run at once, stream
+// capture records launches and async copies for graph replay; events are no-ops; cuBLAS GEMMs are
+// naive loops that validate their arguments. Not emulated: thread block clusters (the device
+// reports compute capability 8.0 so that the backend does not use them), concurrency between blocks.
 #pragma once
 #include <setjmp.h>
 #include <ucontext.h>
@@ -13,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <functional>
 #include <map>
 #include <vector>
@@ -40,17 +48,28 @@ struct uint2 {
 struct float4 {
   float x, y, z, w;
 };
+struct float2 {
+  float x, y;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 typedef enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorNotSupported = 801,
+  cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorNoDevice = 100
 } cudaError_t;
 typedef struct CUstream_st* cudaStream_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr {
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 #define cudaStreamNonBlocking 1
 struct cudaDeviceProp {
@@ -65,8 +84,56 @@ struct __half {
 struct __nv_bfloat16 {
   unsigned short x;
 };
+struct __half2 {
+  __half x, y;
+};
+namespace emu {
+[[noreturn]] inline void unsupported(const char* what) {
+  std::fprintf(stderr, "emu: %s is not emulated\n", what);
+  std::abort();
+}
+// v rounded once to the nearest fp16 (ties to even), subnormals and overflow to infinity included.
+inline unsigned short to_half(double v) {
+  if (std::isnan(v)) return 0x7e00;
+  const unsigned short sign = std::signbit(v) ? 0x8000 : 0;
+  const double a = std::fabs(v);
+  if (a >= 65520.0) return sign | 0x7c00;
+  int e = 0;
+  std::frexp(a, &e);
+  int ex = std::max(e - 1, -14);               // a < 2^(ex+1); the quantum is 2^(ex-10)
+  double r = std::nearbyint(std::ldexp(a, 10 - ex));  // default rounding: to nearest even
+  if (r >= 2048.0) r /= 2, ++ex;               // rounded up into the next binade (exact)
+  if (r < 1024.0) return sign | (unsigned short)r;  // subnormal (ex == -14) or zero
+  if (ex > 15) return sign | 0x7c00;
+  return sign | (unsigned short)((ex + 15) << 10 | (int(r) - 1024));
+}
+inline double from_half(__half h) { return exl::half_to_float(h.x); }
+}  // namespace emu
 inline float __half2float(__half h) { return exl::half_to_float(h.x); }
-inline __half __float2half_rn(float f) { return {exl::float_to_half(f)}; }
+inline __half __float2half_rn(float f) { return {emu::to_half(f)}; }
+inline __half2 __float2half2_rn(float f) { return {__float2half_rn(f), __float2half_rn(f)}; }
+inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
+inline float2 __half22float2(__half2 h) { return {__half2float(h.x), __half2float(h.y)}; }
+inline __half2 __hadd2(__half2 a, __half2 b) {
+  using emu::from_half;
+  return {{emu::to_half(from_half(a.x) + from_half(b.x))}, {emu::to_half(from_half(a.y) + from_half(b.y))}};
+}
+inline __half2 __hmul2(__half2 a, __half2 b) {
+  using emu::from_half;
+  return {{emu::to_half(from_half(a.x) * from_half(b.x))}, {emu::to_half(from_half(a.y) * from_half(b.y))}};
+}
+// Products of fp16 values are exact in double, and the sum rounds once there: one rounding to fp16.
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
+  using emu::from_half;
+  return {{emu::to_half(from_half(a.x) * from_half(b.x) + from_half(c.x))},
+          {emu::to_half(from_half(a.y) * from_half(b.y) + from_half(c.y))}};
+}
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+  return unsigned(((uint64_t(hi) << 32) | lo) >> (shift & 31));
+}
+inline int __ffs(int x) { return ::ffs(x); }
+inline float __expf(float x) { return std::exp(x); }
+[[noreturn]] inline void __trap() { emu::unsupported("__trap (a kernel trapped)"); }
 inline __half __ushort_as_half(unsigned short u) { return {u}; }
 inline unsigned short __half_as_ushort(__half h) { return h.x; }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {exl::float_to_bf16(f)}; }
@@ -83,8 +150,13 @@ inline T __ldg(const T* p) {
   }
   return *p;
 }
-inline float atomicAdd(float* p, float v) {
-  const float o = *p;
+template <class T>
+inline T __ldcg(const T* p) {
+  return __ldg(p);
+}
+template <class T>
+inline T atomicAdd(T* p, T v) {
+  const T o = *p;
   *p = o + v;
   return o;
 }
@@ -212,19 +284,25 @@ inline void run_block(unsigned n) {
   cur = nullptr;
 }
 
-inline void launch(const void* fn, dim3 g, dim3 b, size_t smem, std::function<void()> f) {
+// Stream capture: launches and async copies recorded for replay instead of run (relaxed mode).
+inline bool capturing = false, capture_failed = false;
+inline std::vector<std::function<void()>> captured;
+inline bool enqueue(std::function<void()> op) {
+  if (!capturing) return false;
+  captured.push_back(std::move(op));
+  return true;
+}
+
+template <class F>
+inline const void* fn_key(F* f) {
+  return reinterpret_cast<const void*>(f);
+}
+
+inline void run_grid(dim3 g, dim3 b, size_t smem, const std::function<void()>& f) {
   const unsigned n = b.x * b.y * b.z;
-  auto it = smem_optin.find(fn);
-  const size_t limit = it != smem_optin.end() ? size_t(it->second) : 48 * 1024;
-  if (n == 0 || n > 1024 || g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || smem > limit) {
-    std::fprintf(stderr, "emu: bad launch grid (%u,%u,%u) block %u smem %zu (limit %zu)\n", g.x, g.y, g.z, n, smem,
-                 limit);
-    last_error = cudaErrorInvalidConfiguration;
-    return;
-  }
   grid_dim = g;
   block_dim = b;
-  body = std::move(f);
+  body = f;
   smem_buf.assign(smem + 256, char(0xff));
   dyn_smem = smem_buf.data() + (256 - reinterpret_cast<uintptr_t>(smem_buf.data()) % 256) % 256;
   for (unsigned z = 0; z < g.z; ++z)
@@ -236,12 +314,36 @@ inline void launch(const void* fn, dim3 g, dim3 b, size_t smem, std::function<vo
       }
 }
 
+// EMU_LOG_LAUNCHES=1 prints every launch (kernel, grid, block, shared memory) to stderr.
+inline const bool log_launches = [] {
+  const char* e = std::getenv("EMU_LOG_LAUNCHES");
+  return e && e[0] == '1';
+}();
+
+// `fn` keys the dynamic shared memory opt-in (cudaFuncSetAttribute); null for kernels without one.
+inline void launch(const void* fn, const char* name, dim3 g, dim3 b, size_t smem, std::function<void()> f) {
+  const unsigned n = b.x * b.y * b.z;
+  if (log_launches)
+    std::fprintf(stderr, "emu: %s%s grid (%u,%u,%u) block %u smem %zu\n", capturing ? "(captured) " : "", name, g.x,
+                 g.y, g.z, n, smem);
+  auto it = smem_optin.find(fn);
+  const size_t limit = it != smem_optin.end() ? size_t(it->second) : 48 * 1024;
+  if (n == 0 || n > 1024 || g.x == 0 || g.y == 0 || g.z == 0 || g.y > 65535 || g.z > 65535 || smem > limit) {
+    std::fprintf(stderr, "emu: bad launch grid (%u,%u,%u) block %u smem %zu (limit %zu)\n", g.x, g.y, g.z, n, smem,
+                 limit);
+    last_error = cudaErrorInvalidConfiguration;
+    if (capturing) capture_failed = true;
+    return;
+  }
+  if (!enqueue([=] { run_grid(g, b, smem, f); })) run_grid(g, b, smem, f);
+}
+
 }  // namespace emu
 
 #define threadIdx (::emu::cur->tidx)
-#define blockIdx (::emu::block_idx)
-#define blockDim (::emu::block_dim)
-#define gridDim (::emu::grid_dim)
+inline const dim3& blockIdx = ::emu::block_idx;
+inline const dim3& blockDim = ::emu::block_dim;
+inline const dim3& gridDim = ::emu::grid_dim;
 
 inline void __syncthreads() { emu::block_sync(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_sync(); }
@@ -288,7 +390,91 @@ inline int __syncthreads_or(int pred) {
   emu::block_sync();
   return r;
 }
+inline int __any_sync(unsigned, int pred) {
+  static std::vector<int> acc;
+  const unsigned w = emu::cur->lin / 32;
+  if (acc.size() < emu::warp_live.size()) acc.resize(emu::warp_live.size());
+  emu::warp_sync();
+  acc[w] = 0;
+  emu::warp_sync();
+  if (pred) acc[w] = 1;
+  emu::warp_sync();
+  const int r = acc[w];
+  emu::warp_sync();
+  return r;
+}
 using std::isnan;
+
+// ---- inline PTX (gen.py turns each asm statement into one of these) ----
+namespace emu {
+// lop3.b32 d, a, b, c, immLut: bit i of d is bit (a_i·4 + b_i·2 + c_i) of immLut (the table of
+// F(0xF0, 0xCC, 0xAA)).
+inline void asm_lop3_b32(uint32_t& d, uint32_t a, uint32_t b, uint32_t c, uint32_t lut) {
+  uint32_t r = 0;
+  for (int i = 0; i < 32; ++i) {
+    const unsigned idx = ((a >> i) & 1u) << 2 | ((b >> i) & 1u) << 1 | ((c >> i) & 1u);
+    r |= ((lut >> idx) & 1u) << i;
+  }
+  d = r;
+}
+inline void asm_prefetch_global_L2(const void*) {}
+inline void asm_atom_acq_rel_gpu_global_add_u32(unsigned& d, unsigned* p, unsigned v) {
+  d = *p;
+  *p += v;
+}
+
+struct MmaIn {
+  uint32_t a[4], b[2];
+};
+inline std::vector<MmaIn> mma_in;
+inline double half_lo(uint32_t r) { return exl::half_to_float(uint16_t(r & 0xffffu)); }
+inline double half_hi(uint32_t r) { return exl::half_to_float(uint16_t(r >> 16)); }
+// Element i of a lane's fragment: register i / 2, the low half first.
+inline double frag_elem(const uint32_t* regs, int i) { return i % 2 ? half_hi(regs[i / 2]) : half_lo(regs[i / 2]); }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {d0..d3}, {a0..a3}, {b0, b1}, {c0..c3}: the
+// warp's D = A·B + C. Layouts (PTX ISA, m16n8k16 floating point; groupID = lane >> 2,
+// threadID_in_group = lane % 4, elements a0..a7 / b0..b3 low half first in the registers):
+//   A (16×16, a_i): row groupID for i ∈ {0,1,4,5}, else groupID + 8;
+//                   col threadID_in_group·2 + (i & 1), + 8 for i ≥ 4.
+//   B (16×8, b_i):  row threadID_in_group·2 + (i & 1), + 8 for i ≥ 2; col groupID.
+//   C/D (16×8, c_i): row groupID for i < 2, else groupID + 8; col threadID_in_group·2 + (i & 1).
+inline void asm_mma_sync_aligned_m16n8k16_row_col_f32_f16_f16_f32(float& d0, float& d1, float& d2, float& d3,
+                                                                   uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                                   uint32_t b0, uint32_t b1, float c0, float c1,
+                                                                   float c2, float c3) {
+  const unsigned t = cur->lin, w = t / 32, lane = t % 32;
+  if (warp_live[w] != 32) unsupported("mma.sync with fewer than 32 live threads in the warp");
+  if (mma_in.size() < warp_live.size() * 32) mma_in.resize(warp_live.size() * 32);
+  mma_in[t] = {{a0, a1, a2, a3}, {b0, b1}};
+  warp_sync();
+  double A[16][16], B[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const MmaIn& in = mma_in[w * 32 + l];
+    const int g = int(l >> 2), tg = int(l % 4);
+    for (int i = 0; i < 8; ++i) {
+      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+      const int col = tg * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+      A[row][col] = frag_elem(in.a, i);
+    }
+    for (int i = 0; i < 4; ++i) {
+      const int row = tg * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+      B[row][g] = frag_elem(in.b, i);
+    }
+  }
+  warp_sync();  // every lane has read the fragments before any deposits again
+  const float c[4] = {c0, c1, c2, c3};
+  float d[4];
+  const int g = int(lane >> 2), tg = int(lane % 4);
+  for (int i = 0; i < 4; ++i) {
+    const int row = i < 2 ? g : g + 8, col = tg * 2 + (i & 1);
+    double s = 0;
+    for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+    d[i] = float(s + double(c[i]));
+  }
+  d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3];
+}
+}  // namespace emu
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
@@ -313,12 +499,12 @@ inline cudaError_t cudaGetDeviceCount(int* n) {
 }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMultiProcessorCount ? 132 : 232448;
+  *v = a == cudaDevAttrMultiProcessorCount ? 132 : a == cudaDevAttrComputeCapabilityMajor ? 8 : 232448;
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   std::snprintf(p->name, sizeof(p->name), "EMU");
-  p->major = 9;
+  p->major = 8;
   p->minor = 0;
   p->totalGlobalMem = size_t(1) << 34;
   return cudaSuccess;
@@ -342,7 +528,7 @@ inline cudaError_t cudaFree(void* p) {
 inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMalloc(p, n); }
 inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t) {
-  std::memmove(d, s, n);
+  if (!emu::enqueue([=] { std::memmove(d, s, n); })) std::memmove(d, s, n);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
@@ -350,7 +536,7 @@ inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) 
   return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) {
-  std::memset(d, v, n);
+  if (!emu::enqueue([=] { std::memset(d, v, n); })) std::memset(d, v, n);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t* f, size_t* t) {
@@ -361,6 +547,90 @@ template <class F>
 inline cudaError_t cudaFuncSetAttribute(F* fn, cudaFuncAttribute, int v) {
   emu::smem_optin[reinterpret_cast<const void*>(fn)] = v;
   return cudaSuccess;
+}
+
+// Events: the emulated stream has finished its work whenever the host looks.
+typedef struct CUevent_st* cudaEvent_t;
+#define cudaEventDisableTiming 2u
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(uintptr_t(0x30));
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.0f;
+  return cudaSuccess;
+}
+
+// Graphs: what a capture recorded, replayed in order (copies read their sources at replay).
+struct CUgraph_st {
+  std::vector<std::function<void()>> ops;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> ops;
+};
+typedef CUgraph_st* cudaGraph_t;
+typedef CUgraphExec_st* cudaGraphExec_t;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+                             cudaStreamCaptureModeRelaxed = 2 };
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  if (emu::capturing) return cudaErrorInvalidValue;
+  emu::capturing = true;
+  emu::capture_failed = false;
+  emu::captured.clear();
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+  *g = nullptr;
+  if (!emu::capturing) return cudaErrorInvalidValue;
+  emu::capturing = false;
+  if (emu::capture_failed) return cudaErrorStreamCaptureInvalidated;
+  *g = new CUgraph_st{std::move(emu::captured)};
+  emu::captured.clear();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long = 0) {
+  *e = new CUgraphExec_st{g->ops};
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+  if (emu::capturing) return cudaErrorNotSupported;
+  for (const auto& op : e->ops) op();
+  return cudaSuccess;
+}
+
+// Extensible launches exist for thread block clusters, which are not emulated.
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+struct cudaLaunchAttributeValue {
+  struct {
+    unsigned x, y, z;
+  } clusterDim;
+};
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+template <class... P, class... A>
+inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t*, void (*)(P...), A&&...) {
+  emu::unsupported("cudaLaunchKernelEx (thread block clusters)");
 }
 
 // ---- cuBLAS ----
@@ -415,6 +685,19 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasO
                                    cublasComputeType_t, cublasGemmAlgo_t) {
   return emu::gemm(ta, tb, m, n, k, static_cast<const float*>(alpha), A, at, lda, B, bt, ldb,
                    static_cast<const float*>(beta), C, ct, ldc);
+}
+inline cublasStatus_t cublasGemmBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void* alpha, const void* const A[], cudaDataType_t at, int lda,
+                                          const void* const B[], cudaDataType_t bt, int ldb, const void* beta,
+                                          void* const C[], cudaDataType_t ct, int ldc, int batch, cublasComputeType_t,
+                                          cublasGemmAlgo_t) {
+  if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  for (int i = 0; i < batch; ++i) {
+    const cublasStatus_t s = emu::gemm(ta, tb, m, n, k, static_cast<const float*>(alpha), A[i], at, lda, B[i], bt, ldb,
+                                       static_cast<const float*>(beta), C[i], ct, ldc);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                   const float* alpha, const float* A, int lda, const float* B, int ldb,
