@@ -1110,7 +1110,9 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   if (grid.z > 1 && !counters) return cudaErrorInvalidValue;
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto kernel) -> cudaError_t {
-    if (smem > 48 * 1024) {
+    // The kernel's static shared memory (segments, a flag) counts against the 48 KiB default too:
+    // a full 48 KiB activation tile launches only with the opt-in (measured: cudaErrorInvalidValue).
+    if (smem + 1024 > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
     }
