@@ -360,7 +360,8 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
               const GemvInput& in) {
   const int K = set[0]->view().K;
   int64_t n_total = 0, tiles = 0;
-  bool mma = exl2_mma_enabled() && !in.exact && rows >= k_exl2_mma_min_rows && !in.norm_w && !in.rope &&
+  bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows() && rows <= exl2_mma_max_rows() &&
+             !in.norm_w && !in.rope &&
              !(in.io && (in.io->x_in_order || in.io->inv_perm || in.io->ssq_out));
   for (const auto* l : set) {
     n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
@@ -486,19 +487,28 @@ int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   return int(std::min(ks, ceil_div(K, 128) * 128));
 }
 
-bool exl2_mma_enabled() {
-  static const bool on = [] {
+namespace {
+
+// EXL_CUDA_MMA: unset = the measured range, 1 = every row count the kernel takes, 0 = never.
+int exl2_mma_mode() {
+  static const int mode = [] {
     const char* e = std::getenv("EXL_CUDA_MMA");
-    return e && std::atoi(e) == 1;
+    return e ? std::atoi(e) : -1;
   }();
-  return on;
+  return mode;
 }
+
+}  // namespace
+
+bool exl2_mma_enabled() { return exl2_mma_mode() != 0; }
+
+int64_t exl2_mma_min_rows() { return exl2_mma_mode() == 1 ? k_exl2_mma_min_rows : k_exl2_mma_auto_min_rows; }
 
 int64_t exl2_mma_max_rows() {
   static const int64_t n = [] {
     const char* e = std::getenv("EXL_CUDA_MMA_MAX_ROWS");
     const int64_t v = e ? std::atoll(e) : 0;
-    return v >= 16 && v <= 4096 ? v : k_exl2_mma_max_rows;
+    return v >= 16 && v <= 4096 ? v : exl2_mma_mode() == 1 ? k_exl2_mma_max_rows : k_exl2_mma_auto_max_rows;
   }();
   return n;
 }

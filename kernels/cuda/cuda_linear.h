@@ -31,15 +31,19 @@ namespace exl::cuda {
 
 inline constexpr int64_t k_quant_gemv_max_rows = 16;
 // EXL2 matrices with streamed layouts (Exl2DeviceView::n_segs > 0) take the tensor-core kernel
-// (exl2_mma_set) for k_exl2_mma_min_rows..k_exl2_mma_max_rows rows outside the exact path: run(),
-// run_fused() and run_linears() with exact false.
-// exl2_mma_max_rows() is k_exl2_mma_max_rows, or EXL_CUDA_MMA_MAX_ROWS (16..4096) for tuning runs.
-// The path is taken only where exl2_mma_enabled(): EXL_CUDA_MMA=1 until the kernel has been run on
-// a GPU (it is compiled and reviewed, not yet measured: BENCHMARKS.md); the CUDA tests enable it.
+// (exl2_mma_set) for exl2_mma_min_rows()..exl2_mma_max_rows() rows outside the exact path: run(),
+// run_fused() and run_linears() with exact false. By default that is where it was measured faster
+// than the gemv and cuBLAS paths (k_exl2_mma_auto_*: 6..16 rows, llama3-8b decode on the H200,
+// BENCHMARKS.md); EXL_CUDA_MMA=1 widens it to every count the kernel takes
+// (k_exl2_mma_min_rows..k_exl2_mma_max_rows; the CUDA tests do), EXL_CUDA_MMA=0 turns it off, and
+// EXL_CUDA_MMA_MAX_ROWS (16..4096) moves the top for tuning runs.
 inline constexpr int64_t k_exl2_mma_min_rows = 3;
 inline constexpr int64_t k_exl2_mma_max_rows = 64;
-int64_t exl2_mma_max_rows();
+inline constexpr int64_t k_exl2_mma_auto_min_rows = 6;
+inline constexpr int64_t k_exl2_mma_auto_max_rows = 16;
 bool exl2_mma_enabled();
+int64_t exl2_mma_min_rows();
+int64_t exl2_mma_max_rows();
 // The exact path keeps EXL2 batches on the gemv up to this many rows: per row it computes what
 // it does at 16 rows, and at 32 rows it is still faster than three split GEMMs over an fp32
 // reconstruction of W (decode at batch 32 with a q4 cache, H200: BENCHMARKS.md).
