@@ -93,6 +93,11 @@ void grammar_release(size_t bytes) {
   if (m.active) m.bytes -= std::min(bytes, m.bytes);
 }
 
+void grammar_budget_check() {
+  const BudgetMeter& m = t_budget_meter;
+  if (m.active && m.trip != BudgetTrip::none) throw_trip(m);
+}
+
 void grammar_poll() {
   BudgetMeter& m = t_budget_meter;
   if (!m.active) return;

@@ -67,6 +67,9 @@ class GrammarTransientBytes {
  private:
   size_t bytes_ = 0;
 };
+// Throws the active budget's GrammarBudgetError / GrammarCancelled when it has tripped (for code
+// that caught a GrammarError and must tell a budget stop from a deterministic failure).
+void grammar_budget_check();
 // Polls the clock and cancellation only (for loops that build nothing countable).
 void grammar_poll();
 // The per-automaton state limit in force on this thread (the default without a scope).

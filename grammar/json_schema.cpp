@@ -607,6 +607,15 @@ Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSche
   });
 }
 
+std::string json_schema_options_key(const JsonSchemaOptions& opts) {
+  nlohmann::ordered_json k = {{"whitespace", int(opts.whitespace)},
+                              {"property_order", int(opts.property_order)},
+                              {"ignore_keywords", opts.ignore_keywords},
+                              {"ignore_unknown_keywords", opts.ignore_unknown_keywords},
+                              {"integer_zero_fraction", opts.integer_zero_fraction}};
+  return k.dump();
+}
+
 Grammar compile_json_schema_text(std::string_view schema_text, const JsonSchemaOptions& opts) {
   nlohmann::ordered_json j;
   try {

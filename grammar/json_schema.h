@@ -60,6 +60,10 @@ struct JsonSchemaOptions {
   GrammarBudget budget;
 };
 
+// The options that shape the grammar (all but the budget) as a canonical text: the options part
+// of a compiled grammar's cache key (grammar/grammar_cache.h).
+std::string json_schema_options_key(const JsonSchemaOptions& opts);
+
 // Throws GrammarError (GrammarBudgetError / GrammarCancelled when the budget stops it).
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts = {});
 // Parses `schema_text` (keeping property order) then compiles it.

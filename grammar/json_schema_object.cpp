@@ -77,282 +77,377 @@ Frag SchemaCompiler::enum_frag(int32_t rule, const Json& n, const std::string& p
   return gb_.frags(rule).alt(alts);
 }
 
-Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+namespace {
+
+// Compiles one object schema (the keywords properties, required, additionalProperties,
+// patternProperties, dependentRequired, propertyNames, min/maxProperties) into `rule`: first the
+// kinds of members (named properties, regions of overlapping key patterns, additional keys), each
+// a rule of its own, then the layout of members between the braces for the property order.
+class ObjectFragCompiler {
+ public:
+  ObjectFragCompiler(SchemaCompiler& sc, int32_t rule, const Json& n, const std::string& ptr, int depth,
+                     JsonSchemaOptions::PropertyOrder order)
+      : sc_(sc), gb_(sc.gb_), rule_(rule), n_(n), ptr_(ptr), depth_(depth), order_(order) {}
+
+  Frag run() {
+    read_required();
+    read_properties();
+    addl_ = n_.contains("additionalProperties") ? n_["additionalProperties"] : Json(true);
+    read_pattern_properties();
+    add_unlisted_required();
+    read_dependent_required();
+    apply_key_schemas();
+    if (!restrict_names()) return gb_.frags(rule_).alt({});
+    std::vector<std::string> literals;
+    for (const Named& x : named_) literals.push_back(key_content(x.name));
+    const Rule named_dfa = SchemaCompiler::literal_set_dfa(literals);
+    add_named_members();
+    add_pattern_members(named_dfa);
+    add_additional_member(named_dfa);
+    read_counts();
+    const Frag open = gb_.frags(rule_).seq({gb_.frags(rule_).literal("{"), sc_.ws(rule_)});
+    const Frag close = gb_.frags(rule_).seq({sc_.ws(rule_), gb_.frags(rule_).literal("}")});
+    if (order_ == JsonSchemaOptions::PropertyOrder::schema) layout_schema_order(open.out, close.in);
+    else layout_any_order(open.out, close.in);
+    return {open.in, close.out};
+  }
+
+ private:
   struct Named {
     std::string name;
     Json schema;
     std::string ptr;
     bool required;
   };
-  std::vector<Named> named;
-  std::vector<std::string> required;
-  if (n.contains("required")) {
-    if (!n["required"].is_array()) fail(pointer_append(ptr, "required"), "must be an array");
-    for (const Json& r : n["required"]) {
-      if (!r.is_string()) fail(pointer_append(ptr, "required"), "entries must be strings");
-      if (std::find(required.begin(), required.end(), r.get<std::string>()) == required.end()) required.push_back(r.get<std::string>());
-    }
-  }
-  auto is_required = [&](const std::string& k) { return std::find(required.begin(), required.end(), k) != required.end(); };
-  if (n.contains("properties")) {
-    if (!n["properties"].is_object()) fail(pointer_append(ptr, "properties"), "must be an object");
-    for (auto it = n["properties"].begin(); it != n["properties"].end(); ++it)
-      named.push_back({it.key(), it.value(), pointer_append(pointer_append(ptr, "properties"), it.key()), is_required(it.key())});
-  }
-  Json addl = n.contains("additionalProperties") ? n["additionalProperties"] : Json(true);
   struct Pat {
     std::string pattern;
     Json schema;
     std::string ptr;
     Rule dfa;
   };
-  std::vector<Pat> pats;
-  if (n.contains("patternProperties")) {
-    if (!n["patternProperties"].is_object()) fail(pointer_append(ptr, "patternProperties"), "must be an object");
-    for (auto it = n["patternProperties"].begin(); it != n["patternProperties"].end(); ++it) {
-      std::string pp = pointer_append(pointer_append(ptr, "patternProperties"), it.key());
-      pats.push_back({it.key(), it.value(), pp, key_pattern_dfa(it.key(), pp)});
+
+  bool is_required(const std::string& k) const {
+    return std::find(required_.begin(), required_.end(), k) != required_.end();
+  }
+  bool is_named(const std::string& k) const {
+    return std::any_of(named_.begin(), named_.end(), [&](const Named& x) { return x.name == k; });
+  }
+
+  void read_required() {
+    if (!n_.contains("required")) return;
+    if (!n_["required"].is_array()) fail(pointer_append(ptr_, "required"), "must be an array");
+    for (const Json& r : n_["required"]) {
+      if (!r.is_string()) fail(pointer_append(ptr_, "required"), "entries must be strings");
+      if (!is_required(r.get<std::string>())) required_.push_back(r.get<std::string>());
     }
   }
-  for (const std::string& r : required) {
-    bool listed = std::any_of(named.begin(), named.end(), [&](const Named& x) { return x.name == r; });
-    if (!listed) named.push_back({r, Json(true), pointer_append(pointer_append(ptr, "required"), r), true});
+
+  void read_properties() {
+    if (!n_.contains("properties")) return;
+    if (!n_["properties"].is_object()) fail(pointer_append(ptr_, "properties"), "must be an object");
+    for (auto it = n_["properties"].begin(); it != n_["properties"].end(); ++it)
+      named_.push_back({it.key(), it.value(), pointer_append(pointer_append(ptr_, "properties"), it.key()),
+                        is_required(it.key())});
   }
-  std::vector<std::pair<std::string, std::vector<std::string>>> deps;
-  if (n.contains("dependentRequired")) {
-    std::string dp = pointer_append(ptr, "dependentRequired");
-    if (!n["dependentRequired"].is_object()) fail(dp, "must be an object");
-    for (auto it = n["dependentRequired"].begin(); it != n["dependentRequired"].end(); ++it) {
+
+  void read_pattern_properties() {
+    if (!n_.contains("patternProperties")) return;
+    if (!n_["patternProperties"].is_object()) fail(pointer_append(ptr_, "patternProperties"), "must be an object");
+    for (auto it = n_["patternProperties"].begin(); it != n_["patternProperties"].end(); ++it) {
+      std::string pp = pointer_append(pointer_append(ptr_, "patternProperties"), it.key());
+      pats_.push_back({it.key(), it.value(), pp, sc_.key_pattern_dfa(it.key(), pp)});
+    }
+  }
+
+  void add_unlisted_required() {
+    for (const std::string& r : required_)
+      if (!is_named(r)) named_.push_back({r, Json(true), pointer_append(pointer_append(ptr_, "required"), r), true});
+  }
+
+  void read_dependent_required() {
+    if (!n_.contains("dependentRequired")) return;
+    std::string dp = pointer_append(ptr_, "dependentRequired");
+    if (!n_["dependentRequired"].is_object()) fail(dp, "must be an object");
+    for (auto it = n_["dependentRequired"].begin(); it != n_["dependentRequired"].end(); ++it) {
       if (!it.value().is_array()) fail(pointer_append(dp, it.key()), "must be an array of strings");
       std::vector<std::string> names;
       for (const Json& v : it.value()) names.push_back(v.get<std::string>());
-      deps.push_back({it.key(), names});
+      deps_.push_back({it.key(), names});
     }
-    for (const auto& [a, bs] : deps) {
+    for (const auto& [a, bs] : deps_) {
       std::vector<std::string> all = bs;
       all.push_back(a);
       for (const std::string& x : all)
-        if (std::none_of(named.begin(), named.end(), [&](const Named& y) { return y.name == x; }))
-          named.push_back({x, Json(true), pointer_append(dp, a), false});
+        if (!is_named(x)) named_.push_back({x, Json(true), pointer_append(dp, a), false});
     }
   }
-  // pattern and additional schemas that apply to the named properties
-  for (Named& x : named) {
-    Json all = Json::array({x.schema});
-    bool by_pattern = false;
-    for (const Pat& p : pats)
-      if (accepts_bytes(p.dfa, key_content(x.name))) all.push_back(p.schema), by_pattern = true;
-    bool listed = n.contains("properties") && n["properties"].contains(x.name);
-    if (!listed && !by_pattern) all.push_back(addl);
-    if (all.size() > 1) x.schema = Json{{"allOf", all}};
-  }
-  // propertyNames: restrict every key
-  std::optional<Rule> names_ok;
-  if (n.contains("propertyNames")) {
-    std::string pp = pointer_append(ptr, "propertyNames");
-    Json pn = normalize(n["propertyNames"], pp, 0);
-    if (pn != true) {
-      bool strings = pn.is_object() && (!pn.contains("type") || std::find(pn["type"].begin(), pn["type"].end(), "string") != pn["type"].end());
-      if (pn.is_object())
-        for (auto it = pn.begin(); it != pn.end(); ++it)
-          if (it.key() != "type" && it.key() != "pattern" && it.key() != "minLength" && it.key() != "maxLength" &&
-              it.key() != "format" && it.key() != "enum")
-            fail(pp, "'" + it.key() + "' in propertyNames is not supported");
-      if (!strings) {
-        names_ok = literal_set_dfa({});
-      } else if (pn.contains("enum")) {
-        std::vector<std::string> lits;
-        for (const Json& v : pn["enum"])
-          if (v.is_string()) lits.push_back(key_content(v.get<std::string>()));
-        bool trivial = false;
-        names_ok = intersect_bytes(literal_set_dfa(lits), string_content_dfa(pn, pp, trivial), false, 200000);
-      } else {
-        bool trivial = false;
-        names_ok = string_content_dfa(pn, pp, trivial);
-      }
-    }
-  }
-  if (names_ok) {
-    std::vector<Named> kept;
-    for (Named& x : named) {
-      if (accepts_bytes(*names_ok, key_content(x.name))) kept.push_back(std::move(x));
-      else if (x.required) return gb_.frags(rule).alt({});
-    }
-    named = std::move(kept);
-    for (Pat& p : pats) p.dfa = intersect_bytes(p.dfa, *names_ok, false, 200000);
-  }
-  std::vector<std::string> literals;
-  for (const Named& x : named) literals.push_back(key_content(x.name));
-  Rule named_dfa = literal_set_dfa(literals);
 
-  auto member = [&](Frag key, int32_t mrule, int32_t value) {
-    FragBuilder fb = gb_.frags(mrule);
-    fb.set_root(gb_.frags(mrule).seq({key, sep(mrule, ':'), gb_.frags(mrule).call(value)}));
-    (void)fb;
-  };
-  std::vector<int32_t> named_rules;
-  for (const Named& x : named) {
-    int32_t m = gb_.add_rule(fresh(x.ptr + "/member"));
-    int32_t v = value_rule(x.schema, x.ptr, depth);
-    member(gb_.frags(m).literal(Json(x.name).dump()), m, v);
-    named_rules.push_back(m);
+  // The pattern and additional schemas that apply to the named properties.
+  void apply_key_schemas() {
+    for (Named& x : named_) {
+      Json all = Json::array({x.schema});
+      bool by_pattern = false;
+      for (const Pat& p : pats_)
+        if (accepts_bytes(p.dfa, key_content(x.name))) all.push_back(p.schema), by_pattern = true;
+      bool listed = n_.contains("properties") && n_["properties"].contains(x.name);
+      if (!listed && !by_pattern) all.push_back(addl_);
+      if (all.size() > 1) x.schema = Json{{"allOf", all}};
+    }
   }
-  std::vector<int32_t> extras;
-  auto keyed_member = [&](const Rule& key_dfa, const Json& schema, const std::string& sptr) {
+
+  // The key contents propertyNames allows (nullopt: every key).
+  std::optional<Rule> property_names_dfa() {
+    if (!n_.contains("propertyNames")) return std::nullopt;
+    std::string pp = pointer_append(ptr_, "propertyNames");
+    Json pn = sc_.normalize(n_["propertyNames"], pp, 0);
+    if (pn == true) return std::nullopt;
+    bool strings = pn.is_object() &&
+                   (!pn.contains("type") || std::find(pn["type"].begin(), pn["type"].end(), "string") != pn["type"].end());
+    if (pn.is_object())
+      for (auto it = pn.begin(); it != pn.end(); ++it)
+        if (it.key() != "type" && it.key() != "pattern" && it.key() != "minLength" && it.key() != "maxLength" &&
+            it.key() != "format" && it.key() != "enum")
+          fail(pp, "'" + it.key() + "' in propertyNames is not supported");
+    bool trivial = false;
+    if (!strings) return SchemaCompiler::literal_set_dfa({});
+    if (!pn.contains("enum")) return sc_.string_content_dfa(pn, pp, trivial);
+    std::vector<std::string> lits;
+    for (const Json& v : pn["enum"])
+      if (v.is_string()) lits.push_back(key_content(v.get<std::string>()));
+    return intersect_bytes(SchemaCompiler::literal_set_dfa(lits), sc_.string_content_dfa(pn, pp, trivial), false, 200000);
+  }
+
+  // Drops the named properties and narrows the patterns propertyNames excludes; false when it
+  // excludes a required property (no object is valid).
+  bool restrict_names() {
+    names_ok_ = property_names_dfa();
+    if (!names_ok_) return true;
+    std::vector<Named> kept;
+    for (Named& x : named_) {
+      if (accepts_bytes(*names_ok_, key_content(x.name))) kept.push_back(std::move(x));
+      else if (x.required) return false;
+    }
+    named_ = std::move(kept);
+    for (Pat& p : pats_) p.dfa = intersect_bytes(p.dfa, *names_ok_, false, 200000);
+    return true;
+  }
+
+  // Makes member rule m: key ':' value.
+  void member(Frag key, int32_t m, int32_t value) {
+    gb_.frags(m).set_root(gb_.frags(m).seq({key, sc_.sep(m, ':'), gb_.frags(m).call(value)}));
+  }
+
+  void add_named_members() {
+    for (const Named& x : named_) {
+      int32_t m = gb_.add_rule(sc_.fresh(x.ptr + "/member"));
+      int32_t v = sc_.value_rule(x.schema, x.ptr, depth_);
+      member(gb_.frags(m).literal(Json(x.name).dump()), m, v);
+      named_rules_.push_back(m);
+    }
+  }
+
+  // A member kind whose keys are the strings of key_dfa (none when it is empty).
+  void add_keyed_member(const Rule& key_dfa, const Json& schema, const std::string& sptr) {
     if (is_empty_bytes(key_dfa)) return;
-    int32_t m = gb_.add_rule(fresh(sptr + "/member"));
-    int32_t v = value_rule(schema, sptr, depth);
+    int32_t m = gb_.add_rule(sc_.fresh(sptr + "/member"));
+    int32_t v = sc_.value_rule(schema, sptr, depth_);
     Frag key = gb_.frags(m).seq({gb_.frags(m).literal("\""), gb_.frags(m).dfa(key_dfa), gb_.frags(m).literal("\"")});
     member(key, m, v);
-    extras.push_back(m);
-  };
-  // patternProperties: one member kind per non-empty region of overlapping patterns
-  if (pats.size() > 6) fail(pointer_append(ptr, "patternProperties"), "more than 6 patterns are not supported");
-  for (size_t mask = 1; mask < (size_t(1) << pats.size()); ++mask) {
-    std::optional<Rule> region;
-    Json schemas = Json::array();
-    std::string rptr;
-    for (size_t i = 0; i < pats.size(); ++i)
-      if (mask >> i & 1) {
-        region = region ? intersect_bytes(*region, pats[i].dfa, false, 200000) : pats[i].dfa;
-        schemas.push_back(pats[i].schema);
-        if (rptr.empty()) rptr = pats[i].ptr;
-      }
-    for (size_t i = 0; i < pats.size() && !is_empty_bytes(*region); ++i)
-      if (!(mask >> i & 1)) region = intersect_bytes(*region, pats[i].dfa, true, 200000);
-    region = intersect_bytes(*region, named_dfa, true, 200000);
-    keyed_member(*region, schemas.size() == 1 ? schemas[0] : Json{{"allOf", schemas}}, rptr);
+    extras_.push_back(m);
   }
-  if (addl != false) {
+
+  // patternProperties: one member kind per non-empty region of overlapping patterns.
+  void add_pattern_members(const Rule& named_dfa) {
+    if (pats_.size() > 6) fail(pointer_append(ptr_, "patternProperties"), "more than 6 patterns are not supported");
+    for (size_t mask = 1; mask < (size_t(1) << pats_.size()); ++mask) {
+      std::optional<Rule> region;
+      Json schemas = Json::array();
+      std::string rptr;
+      for (size_t i = 0; i < pats_.size(); ++i)
+        if (mask >> i & 1) {
+          region = region ? intersect_bytes(*region, pats_[i].dfa, false, 200000) : pats_[i].dfa;
+          schemas.push_back(pats_[i].schema);
+          if (rptr.empty()) rptr = pats_[i].ptr;
+        }
+      for (size_t i = 0; i < pats_.size() && !is_empty_bytes(*region); ++i)
+        if (!(mask >> i & 1)) region = intersect_bytes(*region, pats_[i].dfa, true, 200000);
+      region = intersect_bytes(*region, named_dfa, true, 200000);
+      add_keyed_member(*region, schemas.size() == 1 ? schemas[0] : Json{{"allOf", schemas}}, rptr);
+    }
+  }
+
+  // additionalProperties: keys neither named nor matched by a pattern.
+  void add_additional_member(const Rule& named_dfa) {
+    if (addl_ == false) return;
     bool trivial = false;
-    Rule any = names_ok ? *names_ok : string_content_dfa(Json::object(), ptr, trivial);
+    Rule any = names_ok_ ? *names_ok_ : sc_.string_content_dfa(Json::object(), ptr_, trivial);
     Rule rest = intersect_bytes(any, named_dfa, true, 200000);
-    for (const Pat& p : pats) rest = intersect_bytes(rest, p.dfa, true, 200000);
-    keyed_member(rest, addl, pointer_append(ptr, "additionalProperties"));
+    for (const Pat& p : pats_) rest = intersect_bytes(rest, p.dfa, true, 200000);
+    add_keyed_member(rest, addl_, pointer_append(ptr_, "additionalProperties"));
   }
-  size_t n_required = std::count_if(named.begin(), named.end(), [](const Named& x) { return x.required; });
-  bool any_order = opts_.property_order == JsonSchemaOptions::PropertyOrder::any;
-  auto count_kw = [&](const char* kw) -> std::optional<uint64_t> {
-    if (!n.contains(kw)) return std::nullopt;
-    if (!n[kw].is_number() || n[kw].get<double>() < 0) fail(pointer_append(ptr, kw), "must be a non-negative integer");
-    return uint64_t(std::min(n[kw].get<double>(), 1e9));
-  };
-  std::optional<uint64_t> min_props = count_kw("minProperties"), max_props = count_kw("maxProperties");
-  if (min_props && *min_props <= n_required) min_props.reset();
-  if (max_props && extras.empty() && named.size() <= *max_props) max_props.reset();
-  if (!any_order && (min_props || max_props || !deps.empty()))
-    fail(ptr, "minProperties/maxProperties/dependentRequired need property order 'any' (or to be implied by required)");
-  Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("{"), ws(rule)});
-  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("}")});
-  auto edge = [&](int32_t from, int32_t to, int32_t m, bool with_sep) {
-    Frag c = with_sep ? gb_.frags(rule).seq({sep(rule, ','), gb_.frags(rule).call(m)}) : gb_.frags(rule).call(m);
-    gb_.frags(rule).eps(from, c.in);
-    gb_.frags(rule).eps(c.out, to);
-  };
-  Nfa& nfa = gb_.nfa(rule);
-  if (opts_.property_order == JsonSchemaOptions::PropertyOrder::schema) {
-    int32_t first = open.out, more = nfa.add_state();
-    for (size_t i = 0; i < named.size(); ++i) {
+
+  std::optional<uint64_t> count_keyword(const char* kw) const {
+    if (!n_.contains(kw)) return std::nullopt;
+    if (!n_[kw].is_number() || n_[kw].get<double>() < 0) fail(pointer_append(ptr_, kw), "must be a non-negative integer");
+    return uint64_t(std::min(n_[kw].get<double>(), 1e9));
+  }
+
+  // min/maxProperties, dropped where the members already imply them.
+  void read_counts() {
+    size_t n_required = std::count_if(named_.begin(), named_.end(), [](const Named& x) { return x.required; });
+    min_props_ = count_keyword("minProperties");
+    max_props_ = count_keyword("maxProperties");
+    if (min_props_ && *min_props_ <= n_required) min_props_.reset();
+    if (max_props_ && extras_.empty() && named_.size() <= *max_props_) max_props_.reset();
+    if (order_ != JsonSchemaOptions::PropertyOrder::any && (min_props_ || max_props_ || !deps_.empty()))
+      fail(ptr_, "minProperties/maxProperties/dependentRequired need property order 'any' (or to be implied by required)");
+  }
+
+  // A member m between NFA states from and to, after a ',' when with_sep.
+  void edge(int32_t from, int32_t to, int32_t m, bool with_sep) {
+    Frag c = with_sep ? gb_.frags(rule_).seq({sc_.sep(rule_, ','), gb_.frags(rule_).call(m)}) : gb_.frags(rule_).call(m);
+    gb_.frags(rule_).eps(from, c.in);
+    gb_.frags(rule_).eps(c.out, to);
+  }
+
+  // Schema order: named properties in their order (optional ones may be skipped), additional
+  // members anywhere after the named ones written so far.
+  void layout_schema_order(int32_t open, int32_t close) {
+    Nfa& nfa = gb_.nfa(rule_);
+    int32_t first = open, more = nfa.add_state();
+    for (size_t i = 0; i < named_.size(); ++i) {
       int32_t nf = nfa.add_state(), nm = nfa.add_state();
-      edge(first, nm, named_rules[i], false);
-      edge(more, nm, named_rules[i], true);
-      if (!named[i].required) {
-        gb_.frags(rule).eps(first, nf);
-        gb_.frags(rule).eps(more, nm);
+      edge(first, nm, named_rules_[i], false);
+      edge(more, nm, named_rules_[i], true);
+      if (!named_[i].required) {
+        gb_.frags(rule_).eps(first, nf);
+        gb_.frags(rule_).eps(more, nm);
       }
       first = nf;
       more = nm;
     }
-    for (int32_t e : extras) {
+    for (int32_t e : extras_) {
       edge(first, more, e, false);
       edge(more, more, e, true);
     }
-    gb_.frags(rule).eps(first, close.in);
-    gb_.frags(rule).eps(more, close.in);
-    return {open.in, close.out};
+    gb_.frags(rule_).eps(first, close);
+    gb_.frags(rule_).eps(more, close);
   }
-  // any order: the state tracks which tracked properties (required or in dependentRequired) have
-  // been written and, for min/maxProperties, how many members (capped)
-  std::vector<int> bit(named.size(), -1);
-  int nb = 0;
-  size_t required_mask = 0;
-  for (size_t i = 0; i < named.size(); ++i) {
-    bool tracked = named[i].required ||
-                   std::any_of(deps.begin(), deps.end(), [&](const auto& d) {
-                     return d.first == named[i].name || std::find(d.second.begin(), d.second.end(), named[i].name) != d.second.end();
-                   });
-    if (!tracked) continue;
-    if (named[i].required) required_mask |= size_t(1) << nb;
-    bit[i] = nb++;
+
+  // Any order: the state tracks which tracked properties (required or in dependentRequired) have
+  // been written and, for min/maxProperties, how many members (capped).
+  void layout_any_order(int32_t open, int32_t close) {
+    std::vector<int> bit(named_.size(), -1);
+    int nb = 0;
+    size_t required_mask = 0;
+    for (size_t i = 0; i < named_.size(); ++i) {
+      bool tracked = named_[i].required || std::any_of(deps_.begin(), deps_.end(), [&](const auto& d) {
+                       return d.first == named_[i].name ||
+                              std::find(d.second.begin(), d.second.end(), named_[i].name) != d.second.end();
+                     });
+      if (!tracked) continue;
+      if (named_[i].required) required_mask |= size_t(1) << nb;
+      bit[i] = nb++;
+    }
+    if (nb > int(kMaxAnyOrderRequired) && deps_.empty() && !min_props_ && !max_props_)
+      return layout_required_in_order(open, close);
+    const uint64_t cap = max_props_ ? *max_props_ : min_props_ ? *min_props_ : 0;
+    if (nb > int(kMaxAnyOrderRequired) || (size_t(1) << nb) * (cap + 1) > 8192)
+      fail(ptr_, "too many required/dependent properties or too large min/maxProperties for property order 'any'");
+    layout_tracked_sets(open, close, bit, nb, required_mask, cap);
   }
-  auto bit_of = [&](const std::string& name) {
-    for (size_t i = 0; i < named.size(); ++i)
-      if (named[i].name == name) return bit[i];
-    return -1;
-  };
-  uint64_t cap = max_props ? *max_props : min_props ? *min_props : 0;
-  if (nb > int(kMaxAnyOrderRequired) && deps.empty() && !min_props && !max_props) {
-    // Too many required properties to track as a set: they must come in schema order relative
-    // to each other (optional and additional ones anywhere). Never accepts a missing one.
+
+  // Too many required properties to track as a set: they must come in schema order relative to
+  // each other (optional and additional ones anywhere). Never accepts a missing one.
+  void layout_required_in_order(int32_t open, int32_t close) {
+    Nfa& nfa = gb_.nfa(rule_);
     std::vector<size_t> req_idx;
-    for (size_t i = 0; i < named.size(); ++i)
-      if (named[i].required) req_idx.push_back(i);
+    for (size_t i = 0; i < named_.size(); ++i)
+      if (named_[i].required) req_idx.push_back(i);
     std::vector<int32_t> at(req_idx.size() + 1);
     for (auto& x : at) x = nfa.add_state();
-    int32_t first = open.out;
     auto others = [&](int32_t from, int32_t to, bool with_sep) {
-      for (size_t i = 0; i < named.size(); ++i)
-        if (!named[i].required) edge(from, to, named_rules[i], with_sep);
-      for (int32_t e : extras) edge(from, to, e, with_sep);
+      for (size_t i = 0; i < named_.size(); ++i)
+        if (!named_[i].required) edge(from, to, named_rules_[i], with_sep);
+      for (int32_t e : extras_) edge(from, to, e, with_sep);
     };
-    edge(first, at[1], named_rules[req_idx[0]], false);
-    others(first, at[0], false);
+    edge(open, at[1], named_rules_[req_idx[0]], false);
+    others(open, at[0], false);
     for (size_t j = 0; j <= req_idx.size(); ++j) {
       others(at[j], at[j], true);
-      if (j < req_idx.size()) edge(at[j], at[j + 1], named_rules[req_idx[j]], true);
+      if (j < req_idx.size()) edge(at[j], at[j + 1], named_rules_[req_idx[j]], true);
     }
-    gb_.frags(rule).eps(at.back(), close.in);
-    return {open.in, close.out};
+    gb_.frags(rule_).eps(at.back(), close);
   }
-  if (nb > int(kMaxAnyOrderRequired) || (size_t(1) << nb) * (cap + 1) > 8192)
-    fail(ptr, "too many required/dependent properties or too large min/maxProperties for property order 'any'");
-  size_t masks = size_t(1) << nb;
-  auto idx = [&](size_t mask, uint64_t c) { return size_t(c) * masks + mask; };
-  std::vector<int32_t> more(masks * size_t(cap + 1));
-  for (auto& x : more) x = nfa.add_state();
-  auto accepting = [&](size_t mask, uint64_t c) {
-    if ((mask & required_mask) != required_mask) return false;
-    if (min_props && c < *min_props) return false;
-    for (const auto& [a, bs] : deps) {
-      if (!(mask >> bit_of(a) & 1)) continue;
-      for (const std::string& b : bs)
-        if (!(mask >> bit_of(b) & 1)) return false;
-    }
-    return true;
-  };
-  auto next_count = [&](uint64_t c) -> std::optional<uint64_t> {
-    if (max_props) return c + 1 <= *max_props ? std::optional<uint64_t>(c + 1) : std::nullopt;
-    return std::min<uint64_t>(c + 1, cap);
-  };
-  auto all_members = [&](int32_t from, size_t mask, uint64_t c, bool with_sep) {
-    auto nc = next_count(c);
-    if (!nc) return;
-    for (size_t i = 0; i < named.size(); ++i) {
-      if (bit[i] >= 0 && (mask >> bit[i] & 1)) continue;
-      size_t nm = bit[i] >= 0 ? (mask | (size_t(1) << bit[i])) : mask;
-      edge(from, more[idx(nm, *nc)], named_rules[i], with_sep);
-    }
-    for (int32_t e : extras) edge(from, more[idx(mask, *nc)], e, with_sep);
-  };
-  int32_t first = open.out;
-  all_members(first, 0, 0, false);
-  if (accepting(0, 0)) gb_.frags(rule).eps(first, close.in);
-  for (uint64_t c = 0; c <= cap; ++c)
-    for (size_t mask = 0; mask < masks; ++mask) {
-      all_members(more[idx(mask, c)], mask, c, true);
-      if (accepting(mask, c)) gb_.frags(rule).eps(more[idx(mask, c)], close.in);
-    }
-  return {open.in, close.out};
+
+  // One NFA state per (set of tracked properties written, members written up to cap).
+  void layout_tracked_sets(int32_t open, int32_t close, const std::vector<int>& bit, int nb, size_t required_mask,
+                           uint64_t cap) {
+    Nfa& nfa = gb_.nfa(rule_);
+    const size_t masks = size_t(1) << nb;
+    auto idx = [&](size_t mask, uint64_t c) { return size_t(c) * masks + mask; };
+    std::vector<int32_t> more(masks * size_t(cap + 1));
+    for (auto& x : more) x = nfa.add_state();
+    auto bit_of = [&](const std::string& name) {
+      for (size_t i = 0; i < named_.size(); ++i)
+        if (named_[i].name == name) return bit[i];
+      return -1;
+    };
+    auto accepting = [&](size_t mask, uint64_t c) {
+      if ((mask & required_mask) != required_mask) return false;
+      if (min_props_ && c < *min_props_) return false;
+      for (const auto& [a, bs] : deps_) {
+        if (!(mask >> bit_of(a) & 1)) continue;
+        for (const std::string& b : bs)
+          if (!(mask >> bit_of(b) & 1)) return false;
+      }
+      return true;
+    };
+    auto next_count = [&](uint64_t c) -> std::optional<uint64_t> {
+      if (max_props_) return c + 1 <= *max_props_ ? std::optional<uint64_t>(c + 1) : std::nullopt;
+      return std::min<uint64_t>(c + 1, cap);
+    };
+    auto all_members = [&](int32_t from, size_t mask, uint64_t c, bool with_sep) {
+      auto nc = next_count(c);
+      if (!nc) return;
+      for (size_t i = 0; i < named_.size(); ++i) {
+        if (bit[i] >= 0 && (mask >> bit[i] & 1)) continue;
+        size_t nm = bit[i] >= 0 ? (mask | (size_t(1) << bit[i])) : mask;
+        edge(from, more[idx(nm, *nc)], named_rules_[i], with_sep);
+      }
+      for (int32_t e : extras_) edge(from, more[idx(mask, *nc)], e, with_sep);
+    };
+    all_members(open, 0, 0, false);
+    if (accepting(0, 0)) gb_.frags(rule_).eps(open, close);
+    for (uint64_t c = 0; c <= cap; ++c)
+      for (size_t mask = 0; mask < masks; ++mask) {
+        all_members(more[idx(mask, c)], mask, c, true);
+        if (accepting(mask, c)) gb_.frags(rule_).eps(more[idx(mask, c)], close);
+      }
+  }
+
+  SchemaCompiler& sc_;
+  GrammarBuilder& gb_;
+  const int32_t rule_;
+  const Json& n_;
+  const std::string& ptr_;
+  const int depth_;
+  const JsonSchemaOptions::PropertyOrder order_;
+  std::vector<std::string> required_;
+  std::vector<Named> named_;  // properties, then required and dependentRequired names not listed there
+  std::vector<Pat> pats_;
+  std::vector<std::pair<std::string, std::vector<std::string>>> deps_;
+  Json addl_;
+  std::optional<Rule> names_ok_;  // propertyNames
+  std::vector<int32_t> named_rules_;  // member rule of named_[i]
+  std::vector<int32_t> extras_;       // member rules of pattern regions and additional keys
+  std::optional<uint64_t> min_props_, max_props_;
+};
+
+}  // namespace
+
+Frag SchemaCompiler::object_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+  return ObjectFragCompiler(*this, rule, n, ptr, depth, opts_.property_order).run();
 }
 
 }  // namespace exl::json_schema_detail

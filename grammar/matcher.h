@@ -1,8 +1,9 @@
 // Grammar + vocabulary -> token masks.
 //
-// CompiledGrammar: an immutable Grammar bound to a TokenIndex, plus caches shared by all matchers
-// of that grammar (stack nodes, byte steps, per-position token masks, whole masks). Held as
-// shared_ptr; the caches sit behind one mutex, so matchers on different threads may share it.
+// CompiledGrammar: an immutable Grammar bound to a TokenIndex, plus the MatchCaches shared by all
+// matchers of that grammar (stack nodes, byte steps, per-position token masks, whole masks:
+// grammar/match_caches.h). Held as shared_ptr; the caches sit behind one mutex, so matchers on
+// different threads may share it.
 //
 // Matcher: one per generation job (not thread-safe itself). Its state is a set of stacks of
 // (rule, automaton state) frames — a nondeterministic pushdown automaton over bytes. Masks:
@@ -25,7 +26,7 @@
 
 namespace exl {
 
-struct GrammarRuntime;  // caches, defined in matcher.cpp
+class MatchCaches;  // grammar/match_caches.h (internal)
 
 class CompiledGrammar {
  public:
@@ -34,12 +35,16 @@ class CompiledGrammar {
   ~CompiledGrammar();
   const Grammar& grammar() const { return grammar_; }
   const TokenIndex* index() const { return index_.get(); }
-  GrammarRuntime& runtime() const { return *runtime_; }
+  MatchCaches& caches() const { return *caches_; }
+  // An estimate of the heap bytes this grammar holds: its rules and what its matchers have cached
+  // so far (takes the caches' lock; the shared TokenIndex is not counted).
+  size_t memory_bytes() const;
 
  private:
   Grammar grammar_;
   std::shared_ptr<const TokenIndex> index_;
-  std::unique_ptr<GrammarRuntime> runtime_;
+  std::unique_ptr<MatchCaches> caches_;
+  size_t rule_bytes_ = 0;
 };
 
 // The matcher's position: stacks as ids of shared stack nodes, and whether the input so far is a

@@ -1,6 +1,7 @@
 #include "grammar/token_index.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "grammar/grammar_error.h"
 
@@ -45,8 +46,15 @@ bool in_language(const std::vector<std::vector<SliceRange>>& lang, const std::st
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_next_token_index_id{1};
+}  // namespace
+
 TokenIndex::TokenIndex(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids)
-    : bytes_(std::move(token_bytes)), eos_(std::move(eos_ids)), is_eos_(bytes_.size(), 0) {
+    : id_(g_next_token_index_id.fetch_add(1, std::memory_order_relaxed)),
+      bytes_(std::move(token_bytes)),
+      eos_(std::move(eos_ids)),
+      is_eos_(bytes_.size(), 0) {
   for (int32_t e : eos_) {
     if (e < 0 || size_t(e) >= bytes_.size()) grammar_fail("grammar: token index: eos id ", e, " out of range");
     is_eos_[size_t(e)] = 1;

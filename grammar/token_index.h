@@ -68,6 +68,8 @@ class TokenIndex {
   // eos ids must lie in [0, token_bytes.size()); their bytes are ignored.
   TokenIndex(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids);
 
+  // Unique among all TokenIndexes of this process, never reused (the compiled-grammar cache's key).
+  uint64_t id() const { return id_; }
   size_t vocab_size() const { return bytes_.size(); }
   size_t mask_words() const { return (bytes_.size() + 31) / 32; }
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
@@ -90,6 +92,7 @@ class TokenIndex {
   TokenTrie build_trie(std::vector<int32_t> ids) const;
   TokenSlice build_slice(std::vector<std::vector<SliceRange>> states) const;
 
+  uint64_t id_;
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
   std::vector<uint8_t> is_eos_;

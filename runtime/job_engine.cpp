@@ -8,11 +8,19 @@
 
 namespace exl {
 
-std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
-                                                                     const Tokenizer& tokenizer) {
+namespace {
+
+JsonSchemaOptions job_schema_options() {
   JsonSchemaOptions o;
   o.whitespace = JsonSchemaOptions::Whitespace::spaced;
-  auto grammar = compile_json_schema_for(schema, tokenizer, o);
+  return o;
+}
+
+}  // namespace
+
+std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
+                                                                     const Tokenizer& tokenizer) {
+  auto grammar = cached_json_schema_for(schema, tokenizer, job_schema_options());
   return [grammar, &tokenizer] { return make_grammar_constraint(grammar, tokenizer); };
 }
 
@@ -32,23 +40,22 @@ JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
 
 JobEngine::~JobEngine() = default;
 
-void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
+void JobEngine::check_schema(const nlohmann::ordered_json& schema) { schema_grammar(schema); }
+
+std::shared_ptr<const CompiledGrammar> JobEngine::schema_grammar(const nlohmann::ordered_json& schema) {
   const std::string key = schema.dump();
-  if (auto it = schema_errors_.find(key); it != schema_errors_.end()) {
-    if (it->second.empty()) return;
-    fail(it->second);
-  }
+  if (auto it = schema_errors_.find(key); it != schema_errors_.end()) fail(it->second);
   std::string err;
   try {
     EXL_CHECK(schema.is_object() || schema.is_boolean(), "the schema must be a JSON object");
-    hooks_[key] = schema_hook_factory(schema, host_->tokenizer());
+    return cached_json_schema_for(schema, host_->tokenizer(), job_schema_options());
   } catch (const GrammarCancelled&) {
     throw;
   } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
     err = cat("runtime: job: schema: ", e.what());
   }
   schema_errors_[key] = err;
-  if (!err.empty()) fail(err);
+  fail(err);
 }
 
 std::vector<int32_t> JobEngine::encode_prompt(const RenderedPrompt& prompt) const {
@@ -58,10 +65,7 @@ std::vector<int32_t> JobEngine::encode_prompt(const RenderedPrompt& prompt) cons
 GenerationJob JobEngine::build_job(const ChatJobSpec& spec) {
   EXL_CHECK(!spec.messages.empty(), "runtime: job: the conversation has no messages");
   GenerationJob job;
-  if (spec.schema) {
-    check_schema(*spec.schema);
-    if (const auto& make = hooks_.at(spec.schema->dump())) job.mask = make();
-  }
+  if (spec.schema) job.mask = make_grammar_constraint(schema_grammar(*spec.schema), host_->tokenizer());
   job.prompt = encode_prompt(host_->chat_template()->render(spec.messages, spec.tools, true));
   const int64_t n_prompt = int64_t(job.prompt.size());
   EXL_CHECK(n_prompt < ctx_, "runtime: job: the prompt has ", n_prompt, " tokens; the context holds ", ctx_);

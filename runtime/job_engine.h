@@ -17,6 +17,7 @@
 
 #include "engine/generate/generator.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "grammar/matcher.h"
 #include "runtime/model_host.h"
 #include "sessions/chat_template.h"
 
@@ -55,7 +56,8 @@ struct JobOutcome {
 // tokens: models trained on json.dumps output (the demo model) write ", " and ": ", and forcing
 // compact JSON on them wrecks their values (measured: 0 of 5 demo examples right compact, 5 of 5
 // flexible). The cost: a weak model can emit whitespace until max_tokens, which is reported as a
-// cut-off reply. The schema is compiled for the vocabulary once.
+// cut-off reply. The schema is compiled for the vocabulary once (the process-wide compiled-grammar
+// cache, grammar/grammar_cache.h).
 // Throws GrammarError / exl::Error for a schema the grammar engine cannot compile. The tokenizer
 // must outlive the factory and its hooks.
 std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
@@ -90,14 +92,17 @@ class JobEngine {
 
  private:
   GenerationJob build_job(const ChatJobSpec& spec);
+  // The schema's grammar (compiled once per vocabulary); throws as check_schema.
+  std::shared_ptr<const CompiledGrammar> schema_grammar(const nlohmann::ordered_json& schema);
 
   JobEngineOptions opts_;
   std::unique_ptr<ModelHost> host_;
   std::unique_ptr<Generator> gen_;  // after host_: destroyed first
   int64_t ctx_ = 0;
   int64_t in_flight_ = 0;
-  std::map<std::string, std::function<std::shared_ptr<LogitsMaskHook>()>> hooks_;  // by schema text
-  std::map<std::string, std::string> schema_errors_;                             // by schema text
+  // Schemas that failed to compile (by schema text): later jobs with one fail at once. Compiled
+  // grammars live in the process-wide cache (grammar/grammar_cache.h).
+  std::map<std::string, std::string> schema_errors_;
   std::vector<std::pair<std::function<void(JobOutcome)>, JobOutcome>> failed_;  // delivered by step()
 };
 

@@ -3,7 +3,8 @@
 // valid for that tool's schema), or else the final answer valid for the session's final-answer
 // schema, or else (no schema) free text that does not begin with the call marker; nullptr when
 // the turn has neither tools nor a schema. JSON uses json.dumps spacing (", ", ": ").
-// Compiled grammars are cached per (tokenizer, family, tools, schema). Throws GrammarError for a
+// Compiled grammars are cached per (vocabulary, family, tools, schema) in the process-wide
+// compiled-grammar cache (grammar/grammar_cache.h). Throws GrammarError for a
 // schema the grammar engine cannot enforce.
 //
 // ForcedTextHook scripts a reply: it allows exactly the tokens of a given text, then an end

@@ -180,6 +180,19 @@ std::optional<ToolCall> tool_call_from_json(const nlohmann::ordered_json& obj) {
   return c;
 }
 
+std::optional<std::string> take_system_message(std::span<const ChatMessage>& messages) {
+  if (messages.empty() || messages[0].role != "system") return std::nullopt;
+  std::string system = messages[0].content;
+  messages = messages.subspan(1);
+  return system;
+}
+
+TemplateTokens with_sentencepiece_markers(TemplateTokens tokens) {
+  if (tokens.bos.empty()) tokens.bos = "<s>";
+  if (tokens.eos.empty()) tokens.eos = "</s>";
+  return tokens;
+}
+
 std::string_view trim(std::string_view s) {
   auto ws = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; };
   while (!s.empty() && ws(s.front())) s.remove_prefix(1);

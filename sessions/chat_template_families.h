@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -30,6 +31,11 @@ std::unique_ptr<ChatTemplate> make_chatml(TemplateTokens tokens, std::string def
 std::unique_ptr<ChatTemplate> make_mistral(TemplateTokens tokens);
 std::unique_ptr<ChatTemplate> make_llama2(TemplateTokens tokens);
 
+// The content of a leading system message, which is then dropped from messages; nullopt when the
+// conversation does not start with one.
+std::optional<std::string> take_system_message(std::span<const ChatMessage>& messages);
+// tokens with bos "<s>" and eos "</s>" where unset (the SentencePiece markers of Llama 2 and Mistral).
+TemplateTokens with_sentencepiece_markers(TemplateTokens tokens);
 // True when tools is a non-empty array.
 bool has_tools(const nlohmann::ordered_json& tools);
 // Tool-call arguments as a JSON value for `| tojson`; text that is not JSON stays a string.

@@ -15,13 +15,7 @@ class Llama2Template final : public ChatTemplate {
   RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
                         bool add_generation_prompt) const override {
     if (has_tools(tools)) template_error(family(), "Llama 2 has no tool format; choose another template");
-    std::string system;
-    bool has_system = false;
-    if (!messages.empty() && messages[0].role == "system") {
-      system = messages[0].content;
-      has_system = true;
-      messages = messages.subspan(1);
-    }
+    const std::optional<std::string> system = take_system_message(messages);
     PromptWriter out;
     for (size_t i = 0; i < messages.size(); ++i) {
       const auto& m = messages[i];
@@ -31,7 +25,7 @@ class Llama2Template final : public ChatTemplate {
       // The <<SYS>> block is plain text in Llama 2's vocabulary, and the template trims it together
       // with the message, so the whole block is content.
       std::string content = m.content;
-      if (i == 0 && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+      if (i == 0 && system) content = "<<SYS>>\n" + *system + "\n<</SYS>>\n\n" + content;
       if (m.role == "user") {
         out.markup(tok_.bos + "[INST] ");
         out.text(trim(content));
@@ -56,9 +50,7 @@ class Llama2Template final : public ChatTemplate {
 }  // namespace
 
 std::unique_ptr<ChatTemplate> make_llama2(TemplateTokens tokens) {
-  if (tokens.bos.empty()) tokens.bos = "<s>";
-  if (tokens.eos.empty()) tokens.eos = "</s>";
-  return std::make_unique<Llama2Template>(std::move(tokens));
+  return std::make_unique<Llama2Template>(with_sentencepiece_markers(std::move(tokens)));
 }
 
 }  // namespace exl::chat_detail

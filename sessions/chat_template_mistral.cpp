@@ -52,13 +52,7 @@ class MistralTemplate final : public ChatTemplate {
 
   RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
                         bool add_generation_prompt) const override {
-    std::string system;
-    bool has_system = false;
-    if (!messages.empty() && messages[0].role == "system") {
-      system = messages[0].content;
-      has_system = true;
-      messages = messages.subspan(1);
-    }
+    const std::optional<std::string> system = take_system_message(messages);
     PromptWriter out;
     out.markup(tok_.bos);
     bool first_user = true;
@@ -66,8 +60,8 @@ class MistralTemplate final : public ChatTemplate {
       if (m.role == "user") {
         if (first_user && has_tools(tools)) write_available_tools(out, tools);
         out.markup("[INST] ");
-        if (first_user && has_system) {
-          out.text(system);
+        if (first_user && system) {
+          out.text(*system);
           out.markup("\n\n");
         }
         out.text(m.content);
@@ -137,9 +131,7 @@ class MistralTemplate final : public ChatTemplate {
 }  // namespace
 
 std::unique_ptr<ChatTemplate> make_mistral(TemplateTokens tokens) {
-  if (tokens.bos.empty()) tokens.bos = "<s>";
-  if (tokens.eos.empty()) tokens.eos = "</s>";
-  return std::make_unique<MistralTemplate>(std::move(tokens));
+  return std::make_unique<MistralTemplate>(with_sentencepiece_markers(std::move(tokens)));
 }
 
 }  // namespace exl::chat_detail

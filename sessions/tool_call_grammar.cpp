@@ -1,5 +1,6 @@
 #include "sessions/tool_call_grammar.h"
 
+#include "engine/generate/grammar_constraint.h"
 #include "grammar/grammar_compose.h"
 #include "grammar/grammar_error.h"
 #include "grammar/regex.h"
@@ -126,6 +127,17 @@ Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>
     }
   }
   return c.finish(root);
+}
+
+std::shared_ptr<const CompiledGrammar> compile_tool_call_grammar_for(TemplateFamily family,
+                                                                     const nlohmann::ordered_json& openai_tools,
+                                                                     const ToolCallGrammarOptions& o,
+                                                                     const Tokenizer& tokenizer) {
+  std::string source = cat("tool_call:", int(family), '|', int(o.mode), '|', o.parallel_tool_calls, '|', o.tool_name,
+                           '|', o.final_schema.dump(), '|', openai_tools.dump());
+  return cached_grammar_for(tokenizer, std::move(source), json_schema_options_key(o.schema_options), [&] {
+    return compile_grammar_for(tool_call_grammar(family, tool_specs_from_openai(openai_tools), o), tokenizer);
+  });
 }
 
 }  // namespace exl

@@ -34,8 +34,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/tokenizer/tokenizer.h"
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
+#include "grammar/matcher.h"
 #include "sessions/chat_template.h"
 
 namespace exl {
@@ -60,5 +62,14 @@ std::vector<ToolCallSpec> tool_specs_from_openai(const nlohmann::ordered_json& t
 
 Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>& tools,
                           const ToolCallGrammarOptions& options);
+
+// tool_call_grammar for an OpenAI "tools" array, compiled for tokenizer's vocabulary through the
+// process-wide compiled-grammar cache (engine/generate/grammar_constraint.h: cached_grammar_for),
+// keyed by the family, the tools' JSON and every option. Throws as tool_call_grammar and
+// compile_grammar_for do.
+std::shared_ptr<const CompiledGrammar> compile_tool_call_grammar_for(TemplateFamily family,
+                                                                     const nlohmann::ordered_json& openai_tools,
+                                                                     const ToolCallGrammarOptions& options,
+                                                                     const Tokenizer& tokenizer);
 
 }  // namespace exl

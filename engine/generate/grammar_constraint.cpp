@@ -74,6 +74,19 @@ std::shared_ptr<const CompiledGrammar> compile_regex_for(std::string_view patter
   return with_grammar_budget(budget, [&] { return compile_grammar_for(compile_regex_grammar(pattern), tokenizer); });
 }
 
+std::shared_ptr<const CompiledGrammar> cached_grammar_for(const Tokenizer& tokenizer, std::string source,
+                                                          std::string options, const GrammarCache::Compile& compile) {
+  const GrammarCacheKey key{shared_token_index(tokenizer)->id(), std::move(source), std::move(options)};
+  return shared_grammar_cache().get(key, compile);
+}
+
+std::shared_ptr<const CompiledGrammar> cached_json_schema_for(const nlohmann::ordered_json& schema,
+                                                              const Tokenizer& tokenizer,
+                                                              const JsonSchemaOptions& options) {
+  return cached_grammar_for(tokenizer, "json_schema:" + schema.dump(), json_schema_options_key(options),
+                            [&] { return compile_json_schema_for(schema, tokenizer, options); });
+}
+
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const CompiledGrammar> grammar, const Tokenizer& tokenizer)
     : grammar_(std::move(grammar)), tok_(tokenizer), matcher_(grammar_) {
   EXL_CHECK(grammar_->index() != nullptr, "engine: grammar constraint: the grammar has no token index");

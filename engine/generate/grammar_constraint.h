@@ -34,6 +34,7 @@
 
 #include "engine/generate/generator.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 
@@ -55,6 +56,17 @@ std::shared_ptr<const CompiledGrammar> compile_json_schema_for(const nlohmann::o
 std::shared_ptr<const CompiledGrammar> compile_regex_for(std::string_view pattern, const Tokenizer& tokenizer,
                                                          const GrammarBudget& budget = {});
 std::shared_ptr<const CompiledGrammar> compile_grammar_for(Grammar grammar, const Tokenizer& tokenizer);
+
+// Through the process-wide compiled-grammar cache (grammar/grammar_cache.h): the grammar cached
+// for (tokenizer's vocabulary, source, options), else compile()'s result. `source` names the
+// grammar's builder and its canonical input ("json_schema:" + the schema's JSON); `options` the
+// compile options that shape it. Failures are cached, or not, as grammar_cache.h says.
+std::shared_ptr<const CompiledGrammar> cached_grammar_for(const Tokenizer& tokenizer, std::string source,
+                                                          std::string options, const GrammarCache::Compile& compile);
+// compile_json_schema_for through that cache.
+std::shared_ptr<const CompiledGrammar> cached_json_schema_for(const nlohmann::ordered_json& schema,
+                                                              const Tokenizer& tokenizer,
+                                                              const JsonSchemaOptions& options = {});
 
 class GrammarConstraint : public LogitsMaskHook {
  public:

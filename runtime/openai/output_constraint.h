@@ -10,8 +10,9 @@
 // satisfies. Compilation runs under `budget` (grammar/grammar_budget.h): past its states, bytes or
 // time it is a 400 with code grammar_budget_exceeded naming the limit; when budget.cancelled says
 // the client went away it stops with a 499 request_cancelled. Compiled grammars are cached by
-// request shape (thread-safe), so repeated schemas reuse their mask caches; a failed or cancelled
-// compilation is never cached.
+// request shape in the process-wide compiled-grammar cache (grammar/grammar_cache.h), so repeated
+// schemas reuse their mask caches; a compilation stopped by its budget or cancelled is never
+// cached.
 #pragma once
 #include <memory>
 
