@@ -65,6 +65,19 @@ TEST(TokenizerErrors, WrongStructure) {
   expect_load_error(dir_with_json("tok_err_addedid", j.dump()), {"tokenizer.json", "added token id -1"});
 }
 
+// Found by fuzz_tokenizer_json: a float id was converted to int64 (1.5e92: undefined behaviour;
+// 2.5: silently read as 2).
+TEST(TokenizerErrors, FloatIds) {
+  for (double id : {2.5, 1.5e92, -1e300}) {
+    json j = minimal_json();
+    j["model"]["vocab"]["ab"] = id;
+    expect_load_error(dir_with_json("tok_err_floatid", j.dump()), {"tokenizer.json", "'ab'", "not an integer"});
+    j = minimal_json();
+    j["added_tokens"] = {{{"id", id}, {"content", "<x>"}}};
+    expect_load_error(dir_with_json("tok_err_floataddedid", j.dump()), {"tokenizer.json", "added token id", "not an integer"});
+  }
+}
+
 TEST(TokenizerErrors, MergeWithUnknownToken) {
   json j = minimal_json();
   j["model"]["merges"] = {"a c"};
