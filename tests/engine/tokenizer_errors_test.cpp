@@ -108,6 +108,18 @@ TEST(TokenizerErrors, CorruptSentencePieceModel) {
   expect_load_error(d, {"tokenizer.model", "cannot load SentencePiece model"});
 }
 
+// Found by fuzz_sentencepiece: a well-formed proto whose piece starts with a NUL byte made
+// SentencePiece's trie builder throw Darts::Details::Exception out of Load.
+TEST(TokenizerErrors, SentencePieceModelThatThrowsWhileLoading) {
+  auto d = test::temp_dir("tok_err_spm_darts");
+  test::write_file(d / "tokenizer.model",
+                   std::string("\x0a\x0e\x0a\x05<unk>\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x00J>\x15\x00\x00"
+                               "\x00\x00\x18\x03\x0a\x0d\x0a\x04\xc0\x30s>\x15\x00\x00\x00\x00\x18\x01\x15\x00\x00\x00"
+                               "\x00\x18\x03\x0a\x14\x0a\x0b\x00\x00\x00\x00\x00\x00\x00Jll>\x15\x00\x00\x00\x00\x18\x04",
+                               74));
+  expect_load_error(d, {"tokenizer.model", "cannot load SentencePiece model", "zero-length key"});
+}
+
 TEST(TokenizerErrors, BadConfigFiles) {
   auto d = dir_with_json("tok_err_cfg", minimal_json().dump());
   test::write_file(d / "tokenizer_config.json", "{\"bos_token\": ");
