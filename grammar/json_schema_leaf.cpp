@@ -78,6 +78,15 @@ Rule regex_dfa(const std::string& pattern, bool search) {
   return determinize_bytes(tb.nfa(r), "pattern", kMaxDfaStates);
 }
 
+// minLength or maxLength of n, capped at cap; dflt when absent. Anything but a non-negative
+// number is an error (converting a negative or huge double to uint64 is undefined).
+uint64_t string_length_kw(const Json& n, const char* kw, uint64_t dflt, double cap, const std::string& ptr) {
+  if (!n.contains(kw)) return dflt;
+  const Json& v = n[kw];
+  if (!v.is_number() || v.get<double>() < 0) fail(pointer_append(ptr, kw), "must be a non-negative integer");
+  return uint64_t(std::min(v.get<double>(), cap));
+}
+
 std::optional<double> number_kw(const Json& n, const char* kw, const std::string& ptr) {
   if (!n.contains(kw)) return std::nullopt;
   const Json& v = n[kw];
@@ -519,8 +528,8 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
     for (const Json& v : n[kNotEnum]) lits.push_back(v.dump().substr(1, v.dump().size() - 2));
     parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), literal_set_dfa(lits), true, kMaxDfaStates));
   }
-  uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
-  uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 1e12)) : kUnbounded;
+  uint64_t min = string_length_kw(n, "minLength", 0, 1e12, ptr);
+  uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 1e12, ptr);
   if (min > 0 || max != kUnbounded || parts.empty()) {
     if ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern)
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
@@ -626,8 +635,8 @@ std::shared_ptr<const Rule> quoted_length_rule(uint64_t min, uint64_t max) {
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
   bool has_re = n.contains("pattern") || n.contains(kNotEnum) ||
                 (n.contains("format") && !ignored("format") && (!n["format"].is_string() || format_asserted(n["format"].get<std::string>())));
-  uint64_t min = n.contains("minLength") ? uint64_t(n["minLength"].get<double>()) : 0;
-  uint64_t max = n.contains("maxLength") ? uint64_t(std::min(n["maxLength"].get<double>(), 4e9)) : kUnbounded;
+  uint64_t min = string_length_kw(n, "minLength", 0, 4e9, ptr);
+  uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 4e9, ptr);
   if (min > max) return gb_.frags(rule).alt({});
   if (!has_re && min == 0 && max == kUnbounded) return gb_.frags(rule).call(any_string_rule());
   if (!has_re && (min > kMaxLengthWithPattern || (max != kUnbounded && max > kMaxLengthWithPattern))) {

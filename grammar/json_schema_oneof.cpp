@@ -166,7 +166,10 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     }
   }
   if (types.count("string")) {
-    auto len = [&](const char* kw) { return s.contains(kw) && s[kw].is_number() ? std::optional<double>(s[kw].get<double>()) : std::nullopt; };
+    auto len = [&](const char* kw) {
+      return s.contains(kw) && s[kw].is_number() && s[kw].get<double>() >= 0 ? std::optional<double>(std::min(s[kw].get<double>(), 4e9))
+                                                                             : std::nullopt;
+    };
     if (auto mn = len("minLength"); mn && *mn >= 1) out.push_back(Json{{"type", {"string"}}, {"maxLength", uint64_t(*mn) - 1}});
     if (auto mx = len("maxLength")) out.push_back(Json{{"type", {"string"}}, {"minLength", uint64_t(*mx) + 1}});
   }

@@ -1,6 +1,8 @@
 #include "sessions/workflow.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -65,7 +67,20 @@ struct RefChecker {
   }
 };
 
-WorkflowStep parse_step(const ojson& s, const ojson& defaults) {
+// A count the schema has checked (an integer-valued number, not negative) as T, or an error when
+// it is beyond T's range: converting it unchecked would wrap or, for a float, be undefined.
+template <class T>
+T step_count(const ojson& v, std::string_view where, const std::string& step, const char* key) {
+  using lim = std::numeric_limits<T>;
+  const bool fits = v.is_number_unsigned()  ? v.get<uint64_t>() <= uint64_t(lim::max())
+                    : v.is_number_integer() ? v.get<int64_t>() >= 0 && uint64_t(v.get<int64_t>()) <= uint64_t(lim::max())
+                                            : v.get<double>() >= 0 && v.get<double>() < std::ldexp(1.0, lim::digits);
+  EXL_CHECK(fits, "sessions: workflow: '", where, "': step '", step, "': '", key, "' must be at most ", lim::max(),
+            ", got ", v.dump());
+  return v.is_number_unsigned() ? T(v.get<uint64_t>()) : v.is_number_integer() ? T(v.get<int64_t>()) : T(v.get<double>());
+}
+
+WorkflowStep parse_step(const ojson& s, const ojson& defaults, std::string_view where) {
   WorkflowStep st;
   st.name = s["name"].get<std::string>();
   st.prompt = s["prompt"].get<std::string>();
@@ -75,14 +90,14 @@ WorkflowStep parse_step(const ojson& s, const ojson& defaults) {
     return nullptr;
   };
   if (auto* v = pick("system")) st.system = v->get<std::string>();
-  if (auto* v = pick("max_tokens")) st.max_tokens = v->get<int64_t>();
+  if (auto* v = pick("max_tokens")) st.max_tokens = step_count<int64_t>(*v, where, st.name, "max_tokens");
   if (auto* v = pick("temperature")) st.temperature = v->get<double>();
-  if (auto* v = pick("seed")) st.seed = v->get<uint64_t>();
+  if (auto* v = pick("seed")) st.seed = step_count<uint64_t>(*v, where, st.name, "seed");
   if (auto it = s.find("schema"); it != s.end()) st.schema = *it;
   if (auto it = s.find("continue"); it != s.end()) st.continue_from = it->get<std::string>();
   if (auto it = s.find("for_each"); it != s.end()) st.for_each = it->get<std::string>();
   if (auto it = s.find("tools"); it != s.end()) st.tools = it->get<std::vector<std::string>>();
-  if (auto it = s.find("max_turns"); it != s.end()) st.max_turns = it->get<int>();
+  if (auto it = s.find("max_turns"); it != s.end()) st.max_turns = step_count<int>(*it, where, st.name, "max_turns");
   if (auto it = s.find("if"); it != s.end()) {
     WorkflowCondition c;
     if (it->is_string()) {
@@ -123,7 +138,7 @@ Workflow parse_workflow(const ojson& doc, const std::filesystem::path& base_dir,
     }
   for (const auto& [k, v] : overrides) wf.inputs[k] = v;
   const ojson defaults = doc.value("defaults", ojson::object());
-  for (const auto& s : doc["steps"]) wf.steps.push_back(parse_step(s, defaults));
+  for (const auto& s : doc["steps"]) wf.steps.push_back(parse_step(s, defaults, where));
 
   std::set<std::string> names;
   RefChecker refs{wf, problems};

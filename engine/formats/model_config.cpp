@@ -1,5 +1,8 @@
 #include "engine/formats/model_config.h"
 
+#include <cmath>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
@@ -35,9 +38,12 @@ int64_t get_int(const json& j, const char* key, const std::string& label, std::o
     return *dflt;
   }
   const json& v = j[key];
-  EXL_CHECK(v.is_number_integer() || (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>()))),
-            "engine: config: '", label, "': key '", key, "' must be an integer, got ", v.dump());
-  return v.is_number_integer() ? v.get<int64_t>() : int64_t(v.get<double>());
+  const double d = v.is_number_float() ? v.get<double>() : 0.0;
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())
+                                           : v.is_number_integer() || (v.is_number_float() && d >= -0x1p63 &&
+                                                                       d < 0x1p63 && d == std::trunc(d));
+  EXL_CHECK(fits, "engine: config: '", label, "': key '", key, "' must be a 64-bit integer, got ", v.dump());
+  return v.is_number_integer() ? v.get<int64_t>() : int64_t(d);
 }
 
 double get_num(const json& j, const char* key, const std::string& label, double dflt) {

@@ -35,6 +35,8 @@ BpeModel::BpeModel(const nlohmann::json& model, std::string_view where) {
   EXL_CHECK(vocab.is_object(), "engine: tokenizer: '", where, "': model.vocab must be an object");
   vocab_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    EXL_CHECK(!it.value().is_number_float(), "engine: tokenizer: '", where, "': vocab entry '", it.key(), "' has id ",
+              it.value().dump(), ", not an integer");
     int64_t id = it.value().get<int64_t>();
     EXL_CHECK(id >= 0 && id < (int64_t{1} << 30), "engine: tokenizer: '", where, "': vocab entry '", it.key(),
               "' has id ", id, " out of range");

@@ -86,6 +86,8 @@ void BpeTokenizer::load(const nlohmann::json& j, const std::string& where) {
   if (j.contains("added_tokens") && !j.at("added_tokens").is_null()) {
     for (const auto& a : j.at("added_tokens")) {
       AddedToken t;
+      EXL_CHECK(!a.at("id").is_number_float(), "engine: tokenizer: '", where, "': added token id ", a.at("id").dump(),
+                " is not an integer");
       int64_t id = a.at("id").get<int64_t>();
       EXL_CHECK(id >= 0 && id < (int64_t{1} << 30), "engine: tokenizer: '", where, "': added token id ", id,
                 " out of range");

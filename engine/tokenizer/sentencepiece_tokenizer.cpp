@@ -27,7 +27,12 @@ std::string spaces_for_metaspace(std::string_view piece) {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::filesystem::path& model_file)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(model_file.string()) {
-  auto status = sp_->Load(path_);
+  sentencepiece::util::Status status;
+  try {
+    status = sp_->Load(path_);
+  } catch (const std::exception& e) {
+    fail("engine: tokenizer: '", path_, "': cannot load SentencePiece model: ", e.what());
+  }
   EXL_CHECK(status.ok(), "engine: tokenizer: '", path_, "': cannot load SentencePiece model: ", status.ToString());
   const int n = sp_->GetPieceSize();
   EXL_CHECK(n > 0, "engine: tokenizer: '", path_, "': SentencePiece model has no pieces");

@@ -65,6 +65,19 @@ TEST(TokenizerErrors, WrongStructure) {
   expect_load_error(dir_with_json("tok_err_addedid", j.dump()), {"tokenizer.json", "added token id -1"});
 }
 
+// Found by fuzz_tokenizer_json: a float id was converted to int64 (1.5e92: undefined behaviour;
+// 2.5: silently read as 2).
+TEST(TokenizerErrors, FloatIds) {
+  for (double id : {2.5, 1.5e92, -1e300}) {
+    json j = minimal_json();
+    j["model"]["vocab"]["ab"] = id;
+    expect_load_error(dir_with_json("tok_err_floatid", j.dump()), {"tokenizer.json", "'ab'", "not an integer"});
+    j = minimal_json();
+    j["added_tokens"] = {{{"id", id}, {"content", "<x>"}}};
+    expect_load_error(dir_with_json("tok_err_floataddedid", j.dump()), {"tokenizer.json", "added token id", "not an integer"});
+  }
+}
+
 TEST(TokenizerErrors, MergeWithUnknownToken) {
   json j = minimal_json();
   j["model"]["merges"] = {"a c"};
@@ -93,6 +106,18 @@ TEST(TokenizerErrors, CorruptSentencePieceModel) {
   auto d = test::temp_dir("tok_err_spm");
   test::write_file(d / "tokenizer.model", std::string("\x0a\x05garbage-not-a-model\xff\xff", 22));
   expect_load_error(d, {"tokenizer.model", "cannot load SentencePiece model"});
+}
+
+// Found by fuzz_sentencepiece: a well-formed proto whose piece starts with a NUL byte made
+// SentencePiece's trie builder throw Darts::Details::Exception out of Load.
+TEST(TokenizerErrors, SentencePieceModelThatThrowsWhileLoading) {
+  auto d = test::temp_dir("tok_err_spm_darts");
+  test::write_file(d / "tokenizer.model",
+                   std::string("\x0a\x0e\x0a\x05<unk>\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x00J>\x15\x00\x00"
+                               "\x00\x00\x18\x03\x0a\x0d\x0a\x04\xc0\x30s>\x15\x00\x00\x00\x00\x18\x01\x15\x00\x00\x00"
+                               "\x00\x18\x03\x0a\x14\x0a\x0b\x00\x00\x00\x00\x00\x00\x00Jll>\x15\x00\x00\x00\x00\x18\x04",
+                               74));
+  expect_load_error(d, {"tokenizer.model", "cannot load SentencePiece model", "zero-length key"});
 }
 
 TEST(TokenizerErrors, BadConfigFiles) {

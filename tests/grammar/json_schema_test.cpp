@@ -90,6 +90,20 @@ TEST(GrammarJsonSchema, StringsPatternsAndLengths) {
   EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"regex"})", R"("x")", lenient));
 }
 
+// Found by feeding fuzz_json_schema by hand: a negative or huge minLength/maxLength was converted
+// to uint64 unchecked (undefined; on x86 minLength -5 became a bound no string meets).
+TEST(GrammarJsonSchema, StringLengthBoundsAreCheckedBeforeConversion) {
+  for (const char* s : {R"({"type":"string","minLength":-5})", R"({"type":"string","pattern":"a","minLength":-5})"})
+    EXPECT_NE(compile_error(s).find("/minLength: must be a non-negative integer"), std::string::npos) << s;
+  for (const char* s : {R"({"type":"string","maxLength":-1e300})", R"({"oneOf":[{"type":"string","maxLength":-1},{"type":"null"}]})"})
+    EXPECT_NE(compile_error(s).find("/maxLength: must be a non-negative integer"), std::string::npos) << s;
+  EXPECT_FALSE(schema_accepts(R"({"type":"string","minLength":1e300})", R"("abc")"));
+  EXPECT_TRUE(schema_accepts(R"({"type":"string","maxLength":1e300})", R"("abc")"));
+  const std::string one = R"({"oneOf":[{"type":"string","minLength":1e300},{"type":"string","maxLength":2}]})";
+  EXPECT_TRUE(schema_accepts(one, R"("ab")"));
+  EXPECT_FALSE(schema_accepts(one, R"("abc")"));
+}
+
 TEST(GrammarJsonSchema, ObjectsInSchemaOrder) {
   const std::string s = R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},
                            "required":["b"],"additionalProperties":false})";

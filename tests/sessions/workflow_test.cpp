@@ -91,6 +91,26 @@ TEST(Workflow, RefusesWhatAnIndependentValidatorRefuses) {
   EXPECT_EQ(error_of(ojson::parse(R"({"steps":[{"name":"a","prompt":"p"},{"name":"b","prompt":"p","if":{"path":"steps.a.y","not_equals":null}}]})")), "");
 }
 
+// Found with fuzz_workflow: the schema accepts any integer-valued number (1e300, 3e9), which was
+// then converted unchecked to max_tokens (undefined for 1e300), seed or max_turns (3e9 wrapped to
+// a negative int).
+TEST(Workflow, CountsBeyondTheirTypeAreRefused) {
+  for (const char* bad : {R"({"steps":[{"name":"a","prompt":"p","max_tokens":1e300}]})",
+                          R"({"steps":[{"name":"a","prompt":"p","max_tokens":9223372036854775808}]})",
+                          R"({"defaults":{"seed":1e20},"steps":[{"name":"a","prompt":"p"}]})",
+                          R"({"steps":[{"name":"a","prompt":"p","max_turns":3000000000}]})",
+                          R"({"steps":[{"name":"a","prompt":"p","max_turns":3e9}]})"}) {
+    const std::string e = error_of(ojson::parse(bad));
+    EXPECT_NE(e.find("sessions: workflow: 'workflow': step 'a': '"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("' must be at most "), std::string::npos) << bad << ": " << e;
+  }
+  const Workflow wf = parse_workflow(ojson::parse(R"({"steps":[{"name":"a","prompt":"p","max_tokens":1e3,
+    "seed":18446744073709551615,"max_turns":2147483647}]})"), ".");
+  EXPECT_EQ(wf.steps[0].max_tokens, 1000);
+  EXPECT_EQ(wf.steps[0].seed, 18446744073709551615ull);
+  EXPECT_EQ(wf.steps[0].max_turns, 2147483647);
+}
+
 TEST(Workflow, ReferenceErrorsAreCaughtBeforeRunning) {
   const std::string e = error_of(ojson::parse(R"({"inputs":{"x":1},"steps":[
     {"name":"a","prompt":"{{inputs.y}} {{steps.b.z}} {{item}}"},
