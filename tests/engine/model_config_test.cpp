@@ -1,4 +1,4 @@
-#include "engine/model_config.h"
+#include "engine/formats/model_config.h"
 
 #include <gtest/gtest.h>
 
