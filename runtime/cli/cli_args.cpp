@@ -117,6 +117,8 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 #include <fstream>
 #include <iostream>
 
+#include "runtime/model_host.h"
+
 namespace exl {
 
 int run_command(const CommandSpec& spec, std::span<const std::string> args,
@@ -142,6 +144,15 @@ nlohmann::ordered_json read_schema_file(const std::string& path, std::string_vie
   } catch (const nlohmann::json::exception& e) {
     fail("runtime: ", command, ": schema '", path, "' is not valid JSON: ", e.what());
   }
+}
+
+ModelHostOptions model_host_options(const ParsedArgs& a) {
+  ModelHostOptions o;
+  o.model_dir = *a.get("--model");
+  o.backend = a.get_or("--backend", "cpu");
+  o.cpu_threads = int(a.get_int("--threads", 0));
+  if (a.has("--cache")) o.cache_format = kv_format_from_string(*a.get("--cache"));
+  return o;
 }
 
 }  // namespace exl

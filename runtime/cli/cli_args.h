@@ -70,4 +70,9 @@ int run_command(const CommandSpec& spec, std::span<const std::string> args,
 // naming the file when it cannot be read or is not JSON.
 nlohmann::ordered_json read_schema_file(const std::string& path, std::string_view command);
 
+struct ModelHostOptions;
+// The model flags of the commands that load one (--model, --backend, --threads, --cache) as
+// ModelHostOptions (runtime/model_host.h); a bad --cache throws exl::Error.
+ModelHostOptions model_host_options(const ParsedArgs& a);
+
 }  // namespace exl

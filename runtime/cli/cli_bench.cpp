@@ -90,12 +90,7 @@ int cli_bench(std::span<const std::string> args) {
     if (n_jobs < 0 || job_tokens <= 0) throw UsageError("--jobs must be >= 0 and --job-tokens positive");
     if (prefix_len < 0 || suffix_len <= 0) throw UsageError("--prefix-len must be >= 0 and --suffix-len positive");
 
-    ModelHostOptions ho;
-    ho.model_dir = *a.get("--model");
-    ho.backend = backend_name;
-    ho.cpu_threads = int(a.get_int("--threads", 0));
-    if (a.has("--cache")) ho.cache_format = kv_format_from_string(*a.get("--cache"));
-    ModelHost host(ho);
+    ModelHost host(model_host_options(a));
     const KvFormat fmt = host.cache_format();
     const ModelDir& dir = host.dir();
     Backend* backend = &host.backend();

@@ -121,14 +121,8 @@ int cli_generate(std::span<const std::string> args) {
     validate(ss);
     const long long max_tokens = a.get_int("--max-tokens", 256);
     if (max_tokens <= 0) throw UsageError("--max-tokens must be positive");
-    const std::string backend_name = a.get_or("--backend", "cpu");
 
-    ModelHostOptions ho;
-    ho.model_dir = *a.get("--model");
-    ho.backend = backend_name;
-    ho.cpu_threads = int(a.get_int("--threads", 0));
-    if (a.has("--cache")) ho.cache_format = kv_format_from_string(*a.get("--cache"));
-    ModelHost host(ho);
+    ModelHost host(model_host_options(a));
     const Tokenizer* tok = &host.tokenizer();
     std::shared_ptr<const CompiledGrammar> grammar = output_grammar(a, *tok);
     const std::vector<uint64_t> seeds = seed_list(a);
