@@ -44,7 +44,7 @@ void JobEngine::check_schema(const nlohmann::ordered_json& schema) {
     hooks_[key] = schema_hook_factory(schema, host_->tokenizer());
   } catch (const GrammarCancelled&) {
     throw;
-  } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
+  } catch (const std::exception& e) {  // exl::Error (grammar errors too), and whatever else compiling throws
     err = cat("runtime: job: schema: ", e.what());
   }
   schema_errors_[key] = err;
