@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return name_; }
+  BackendCapabilities capabilities() const override { return {.sample_rows = true, .sample_rows_deferred = true}; }
 
   Buffer alloc(size_t bytes) override { return ctx_.alloc(std::max<size_t>(bytes, 1)); }
   void upload(void* dst, const void* src, size_t bytes) override {
