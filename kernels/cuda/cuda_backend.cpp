@@ -358,13 +358,8 @@ class CudaBackend final : public Backend {
     if (residual)
       hout = handoff_.produce(key_of(&l), y, nullptr, l.out_features, rows, cuda::handoff_perm(self, rows).inv_perm);
     steps_.note(op, &l, in, up, y, rows, exact);
-    note_handoff(hin, hout);
-    if (steps_.recording()) return;
-    ctx_.make_current();
-    prof_.begin(ctx_.stream());
-    cuda::Exl2GemvHandoff io = hin.io;
-    io.inv_perm = hout.inv_perm;
-    io.out_perm[0] = hout.x;
+    cuda::Exl2GemvHandoff io;
+    if (!start_fused(hin, hout, io)) return;
     io.ssq_out = hout.ssq;
     l.run_fused(ctx_, hin.ok ? hin.x : in, hin.ok ? hin.up : up, y, rows, residual, exact, &io);
     if (prof_.enabled())
@@ -385,13 +380,8 @@ class CudaBackend final : public Backend {
                          two && cuda::handoff_perm(ls, rows).inv_perm);
     steps_.note(StepOp::rms_norm_linears, x, norm_w, rows, dim, eps, ls.size());
     for (size_t i = 0; i < ls.size(); ++i) steps_.note(ls[i], ys[i]);
-    note_handoff(hin, hout);
-    if (steps_.recording()) return;
-    ctx_.make_current();
-    prof_.begin(ctx_.stream());
-    cuda::Exl2GemvHandoff io = hin.io;
-    io.inv_perm = hout.inv_perm;
-    io.out_perm[0] = hout.x;
+    cuda::Exl2GemvHandoff io;
+    if (!start_fused(hin, hout, io)) return;
     io.out_perm[1] = hout.up;
     cuda::run_linears_normed(ctx_, ls, hin.ok ? hin.x : x, hin.ok ? hin.norm_w : norm_w, eps, ys, rows, nullptr, &io);
     if (prof_.enabled()) {
@@ -553,6 +543,19 @@ class CudaBackend final : public Backend {
   // What a step graph's launches depend on in a hand-off.
   void note_handoff(const cuda::Handoff::In& in, const cuda::Handoff::Out& out) {
     steps_.note(in.ok, in.x, in.up, in.norm_w, in.io.ssq, out.inv_perm, out.x, out.up, out.ssq);
+  }
+  // A fused linear launch once its op is noted: notes the handoff; then, unless the step is being
+  // recorded, makes the context current, starts the profiler, sets io from the handoff (what the
+  // launch reads, its inverse permutation and first output) and returns true.
+  bool start_fused(const cuda::Handoff::In& hin, const cuda::Handoff::Out& hout, cuda::Exl2GemvHandoff& io) {
+    note_handoff(hin, hout);
+    if (steps_.recording()) return false;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    io = hin.io;
+    io.inv_perm = hout.inv_perm;
+    io.out_perm[0] = hout.x;
+    return true;
   }
   cuda::CudaSampler sampler_{ctx_};
   std::vector<float> rope_freq_host_;
