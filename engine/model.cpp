@@ -100,9 +100,9 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
   return out;
 }
 
-bool Model::can_sample_on_device() const { return backend_.sample_rows(nullptr, cfg_.vocab_size, {}, {}); }
+bool Model::can_sample_on_device() const { return backend_.capabilities().sample_rows; }
 
-bool Model::can_sample_deferred() const { return backend_.sample_rows_deferred(nullptr, cfg_.vocab_size, {}); }
+bool Model::can_sample_deferred() const { return backend_.capabilities().sample_rows_deferred; }
 
 bool Model::sample_device(std::span<const RowSampling> rows, std::span<int32_t> out) {
   EXL_CHECK(out.size() == rows.size(), "engine: model: sample_device: ", rows.size(), " rows but ", out.size(),

@@ -1,16 +1,15 @@
 // The error type of the grammar layer: a regex or JSON Schema that cannot be compiled (or enforced
 // exactly), or a misuse of a matcher. Messages start with "grammar: <concept>: " and name the bad
 // input (a regex position, a JSON pointer). Two kinds are told apart by type: a compilation that
-// passed its budget (grammar/grammar_budget.h) and one that was cancelled.
+// passed its budget (grammar/grammar_budget.h) and one that was cancelled. All are exl::Errors
+// (kernels/error.h): a caller that treats grammar errors apart catches them before exl::Error.
 #pragma once
-#include <sstream>
-#include <stdexcept>
-#include <string>
+#include "kernels/error.h"
 
 namespace exl {
 
-struct GrammarError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct GrammarError : Error {
+  using Error::Error;
 };
 
 // The compilation needed more states, bytes or time than its GrammarBudget allows.
@@ -25,9 +24,7 @@ struct GrammarCancelled : GrammarError {
 
 template <class... Parts>
 [[noreturn]] void grammar_fail(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  throw GrammarError(os.str());
+  throw GrammarError(cat(parts...));
 }
 
 }  // namespace exl

@@ -125,10 +125,19 @@ struct AttnInputs {
   bool exact = false;  // the projections as linears_exact (a q8/q4 cache)
 };
 
+// What a backend can do beyond the op set every backend implements. It depends only on the
+// backend, never on inputs or state, so a caller asks once.
+struct BackendCapabilities {
+  bool sample_rows = false;           // sample_rows() samples (else it returns false, doing nothing)
+  bool sample_rows_deferred = false;  // sample_rows_deferred(), collect_samples(), embedding_of_samples()
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The default: nothing beyond the op set.
+  virtual BackendCapabilities capabilities() const { return {}; }
 
   virtual Buffer alloc(size_t bytes) = 0;
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
@@ -251,8 +260,8 @@ class Backend {
   // (host memory, rows.size() entries): a token id, or k_sample_nothing_allowed /
   // k_sample_bad_logit (kernels/row_sampling.h). Waits for the result. Returns false, doing
   // nothing, when the backend cannot sample (the default: the caller downloads the logits and
-  // samples on the host). The answer depends only on the backend, never on the inputs, so a
-  // call with no rows asks whether the backend can. Not inside begin_step()/end_step().
+  // samples on the host); capabilities().sample_rows says beforehand. Not inside
+  // begin_step()/end_step().
   virtual bool sample_rows(const float* /*logits*/, int64_t /*vocab*/, std::span<const RowSampling> /*rows*/,
                            std::span<int32_t> /*out*/) {
     return false;
@@ -262,8 +271,8 @@ class Backend {
   // sample_rows_deferred() is sample_rows() without the wait: the ids stay in backend memory,
   // where embedding_of_samples() reads them, until collect_samples() waits for them and copies
   // them to out (rows.size() entries; each deferred sampling is collected before the next one).
-  // Returns false, doing nothing, when the backend cannot (the default); with no rows, only says
-  // whether it can.
+  // Returns false, doing nothing, when the backend cannot (the default;
+  // capabilities().sample_rows_deferred says beforehand).
   virtual bool sample_rows_deferred(const float* /*logits*/, int64_t /*vocab*/,
                                     std::span<const RowSampling> /*rows*/) {
     return false;

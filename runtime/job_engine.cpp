@@ -51,7 +51,7 @@ std::shared_ptr<const CompiledGrammar> JobEngine::schema_grammar(const nlohmann:
     return cached_json_schema_for(schema, host_->tokenizer(), job_schema_options());
   } catch (const GrammarCancelled&) {
     throw;
-  } catch (const std::exception& e) {  // exl::Error and grammar's GrammarError
+  } catch (const std::exception& e) {  // exl::Error (grammar errors too), and whatever else compiling throws
     err = cat("runtime: job: schema: ", e.what());
   }
   schema_errors_[key] = err;

@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int n_threads) : tp_(n_threads) {}
 
   std::string name() const override { return cat("cpu (", tp_.size(), " threads)"); }
+  // The host samples the downloaded logits itself.
+  BackendCapabilities capabilities() const override { return {}; }
   Buffer alloc(size_t bytes) override { return host_alloc(bytes); }
   void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }

@@ -20,6 +20,7 @@
 #include "kernels/cuda/op_profiler.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/step_graph.h"
+#include "kernels/cuda/step_op.h"
 
 namespace exl {
 
@@ -53,6 +54,8 @@ cuda::KvDeviceLayout device_layout(const KvLayout& L, int layer) {
 }
 
 class CudaBackend final : public Backend {
+  using StepOp = cuda::StepOp;
+
  public:
   explicit CudaBackend(int device) : ctx_(device) {
     cudaDeviceProp p{};
@@ -68,6 +71,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return name_; }
+  BackendCapabilities capabilities() const override { return {.sample_rows = true, .sample_rows_deferred = true}; }
 
   Buffer alloc(size_t bytes) override { return ctx_.alloc(std::max<size_t>(bytes, 1)); }
   void upload(void* dst, const void* src, size_t bytes) override {
@@ -137,7 +141,7 @@ class CudaBackend final : public Backend {
     if (ids.empty()) return;
     ctx_.make_current();
     const auto* d_ids = static_cast<const int32_t*>(ctx_.stage(ids.data(), ids.size_bytes()));
-    steps_.note(1, &e, d_ids, ids.size(), out);
+    steps_.note(StepOp::embedding, &e, d_ids, ids.size(), out);
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(
@@ -151,7 +155,7 @@ class CudaBackend final : public Backend {
     const int32_t* d_ids = sampler_.deferred_ids(n);
     if (n == 0) return;
     ctx_.make_current();
-    steps_.note(31, &e, d_ids, n, out);
+    steps_.note(StepOp::embedding_of_samples, &e, d_ids, n, out);
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::embedding(e.type, e.table.data(), e.vocab, e.dim, d_ids, n, out, ctx_.stream()));
@@ -160,7 +164,7 @@ class CudaBackend final : public Backend {
 
   void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) override {
     handoff_.other();
-    steps_.note(2, x, w, y, rows, dim, eps);
+    steps_.note(StepOp::rms_norm, x, w, y, rows, dim, eps);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
@@ -172,7 +176,7 @@ class CudaBackend final : public Backend {
     handoff_.other();
     if (rows == 0) return;
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
-    steps_.note(3, &l, x, y, rows);
+    steps_.note(StepOp::linear, &l, x, y, rows);
     if (l.calls_cublas(rows, false)) steps_.forbid_capture();
     if (steps_.recording()) return;
     ctx_.make_current();
@@ -197,7 +201,7 @@ class CudaBackend final : public Backend {
     EXL_CHECK(ws.size() == ys.size(), "kernels: cuda: linears: ", ws.size(), " matrices for ", ys.size(), " outputs");
     if (rows == 0 || ws.empty()) return;
     std::vector<const cuda::CudaLinear*> ls;
-    steps_.note(12, x, rows, ws.size(), exact);
+    steps_.note(StepOp::linears, x, rows, ws.size(), exact);
     for (size_t i = 0; i < ws.size(); ++i) {
       ls.push_back(static_cast<const cuda::CudaLinear*>(ws[i]));
       steps_.note(ls.back(), ys[i]);
@@ -221,7 +225,7 @@ class CudaBackend final : public Backend {
     handoff_.other();
     const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
     if (rows == 0) return;
-    steps_.note(4, x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor);
+    steps_.note(StepOp::rope, x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor);
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::rope(x, rows, n_heads, head_dim, d_pos, d_freq, table.attn_factor, ctx_.stream()));
@@ -233,7 +237,7 @@ class CudaBackend final : public Backend {
     handoff_.other();
     const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
     if (rows == 0) return;
-    steps_.note(10, q, k, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor);
+    steps_.note(StepOp::rope_qk, q, k, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor);
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::rope_qk(q, k, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor,
@@ -253,8 +257,8 @@ class CudaBackend final : public Backend {
     const auto [d_pos, d_freq] = rope_inputs(rows, head_dim, positions, table);
     if (rows == 0) return;
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
-    steps_.note(14, q, k, v, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor, p.mem.data(), layer,
-                d_slots);
+    steps_.note(StepOp::rope_qk_kv_write, q, k, v, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor,
+                p.mem.data(), layer, d_slots);
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::rope_qk_store(q, k, v, rows, n_heads, n_kv_heads, head_dim, d_pos, d_freq, table.attn_factor,
@@ -278,8 +282,8 @@ class CudaBackend final : public Backend {
     check_slots(p, a.layer, a.slots);
     const auto [d_pos, d_freq] = rope_inputs(a.rows, a.head_dim, a.positions, *a.rope);
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(a.slots.data(), a.slots.size_bytes()));
-    steps_.note(18, a.x, a.norm_w, a.q, a.k, a.v, a.rows, a.dim, a.eps, a.n_heads, a.n_kv_heads, d_pos, d_freq,
-                a.rope->attn_factor, p.mem.data(), a.layer, d_slots, ls[0], ls[1], ls[2]);
+    steps_.note(StepOp::attention_inputs, a.x, a.norm_w, a.q, a.k, a.v, a.rows, a.dim, a.eps, a.n_heads, a.n_kv_heads,
+                d_pos, d_freq, a.rope->attn_factor, p.mem.data(), a.layer, d_slots, ls[0], ls[1], ls[2]);
     note_handoff(in, {});
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
@@ -299,7 +303,7 @@ class CudaBackend final : public Backend {
                     float eps) override {
     handoff_.other();
     if (x == out) return Backend::add_rms_norm(x, y, w, out, rows, dim, eps);
-    steps_.note(11, x, y, w, out, rows, dim, eps);
+    steps_.note(StepOp::add_rms_norm, x, y, w, out, rows, dim, eps);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
@@ -309,7 +313,7 @@ class CudaBackend final : public Backend {
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     handoff_.other();
-    steps_.note(5, gate, up, out, n);
+    steps_.note(StepOp::swiglu, gate, up, out, n);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
@@ -324,7 +328,7 @@ class CudaBackend final : public Backend {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
     if (!l.fuses(rows, exact)) return Backend::swiglu_linear(w, gate, up, y, rows, k, exact);
-    fused_linear(13, l, gate, up, y, rows, false, exact, "swiglu + linear ");
+    fused_linear(StepOp::swiglu_linear, l, gate, up, y, rows, false, exact, "swiglu + linear ");
   }
 
   void swiglu_linear_residual(const PreparedLinear& w, float* gate, const float* up, float* x, float* tmp,
@@ -332,7 +336,7 @@ class CudaBackend final : public Backend {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
     if (!l.fuses(rows, exact)) return Backend::swiglu_linear_residual(w, gate, up, x, tmp, rows, k, exact);
-    fused_linear(15, l, gate, up, x, rows, true, exact, "swiglu + linear + residual ");
+    fused_linear(StepOp::swiglu_linear_residual, l, gate, up, x, rows, true, exact, "swiglu + linear + residual ");
   }
 
   void linear_residual(const PreparedLinear& w, const float* in, float* x, float* tmp, int64_t rows,
@@ -340,13 +344,13 @@ class CudaBackend final : public Backend {
     const auto& l = static_cast<const cuda::CudaLinear&>(w);
     if (rows == 0) return;
     if (!l.fuses(rows, exact)) return Backend::linear_residual(w, in, x, tmp, rows, exact);
-    fused_linear(16, l, in, nullptr, x, rows, true, exact, "linear + residual ");
+    fused_linear(StepOp::linear_residual, l, in, nullptr, x, rows, true, exact, "linear + residual ");
   }
 
   // One CudaLinear::run_fused launch, noted for step graphs under `op`.
   // It reads what the previous op handed off (cuda::Handoff) and, adding into the residual stream,
   // hands y on.
-  void fused_linear(int op, const cuda::CudaLinear& l, const float* in, const float* up, float* y, int64_t rows,
+  void fused_linear(StepOp op, const cuda::CudaLinear& l, const float* in, const float* up, float* y, int64_t rows,
                     bool residual, bool exact, const char* what) {
     const cuda::CudaLinear* self[1] = {&l};
     const cuda::Handoff::In hin = handoff_.read(self, in, up, nullptr, rows);
@@ -354,13 +358,8 @@ class CudaBackend final : public Backend {
     if (residual)
       hout = handoff_.produce(key_of(&l), y, nullptr, l.out_features, rows, cuda::handoff_perm(self, rows).inv_perm);
     steps_.note(op, &l, in, up, y, rows, exact);
-    note_handoff(hin, hout);
-    if (steps_.recording()) return;
-    ctx_.make_current();
-    prof_.begin(ctx_.stream());
-    cuda::Exl2GemvHandoff io = hin.io;
-    io.inv_perm = hout.inv_perm;
-    io.out_perm[0] = hout.x;
+    cuda::Exl2GemvHandoff io;
+    if (!start_fused(hin, hout, io)) return;
     io.ssq_out = hout.ssq;
     l.run_fused(ctx_, hin.ok ? hin.x : in, hin.ok ? hin.up : up, y, rows, residual, exact, &io);
     if (prof_.enabled())
@@ -379,15 +378,10 @@ class CudaBackend final : public Backend {
     const cuda::Handoff::Out hout =
         handoff_.produce(key_of(ls[0]), ys[0], ls.size() == 2 ? ys[1] : nullptr, ls[0]->out_features, rows,
                          two && cuda::handoff_perm(ls, rows).inv_perm);
-    steps_.note(17, x, norm_w, rows, dim, eps, ls.size());
+    steps_.note(StepOp::rms_norm_linears, x, norm_w, rows, dim, eps, ls.size());
     for (size_t i = 0; i < ls.size(); ++i) steps_.note(ls[i], ys[i]);
-    note_handoff(hin, hout);
-    if (steps_.recording()) return;
-    ctx_.make_current();
-    prof_.begin(ctx_.stream());
-    cuda::Exl2GemvHandoff io = hin.io;
-    io.inv_perm = hout.inv_perm;
-    io.out_perm[0] = hout.x;
+    cuda::Exl2GemvHandoff io;
+    if (!start_fused(hin, hout, io)) return;
     io.out_perm[1] = hout.up;
     cuda::run_linears_normed(ctx_, ls, hin.ok ? hin.x : x, hin.ok ? hin.norm_w : norm_w, eps, ys, rows, nullptr, &io);
     if (prof_.enabled()) {
@@ -400,7 +394,7 @@ class CudaBackend final : public Backend {
 
   void add(float* x, const float* y, int64_t n) override {
     handoff_.other();
-    steps_.note(6, x, y, n);
+    steps_.note(StepOp::add, x, y, n);
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
@@ -415,7 +409,7 @@ class CudaBackend final : public Backend {
     if (slots.empty()) return;
     ctx_.make_current();
     const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(slots.data(), slots.size_bytes()));
-    steps_.note(7, p.mem.data(), layer, k, v, d_slots, slots.size());
+    steps_.note(StepOp::kv_write, p.mem.data(), layer, k, v, d_slots, slots.size());
     if (steps_.recording()) return;
     prof_.begin(ctx_.stream());
     EXL_CUDA_CHECK(cuda::kv_write(static_cast<uint8_t*>(p.mem.data()), device_layout(p.layout, layer), k, v, d_slots,
@@ -429,7 +423,7 @@ class CudaBackend final : public Backend {
     const KvLayout& L = p.layout;
     EXL_CHECK(from >= 0 && to >= 0 && from < p.num_pages && to < p.num_pages && n_rows >= 0 && n_rows <= L.page_size,
               "kernels: cuda: kv_copy: pages ", from, " -> ", to, " rows ", n_rows, " out of range");
-    steps_.note(8, p.mem.data(), from, to, n_rows);
+    steps_.note(StepOp::kv_copy, p.mem.data(), from, to, n_rows);
     if (steps_.recording()) return;
     ctx_.make_current();
     auto* base = static_cast<uint8_t*>(p.mem.data());
@@ -549,6 +543,19 @@ class CudaBackend final : public Backend {
   // What a step graph's launches depend on in a hand-off.
   void note_handoff(const cuda::Handoff::In& in, const cuda::Handoff::Out& out) {
     steps_.note(in.ok, in.x, in.up, in.norm_w, in.io.ssq, out.inv_perm, out.x, out.up, out.ssq);
+  }
+  // A fused linear launch once its op is noted: notes the handoff; then, unless the step is being
+  // recorded, makes the context current, starts the profiler, sets io from the handoff (what the
+  // launch reads, its inverse permutation and first output) and returns true.
+  bool start_fused(const cuda::Handoff::In& hin, const cuda::Handoff::Out& hout, cuda::Exl2GemvHandoff& io) {
+    note_handoff(hin, hout);
+    if (steps_.recording()) return false;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    io = hin.io;
+    io.inv_perm = hout.inv_perm;
+    io.out_perm[0] = hout.x;
+    return true;
   }
   cuda::CudaSampler sampler_{ctx_};
   std::vector<float> rope_freq_host_;
@@ -678,8 +685,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                                         (plan.part_size / cuda::k_attn_decode_cluster_part) <=
                                     2 * int64_t(ctx_.sm_count());
   note_handoff({}, hout);
-  steps_.note(9, a.pool, layer, d_meta, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out, n_heads, scale,
-              sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max, plan.decode, a.cluster);
+  steps_.note(StepOp::attention, a.pool, layer, d_meta, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out,
+              n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max, plan.decode,
+              a.cluster);
   if (steps_.recording()) return;
   prof_.begin(ctx_.stream());
   if (plan.decode)

@@ -9,15 +9,12 @@ namespace {
 
 constexpr int k_row_threads = 1024;  // a 4096-wide row: 4 loads per thread, all in flight
 
-__global__ void __launch_bounds__(k_row_threads)
-    rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {
+// 1 / sqrt(mean square + eps) of a row of `dim` values whose sum of squares the block's
+// k_row_threads threads hold in parts (`ss`: double, reduced in a fixed order); every thread of
+// the block calls it and gets the same value.
+__device__ __forceinline__ float block_inv_rms(double ss, int64_t dim, float eps) {
   __shared__ double partial[k_row_threads / 32];
   __shared__ float inv_s;
-  const float* xr = x + blockIdx.x * dim;
-  float* yr = y + blockIdx.x * dim;
-  double ss = 0;
-#pragma unroll 4
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
@@ -28,7 +25,17 @@ __global__ void __launch_bounds__(k_row_threads)
     inv_s = float(1.0 / sqrt(t / double(dim) + double(eps)));
   }
   __syncthreads();
-  const float inv = inv_s;
+  return inv_s;
+}
+
+__global__ void __launch_bounds__(k_row_threads)
+    rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {
+  const float* xr = x + blockIdx.x * dim;
+  float* yr = y + blockIdx.x * dim;
+  double ss = 0;
+#pragma unroll 4
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
+  const float inv = block_inv_rms(ss, dim, eps);
 #pragma unroll 4
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = w[d] * (xr[d] * inv);
 }
@@ -37,8 +44,6 @@ __global__ void __launch_bounds__(k_row_threads)
 __global__ void __launch_bounds__(k_row_threads)
     add_rms_norm_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* out, int64_t dim,
                         float eps) {
-  __shared__ double partial[k_row_threads / 32];
-  __shared__ float inv_s;
   float* xr = x + blockIdx.x * dim;
   const float* yr = y + blockIdx.x * dim;
   float* orow = out + blockIdx.x * dim;
@@ -49,17 +54,7 @@ __global__ void __launch_bounds__(k_row_threads)
     xr[d] = v;
     ss += double(v) * double(v);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0;
-    for (int i = 0; i < k_row_threads / 32; ++i) t += partial[i];
-    inv_s = float(1.0 / sqrt(t / double(dim) + double(eps)));
-  }
-  __syncthreads();
-  const float inv = inv_s;
+  const float inv = block_inv_rms(ss, dim, eps);
 #pragma unroll 4
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) orow[d] = w[d] * (xr[d] * inv);
 }

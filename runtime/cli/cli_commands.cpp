@@ -1,6 +1,9 @@
 #include "runtime/cli/cli_commands.h"
 
 #include <array>
+#include <iostream>
+
+#include "grammar/grammar_error.h"
 
 namespace exl {
 
@@ -22,6 +25,21 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };
   return table;
+}
+
+int run_cli_command(const CliCommand& command, std::span<const std::string> args) {
+  try {
+    return command.run(args);
+  } catch (const GrammarError& e) {
+    std::cerr << "exlagent " << command.name << ": internal error: " << e.what() << "\n";
+    return 1;
+  } catch (const Error& e) {
+    std::cerr << "exlagent " << command.name << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "exlagent " << command.name << ": internal error: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace exl

@@ -14,6 +14,13 @@ struct CliCommand {
 
 std::span<const CliCommand> cli_commands();
 
+// Runs `command` on its arguments and returns the process exit code: the command's own, or 1 for
+// an exception, reported on stderr as "exlagent <name>: error: <what>" for an exl::Error and
+// "exlagent <name>: internal error: <what>" for anything else and for a GrammarError that no
+// command turned into its own error (as every command reported one before GrammarError became an
+// exl::Error).
+int run_cli_command(const CliCommand& command, std::span<const std::string> args);
+
 int cli_info(std::span<const std::string> args);
 int cli_tokenize(std::span<const std::string> args);
 int cli_detokenize(std::span<const std::string> args);

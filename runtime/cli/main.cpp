@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
 #include "runtime/cli/cli_commands.h"
 
 namespace {
@@ -31,16 +30,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : exl::cli_commands()) {
-    if (args[0] != c.name) continue;
-    try {
-      return c.run(std::span<const std::string>(args).subspan(1));
-    } catch (const exl::Error& e) {
-      std::cerr << "exlagent " << c.name << ": error: " << e.what() << "\n";
-      return 1;
-    } catch (const std::exception& e) {
-      std::cerr << "exlagent " << c.name << ": internal error: " << e.what() << "\n";
-      return 1;
-    }
+    if (args[0] == c.name) return exl::run_cli_command(c, std::span<const std::string>(args).subspan(1));
   }
   std::cerr << "exlagent: error: unknown command '" << args[0] << "'\n";
   print_help();

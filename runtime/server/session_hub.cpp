@@ -117,7 +117,7 @@ std::shared_ptr<AgentSession> SessionHub::resume(const std::string& id, AgentSin
       throw RpcError(rpc_code::session_busy, cat("Session '", id, "' is open on another connection"));
     }
   }
-  if (!valid_session_id(id)) throw RpcError(-32602, cat("Invalid params: '", id, "' is not a session id"));
+  if (!valid_session_id(id)) throw RpcError(rpc_code::invalid_params, cat("Invalid params: '", id, "' is not a session id"));
   std::shared_ptr<AgentSession> s;
   try {
     s = AgentSession::load(env_, id, std::move(sink));
@@ -194,7 +194,7 @@ void SessionHub::register_tools(std::vector<ToolSpec> tools, std::shared_ptr<Too
     if (it == tools_.end()) ++owned;
   }
   if (owned > kMaxToolsPerClient)
-    throw RpcError(-32602, cat("Invalid params: a client may register at most ", kMaxToolsPerClient, " tools"));
+    throw RpcError(rpc_code::invalid_params, cat("Invalid params: a client may register at most ", kMaxToolsPerClient, " tools"));
   for (auto& t : tools) {
     const std::string name = t.name;
     tools_[name] = {std::make_shared<RemoteTool>(std::move(t), link), owner};

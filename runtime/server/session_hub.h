@@ -5,7 +5,7 @@
 //
 // Owners are connection ids: a session or tool belongs to the connection that made it, and
 // close_owner() cancels and closes its sessions and fails its tools' pending calls.
-// Errors that a client caused are RpcError with a JSON-RPC code (see docs/websocket-api.md).
+// Errors that a client caused are RpcError with a JSON-RPC code (runtime/server/rpc_error.h).
 // Thread-safety: any thread.
 #pragma once
 #include <cstdint>
@@ -13,7 +13,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,24 +20,11 @@
 
 #include "grammar/grammar_budget.h"
 #include "runtime/server/remote_tool.h"
+#include "runtime/server/rpc_error.h"
 #include "sessions/agent_session.h"
 #include "tools/tool_registry.h"
 
 namespace exl {
-
-struct RpcError : std::runtime_error {
-  RpcError(int code_, const std::string& message) : std::runtime_error(message), code(code_) {}
-  int code;
-};
-
-namespace rpc_code {
-inline constexpr int session_gone = -32011;
-inline constexpr int rate_limited = -32012;
-inline constexpr int session_limit = -32014;
-inline constexpr int session_busy = -32015;
-inline constexpr int tool_conflict = -32016;
-inline constexpr int shutting_down = -32017;
-}  // namespace rpc_code
 
 inline constexpr size_t kMaxToolsPerClient = 128;
 

@@ -14,22 +14,13 @@
 
 #include "runtime/http_message.h"
 #include "runtime/server/remote_tool.h"
+#include "runtime/server/rpc_error.h"
 #include "runtime/server/server_state.h"
 
 namespace exl {
 
 inline constexpr std::string_view kWsSubprotocol = "exlagent.v1";
 inline constexpr std::string_view kWsPath = "/v1/ws";
-
-// JSON-RPC error codes: the standard ones and ours, in MCP's implementation-defined band.
-namespace rpc_code {
-inline constexpr int parse_error = -32700;
-inline constexpr int invalid_request = -32600;
-inline constexpr int method_not_found = -32601;
-inline constexpr int invalid_params = -32602;
-inline constexpr int internal_error = -32603;
-inline constexpr int payload_too_large = -32013;
-}  // namespace rpc_code
 
 // Per-message limits of one connection: at most kWsMaxMessagesPerSecond frames in any one-second
 // window (more are answered -32012 and dropped), and sessions/send content up to

@@ -26,6 +26,9 @@ class SamplingCpuBackend final : public Backend {
   int calls = 0, rows_sampled = 0, deferred_calls = 0, fed_steps = 0;
 
   std::string name() const override { return "sampling " + be_->name(); }
+  BackendCapabilities capabilities() const override {
+    return {.sample_rows = true, .sample_rows_deferred = deferring_};
+  }
   Buffer alloc(size_t bytes) override { return be_->alloc(bytes); }
   void upload(void* d, const void* s, size_t n) override { be_->upload(d, s, n); }
   void download(void* d, const void* s, size_t n) override { be_->download(d, s, n); }
@@ -275,6 +278,23 @@ TEST(GeneratorDeviceSampling, PipelinedDecodingGivesTheSameTokens) {
   SamplingCpuBackend step_by_step(true);
   EXPECT_EQ(pipeline_jobs(step_by_step, false, stop), want);
   EXPECT_EQ(step_by_step.deferred_calls, 0);
+}
+
+// The model asks the backend what it can do (Backend::capabilities) and samples nothing to find out.
+TEST(GeneratorDeviceSampling, TheModelReadsTheBackendsCapabilities) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
+  auto cpu = make_cpu_backend(2);
+  const Model on_cpu(dir, *cpu);
+  EXPECT_FALSE(on_cpu.can_sample_on_device());
+  EXPECT_FALSE(on_cpu.can_sample_deferred());
+  SamplingCpuBackend now, deferring(true);
+  const Model on_now(dir, now), on_deferring(dir, deferring);
+  EXPECT_TRUE(on_now.can_sample_on_device());
+  EXPECT_FALSE(on_now.can_sample_deferred());
+  EXPECT_TRUE(on_deferring.can_sample_on_device());
+  EXPECT_TRUE(on_deferring.can_sample_deferred());
+  EXPECT_EQ(now.calls + deferring.calls + deferring.deferred_calls, 0);
 }
 
 }  // namespace generator_device_sampling_test

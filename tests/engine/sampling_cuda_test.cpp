@@ -180,6 +180,8 @@ TEST(CudaSampling, FailureCodesAndInputChecks) {
   rows[0].bias = outside;
   EXPECT_THROW(gpu->sample_rows(dl.f32(), V, rows, out), Error);
   EXPECT_TRUE(gpu->sample_rows(nullptr, V, {}, {}));
+  EXPECT_TRUE(gpu->capabilities().sample_rows);
+  EXPECT_TRUE(gpu->capabilities().sample_rows_deferred);
 }
 
 }  // namespace sampling_cuda_test

@@ -62,13 +62,12 @@ inline void write_bytes(const std::filesystem::path& p, std::string_view bytes) 
   out.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// Runs f; a clean exl::Error or GrammarError is an expected outcome, anything else escapes.
+// Runs f; a clean exl::Error (GrammarError included) is an expected outcome, anything else escapes.
 template <class F>
 void expect_clean(F&& f) {
   try {
     f();
   } catch (const Error&) {
-  } catch (const GrammarError&) {
   }
 }
 

@@ -66,6 +66,29 @@ TEST_F(GrammarBudgetRoute, UnsatisfiableSchemaIsABadRequest) {
   EXPECT_NE(e.value("message", "").find("cannot be satisfied"), std::string::npos) << e;
 }
 
+// A tool whose parameters' grammar cannot be compiled: a GrammarError, reported against "tools"
+// (an exl::Error from the tool list itself would name "tool_choice"; GrammarError is one too,
+// so its handler must come first).
+TEST_F(GrammarBudgetRoute, UnenforceableToolParametersNameTools) {
+  auto state = make_state();
+  HttpRequest r = schema_request(json::object());
+  json body = json::parse(r.body);
+  body.erase("response_format");
+  body["tools"] = json::array({{{"type", "function"},
+                                {"function",
+                                 {{"name", "f"},
+                                  {"parameters",
+                                   {{"type", "object"},
+                                    {"properties", {{"s", {{"type", "string"}, {"minLength", 5}, {"maxLength", 2}}}}},
+                                    {"required", json::array({"s"})}}}}}}});
+  body["tool_choice"] = "required";
+  r.body = body.dump();
+  json e = error_of(route(r, *state), 400);
+  EXPECT_EQ(e.value("code", ""), "unsupported_schema") << e;
+  EXPECT_EQ(e.value("param", ""), "tools") << e;
+  EXPECT_NE(e.value("message", "").find("cannot be enforced: "), std::string::npos) << e;
+}
+
 TEST_F(GrammarBudgetRoute, ServerBudgetIsEnforced) {
   ServerOptions o;
   o.grammar_budget.max_states = 100;
