@@ -3,7 +3,6 @@
 #include <array>
 #include <iostream>
 
-#include "grammar/grammar_error.h"
 
 namespace exl {
 
@@ -30,9 +29,6 @@ std::span<const CliCommand> cli_commands() {
 int run_cli_command(const CliCommand& command, std::span<const std::string> args) {
   try {
     return command.run(args);
-  } catch (const GrammarError& e) {
-    std::cerr << "exlagent " << command.name << ": internal error: " << e.what() << "\n";
-    return 1;
   } catch (const Error& e) {
     std::cerr << "exlagent " << command.name << ": error: " << e.what() << "\n";
     return 1;

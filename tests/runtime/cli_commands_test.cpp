@@ -1,6 +1,7 @@
 // What `exlagent <command>` reports when its command throws (runtime/cli/cli_commands.h): the
 // exit code and the stderr line, for each kind of exception. A GrammarError is an exl::Error
-// (issue 26) but is still reported as an internal error, as it was before.
+// (issue 26): a schema or regex the user gave that cannot be compiled is an error of the input,
+// not an internal one.
 #include <gtest/gtest.h>
 
 #include "grammar/grammar_error.h"
@@ -32,11 +33,11 @@ TEST(CliCommands, ExceptionsBecomeExitCodeOneWithTheirKindsLine) {
   const Reported grammar =
       run_command_with([](std::span<const std::string>) -> int { grammar_fail("grammar: json_schema: /: bad"); });
   EXPECT_EQ(grammar.code, 1);
-  EXPECT_EQ(grammar.err, "exlagent probe: internal error: grammar: json_schema: /: bad\n");
+  EXPECT_EQ(grammar.err, "exlagent probe: error: grammar: json_schema: /: bad\n");
   const Reported budget = run_command_with(
       [](std::span<const std::string>) -> int { throw GrammarBudgetError("grammar: budget: too many states"); });
   EXPECT_EQ(budget.code, 1);
-  EXPECT_EQ(budget.err, "exlagent probe: internal error: grammar: budget: too many states\n");
+  EXPECT_EQ(budget.err, "exlagent probe: error: grammar: budget: too many states\n");
   const Reported other =
       run_command_with([](std::span<const std::string>) -> int { throw std::out_of_range("vector::at"); });
   EXPECT_EQ(other.code, 1);
