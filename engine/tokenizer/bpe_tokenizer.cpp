@@ -2,13 +2,14 @@
 
 #include "engine/tokenizer/byte_level.h"
 #include "engine/formats/model_dir.h"
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 
 namespace exl {
 
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+using utf8::kMetaspace;
 
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
   if (from.empty()) return s;

@@ -2,13 +2,14 @@
 
 #include <sentencepiece_processor.h>
 
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 
 namespace exl {
 
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+using utf8::kMetaspace;
 
 std::string spaces_for_metaspace(std::string_view piece) {
   std::string out;

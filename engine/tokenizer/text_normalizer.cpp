@@ -2,13 +2,14 @@
 
 #include <re2/re2.h>
 
+#include "engine/tokenizer/utf8.h"
 #include "kernels/error.h"
 
 namespace exl {
 
 namespace {
 
-constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+using utf8::kMetaspace;
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
   if (from.empty()) return std::string(s);

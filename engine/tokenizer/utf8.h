@@ -9,6 +9,9 @@
 
 namespace exl::utf8 {
 
+// U+2581 LOWER ONE EIGHTH BLOCK, the word-boundary marker of SentencePiece and Metaspace pipelines.
+inline constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+
 // One decoded unit of a byte string: a valid character or one maximal invalid subpart.
 struct Char {
   char32_t cp;   // the code point; 0xFFFD for an invalid subpart
