@@ -105,7 +105,7 @@ struct SessionResult {
   bool done = false;
 };
 
-double percentile(std::vector<double> v, double p) {
+double latency_percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
@@ -249,7 +249,7 @@ int cli_bench_sessions(std::span<const std::string> args) {
               << "wall: " << wall << " s, " << double(n - errors) / wall << " sessions/s\n"
               << "generated tokens: " << gen << " (" << double(gen) / wall << " tok/s)\n"
               << "prompt tokens: " << prompt << ", cached: " << cached << "\n"
-              << "TTFT p50: " << percentile(ttft, 0.5) * 1000 << " ms, p99: " << percentile(ttft, 0.99) * 1000
+              << "TTFT p50: " << latency_percentile(ttft, 0.5) * 1000 << " ms, p99: " << latency_percentile(ttft, 0.99) * 1000
               << " ms\n";
     return errors == 0 ? 0 : 1;
   });
