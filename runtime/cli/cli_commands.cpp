@@ -3,6 +3,7 @@
 #include <array>
 #include <iostream>
 
+#include "kernels/error.h"
 
 namespace exl {
 
