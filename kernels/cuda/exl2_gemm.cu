@@ -309,11 +309,29 @@ __device__ void exl2_group_dot(const uint32_t* qw, int np, int n0, int qrow_star
   }
 }
 
+// Block sums per row in a fixed order: each warp's share of row m at part[m][warp] (shuffles),
+// then, after a __syncthreads, the warps' shares of a row added in warp order.
+template <int MB>
+using RowPartials = double[MB][k_exl2_gemv_threads / 32];
+
+template <int MB>
+__device__ __forceinline__ void put_warp_share(double v, int m, RowPartials<MB>& part) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if ((threadIdx.x & 31) == 0) part[m][threadIdx.x >> 5] = v;
+}
+
+template <int MB>
+__device__ __forceinline__ double row_total(const RowPartials<MB>& part, int r) {
+  double t = 0;
+  for (int i = 0; i < k_exl2_gemv_threads / 32; ++i) t += part[r][i];
+  return t;
+}
+
 // inv[m] = 1 / sqrt(mean(x[m0 + m]²) + eps) for the block's rows, summed in double.
 template <int MB>
 __device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc, float eps, float* inv) {
-  __shared__ double part[MB][k_exl2_gemv_threads / 32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __shared__ RowPartials<MB> part;
 #pragma unroll
   for (int m = 0; m < MB; ++m) {
     if (m >= mc) break;
@@ -338,16 +356,10 @@ __device__ void rows_inv_rms(const float* __restrict__ x, int K, int m0, int mc,
     } else {
       for (k = threadIdx.x; k < K; k += k_exl2_gemv_threads) ss += double(xr[k]) * double(xr[k]);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) part[m][warp] = ss;
+    put_warp_share<MB>(ss, m, part);
   }
   __syncthreads();
-  if (threadIdx.x < mc) {
-    double t = 0;
-    for (int i = 0; i < k_exl2_gemv_threads / 32; ++i) t += part[threadIdx.x][i];
-    inv[threadIdx.x] = float(1.0 / sqrt(t / double(K) + double(eps)));
-  }
+  if (threadIdx.x < mc) inv[threadIdx.x] = float(1.0 / sqrt(row_total<MB>(part, threadIdx.x) / double(K) + double(eps)));
   __syncthreads();
 }
 
@@ -384,21 +396,11 @@ __device__ __forceinline__ void handoff_store(const Exl2GemvHandoff& io, int job
 // io.ssq_out[(m0 + m) · tiles + tile]. Every thread of the block calls it.
 template <int MB>
 __device__ void handoff_ssq(const Exl2GemvHandoff& io, const double (&sq)[MB], int m0, int mc, int tiles, int tile) {
-  __shared__ double part[MB][k_exl2_gemv_threads / 32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __shared__ RowPartials<MB> part;
 #pragma unroll
-  for (int m = 0; m < MB; ++m) {
-    double v = sq[m];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) part[m][warp] = v;
-  }
+  for (int m = 0; m < MB; ++m) put_warp_share<MB>(sq[m], m, part);
   __syncthreads();
-  if (threadIdx.x < mc) {
-    double t = 0;
-    for (int i = 0; i < k_exl2_gemv_threads / 32; ++i) t += part[threadIdx.x][i];
-    io.ssq_out[size_t(m0 + threadIdx.x) * tiles + tile] = t;
-  }
+  if (threadIdx.x < mc) io.ssq_out[size_t(m0 + threadIdx.x) * tiles + tile] = row_total<MB>(part, threadIdx.x);
 }
 
 // y[m0 + m][nb + i] (+)= bias + the K-slices' partial sums, in slice order (the tile's last block).
