@@ -13,6 +13,7 @@
 
 #include "engine/generate/device_sampling.h"
 #include "engine/generate/generator.h"
+#include "cpu_forwarding_backend.h"
 #include "test_support.h"
 
 namespace exl {
@@ -20,54 +21,14 @@ namespace generator_device_sampling_test {
 
 // The CPU backend plus sample_rows (counted) and, when `deferring`, deferred sampling: the ids
 // are sampled at once and kept for embedding_of_samples and collect_samples.
-class SamplingCpuBackend final : public Backend {
+class SamplingCpuBackend final : public test::CpuForwardingBackend {
  public:
-  explicit SamplingCpuBackend(bool deferring = false) : be_(make_cpu_backend(2)), deferring_(deferring) {}
+  explicit SamplingCpuBackend(bool deferring = false) : CpuForwardingBackend(2), deferring_(deferring) {}
   int calls = 0, rows_sampled = 0, deferred_calls = 0, fed_steps = 0;
 
-  std::string name() const override { return "sampling " + be_->name(); }
+  std::string name() const override { return "sampling " + cpu().name(); }
   BackendCapabilities capabilities() const override {
     return {.sample_rows = true, .sample_rows_deferred = deferring_};
-  }
-  Buffer alloc(size_t bytes) override { return be_->alloc(bytes); }
-  void upload(void* d, const void* s, size_t n) override { be_->upload(d, s, n); }
-  void download(void* d, const void* s, size_t n) override { be_->download(d, s, n); }
-  void synchronize() override { be_->synchronize(); }
-  std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override { return be_->prepare_linear(w); }
-  std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) override {
-    return be_->prepare_embedding(e);
-  }
-  std::unique_ptr<KvPool> alloc_kv_pool(const KvLayout& l, int n) override { return be_->alloc_kv_pool(l, n); }
-  void embedding(const PreparedEmbedding& e, std::span<const int32_t> ids, float* out) override {
-    be_->embedding(e, ids, out);
-  }
-  void rms_norm(const float* x, const float* w, float* y, int64_t r, int64_t d, float eps) override {
-    be_->rms_norm(x, w, y, r, d, eps);
-  }
-  void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override { be_->linear(w, x, y, rows); }
-  void rope(float* x, int64_t rows, int nh, int hd, std::span<const int32_t> pos, const RopeTable& t) override {
-    be_->rope(x, rows, nh, hd, pos, t);
-  }
-  void swiglu(const float* g, const float* u, float* o, int64_t n) override { be_->swiglu(g, u, o, n); }
-  void add(float* x, const float* y, int64_t n) override { be_->add(x, y, n); }
-  void add_rms_norm(float* x, const float* y, const float* w, float* o, int64_t r, int64_t d, float eps) override {
-    be_->add_rms_norm(x, y, w, o, r, d, eps);
-  }
-  void linears(std::span<const PreparedLinear* const> ws, const float* x, std::span<float* const> ys,
-               int64_t rows) override {
-    be_->linears(ws, x, ys, rows);
-  }
-  void rope_qk(float* q, float* k, int64_t rows, int nh, int nkv, int hd, std::span<const int32_t> pos,
-               const RopeTable& t) override {
-    be_->rope_qk(q, k, rows, nh, nkv, hd, pos, t);
-  }
-  void kv_write(KvPool& p, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
-    be_->kv_write(p, layer, k, v, slots);
-  }
-  void kv_copy(KvPool& p, int from, int to, int n) override { be_->kv_copy(p, from, to, n); }
-  void attention(const KvPool& p, int layer, const float* q, float* out, std::span<const SeqAttn> seqs, int nh,
-                 float scale, int window) override {
-    be_->attention(p, layer, q, out, seqs, nh, scale, window);
   }
   bool sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
                    std::span<int32_t> out) override {
@@ -98,11 +59,10 @@ class SamplingCpuBackend final : public Backend {
   void embedding_of_samples(const PreparedEmbedding& e, int64_t n, float* out) override {
     EXL_CHECK(n <= int64_t(ids_.size()), "test backend: ", n, " fed tokens, ", ids_.size(), " sampled");
     ++fed_steps;
-    be_->embedding(e, std::span<const int32_t>(ids_).first(size_t(n)), out);
+    cpu().embedding(e, std::span<const int32_t>(ids_).first(size_t(n)), out);
   }
 
  private:
-  std::unique_ptr<Backend> be_;
   bool deferring_ = false, pending_ = false;
   std::vector<int32_t> ids_;
 };

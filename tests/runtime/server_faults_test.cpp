@@ -24,6 +24,7 @@
 
 #include "runtime/server/server.h"
 #include "runtime/server/session_hub.h"
+#include "cpu_forwarding_backend.h"
 #include "http_test_client.h"
 #include "test_support.h"
 #include "ws_test_client.h"
@@ -280,40 +281,16 @@ TEST(ServerFaults, KvPagesExhaustedQueuesOrRefusesWith503) {
 // with n, the n-th attention() call from then on throws exl::Error (or std::bad_alloc, as a failed
 // host allocation would), in the middle of a forward pass (after that layer's K/V were written).
 // Armed from the test thread, called on the engine thread.
-class FaultyCpuBackend final : public Backend {
+class FaultyCpuBackend final : public test::CpuForwardingBackend {
  public:
-  FaultyCpuBackend() : be_(make_cpu_backend(1)) {}
+  FaultyCpuBackend() : CpuForwardingBackend(1) {}
   void arm(int nth_call, bool bad_alloc = false) {
     bad_alloc_ = bad_alloc;
     calls_left_ = nth_call;
   }
   int faults() const { return faults_; }
 
-  std::string name() const override { return "faulty " + be_->name(); }
-  Buffer alloc(size_t bytes) override { return be_->alloc(bytes); }
-  void upload(void* d, const void* s, size_t n) override { be_->upload(d, s, n); }
-  void download(void* d, const void* s, size_t n) override { be_->download(d, s, n); }
-  std::unique_ptr<PreparedLinear> prepare_linear(const LinearWeights& w) override { return be_->prepare_linear(w); }
-  std::unique_ptr<PreparedEmbedding> prepare_embedding(const EmbeddingWeights& e) override {
-    return be_->prepare_embedding(e);
-  }
-  std::unique_ptr<KvPool> alloc_kv_pool(const KvLayout& l, int n) override { return be_->alloc_kv_pool(l, n); }
-  void embedding(const PreparedEmbedding& e, std::span<const int32_t> ids, float* out) override {
-    be_->embedding(e, ids, out);
-  }
-  void rms_norm(const float* x, const float* w, float* y, int64_t r, int64_t d, float eps) override {
-    be_->rms_norm(x, w, y, r, d, eps);
-  }
-  void linear(const PreparedLinear& w, const float* x, float* y, int64_t rows) override { be_->linear(w, x, y, rows); }
-  void rope(float* x, int64_t rows, int nh, int hd, std::span<const int32_t> pos, const RopeTable& t) override {
-    be_->rope(x, rows, nh, hd, pos, t);
-  }
-  void swiglu(const float* g, const float* u, float* o, int64_t n) override { be_->swiglu(g, u, o, n); }
-  void add(float* x, const float* y, int64_t n) override { be_->add(x, y, n); }
-  void kv_write(KvPool& p, int layer, const float* k, const float* v, std::span<const int32_t> slots) override {
-    be_->kv_write(p, layer, k, v, slots);
-  }
-  void kv_copy(KvPool& p, int from, int to, int n) override { be_->kv_copy(p, from, to, n); }
+  std::string name() const override { return "faulty " + cpu().name(); }
   void attention(const KvPool& p, int layer, const float* q, float* out, std::span<const SeqAttn> seqs, int nh,
                  float scale, int window) override {
     if (calls_left_ > 0 && --calls_left_ == 0) {
@@ -321,11 +298,10 @@ class FaultyCpuBackend final : public Backend {
       if (bad_alloc_) throw std::bad_alloc();
       fail("kernels: faulty: injected device error in attention, layer ", layer);
     }
-    be_->attention(p, layer, q, out, seqs, nh, scale, window);
+    cpu().attention(p, layer, q, out, seqs, nh, scale, window);
   }
 
  private:
-  std::unique_ptr<Backend> be_;
   std::atomic<int> calls_left_{0};
   std::atomic<int> faults_{0};
   std::atomic<bool> bad_alloc_{false};
