@@ -28,6 +28,7 @@ enum class Scratch : int {
   handoff_b,
   handoff_c,
   handoff_ssq,
+  mma_staged,  // activations in tensor-core fragment order (exl2_mma_set)
   count
 };
 

@@ -391,7 +391,11 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (in.rope) s.rope = *in.rope;
   if (in.io) s.io = *in.io;
   s.exact = in.exact;
-  if (mma) EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, counters, ctx.stream()));
+  if (mma) {
+    auto* staged = static_cast<uint16_t*>(
+        ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
+    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, counters, staged, ctx.stream()));
+  }
   else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
 

@@ -465,19 +465,21 @@ __device__ void rope_store_head(const Exl2RopeKv& r, int job, int head, float* y
 
 // The job of a launch whose column tiles hold this block (job j owns tiles [tile_begin_j,
 // tile_begin_{j+1}) of grid.x), selected by unrolled compares so the set stays in parameter space.
+// The job of this block and its column tile within that job (bx).
 struct BlockJob {
   Exl2DeviceView w;
   const float* bias;
   float* y;
   float* part;
-  int tile_begin, job;
+  int job, bx;
 };
 __device__ __forceinline__ BlockJob block_job(const Exl2GemvSet& set) {
-  BlockJob r{set.jobs[0].w, set.jobs[0].bias, set.jobs[0].y, set.jobs[0].partials, 0, 0};
+  BlockJob r{set.jobs[0].w, set.jobs[0].bias, set.jobs[0].y, set.jobs[0].partials, 0, int(blockIdx.x)};
 #pragma unroll
   for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
     if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin)
-      r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, set.jobs[j].tile_begin, j};
+      r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, j,
+           int(blockIdx.x) - set.jobs[j].tile_begin};
   return r;
 }
 
@@ -498,12 +500,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
                      unsigned* __restrict__ counters) {
   extern __shared__ float xs[];  // [MB][k_slice], then [warps-1][MB][128] partial sums
   constexpr int kWarps = k_exl2_gemv_threads / 32;
-  const BlockJob bj = block_job(set);
-  const Exl2DeviceView& w = bj.w;
-  const float* bias = bj.bias;
-  float* y = bj.y;
-  float* part = bj.part;
-  const int job = bj.job, bx = int(blockIdx.x) - bj.tile_begin;
+  const auto [w, bias, y, part, job, bx] = block_job(set);
   float* red = xs + MB * k_slice;
   const int k0 = blockIdx.z * k_slice;
   const int k1 = min(w.K, k0 + k_slice);
@@ -599,12 +596,13 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
       pj[c] = j < kc ? w.perm[k0 + j] : 0;
     }
     if (set.norm_w) rows_inv_rms<MB>(x, w.K, m0, mc, set.norm_eps, inv_rms);
+    const int K = w.K;
     const auto gather = [&](int j, int p) {
 #pragma unroll
       for (int m = 0; m < MB; ++m) {
         float v = 0.0f;
         if (m < mc) {
-          const size_t at = size_t(m0 + m) * w.K + p;
+          const size_t at = size_t(m0 + m) * K + p;
           v = x[at];
           if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
           else if (set.norm_w) v = set.norm_w[p] * (v * inv_rms[m]);
@@ -869,51 +867,58 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+EXL_HD constexpr int mma_chunks(int K) { return (K + k_mma_chunk - 1) / k_mma_chunk; }
+
+// Block (job, row block, chunk): one thread per permuted row k of the chunk writes its MB values
+// x[m][perm[k]] (silu(x)·x_up with x_up), saturated to fp16, at their fragment slots; rows past K
+// and past `rows` get zeros (the mma multiplies them by zero weights, and 0 · NaN would be NaN).
+template <int MB>
+__global__ void __launch_bounds__(k_mma_chunk)
+    exl2_mma_stage_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, __half* __restrict__ staged) {
+  const Exl2DeviceView& w = set.jobs[blockIdx.z].w;
+  const int k = blockIdx.x * k_mma_chunk + threadIdx.x;
+  const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
+  int p = k & 31, src = 0;
+  if (k < w.K) {
+    p = mma_slot(w.groups[w.group_of_row[k]].bits, k & 31);
+    src = w.perm[k];
+  }
+  __half* out = staged + size_t(blockIdx.z * gridDim.y + blockIdx.y) * mma_chunks(w.K) * MB * k_mma_chunk;
+#pragma unroll 4
+  for (int m = 0; m < MB; ++m) {
+    float v = 0.0f;
+    if (k < w.K && m < mc) {
+      const size_t at = size_t(m0 + m) * w.K + src;
+      v = x[at];
+      if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
+      v = fminf(fmaxf(v, -65504.0f), 65504.0f);
+    }
+    out[mma_x_index(MB, m, k, p)] = __float2half_rn(v);
+  }
+}
+
 // Block: 4 warps on 128 columns (a warp on 32: two 16-column m-tiles whose A rows g, g+8 of m-tiles
 // 0, 1 are the lane's columns 4g .. 4g+3 of the warp's 32), MB = 8·NT activation rows
-// (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk). The slice's activations are gathered
-// through perm (silu(x)·x_up with x_up) into shared memory as fp16 in fragment order; each lane of
+// (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk). The slice's activations, staged in
+// fragment order by exl2_mma_stage_kernel, are copied into shared memory; each lane of
 // a quad decodes its own 32-row block of every chunk for 4 columns into scaled fp16 pairs, then
 // the warp runs m16n8k16 mma with fp32 accumulation. Slices meet as in exl2_gemv_kernel.
 template <int NT>
 __global__ void __launch_bounds__(k_exl2_gemv_threads)
-    exl2_mma_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, int k_slice,
+    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice,
                     unsigned* __restrict__ counters) {
   constexpr int MB = 8 * NT, MT = 2;
   extern __shared__ uint4 xs_raw[];
   __half* xs = reinterpret_cast<__half*>(xs_raw);
-  const BlockJob bj = block_job(set);
-  const Exl2DeviceView& w = bj.w;
-  const float* bias = bj.bias;
-  float* y = bj.y;
-  float* part = bj.part;
-  const int job = bj.job, bx = int(blockIdx.x) - bj.tile_begin;
+  const auto [w, bias, y, part, job, bx] = block_job(set);
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
   const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
   const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
   __shared__ Exl2Segment segs[k_exl2_max_segments];
   if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
-  for (int j = threadIdx.x; j < chunks * k_mma_chunk; j += k_exl2_gemv_threads) {
-    const int k = k0 + j;
-    // Past k1 (whole 32-row blocks) every slot gets a zero: the mma multiplies those slots by zero
-    // weights, and 0 · NaN (stale shared memory) would be NaN.
-    int p = j & 31, src = 0;
-    if (k < k1) {
-      p = mma_slot(w.groups[w.group_of_row[k]].bits, j & 31);
-      src = w.perm[k];
-    }
-#pragma unroll 4
-    for (int m = 0; m < MB; ++m) {
-      float v = 0.0f;
-      if (k < k1 && m < mc) {
-        const size_t at = size_t(m0 + m) * w.K + src;
-        v = x[at];
-        if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
-        v = fminf(fmaxf(v, -65504.0f), 65504.0f);
-      }
-      xs[mma_x_index(MB, m, j, p)] = __float2half_rn(v);
-    }
-  }
+  const uint4* tile = reinterpret_cast<const uint4*>(staged) +
+                      (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * MB * 16;
+  for (int i = threadIdx.x; i < chunks * MB * 16; i += k_exl2_gemv_threads) xs_raw[i] = __ldg(tile + i);
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1092,13 +1097,18 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
 
 size_t exl2_mma_smem_bytes(int rows, int k_slice) {
-  return size_t(exl2_mma_rows_per_block(rows)) * size_t((k_slice + k_mma_chunk - 1) / k_mma_chunk) * 256;
+  return size_t(exl2_mma_rows_per_block(rows)) * size_t(mma_chunks(k_slice)) * 256;
+}
+
+size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
+  const int mb = exl2_mma_rows_per_block(rows);
+  return size_t(n_jobs) * size_t((rows + mb - 1) / mb) * size_t(mma_chunks(K)) * size_t(mb) * 256;
 }
 
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
-                         cudaStream_t stream) {
+                         uint16_t* staged, cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
-      set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out)
+      set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged)
     return cudaErrorInvalidValue;
   int tiles = 0;
   for (int j = 0; j < set.n_jobs; ++j) {
@@ -1106,26 +1116,28 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       return cudaErrorInvalidValue;
     tiles += exl2_gemv_tiles(set.jobs[j].w.N);
   }
-  const int mb = exl2_mma_rows_per_block(rows);
-  const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (set.jobs[0].w.K + k_slice - 1) / k_slice);
+  const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
+  const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (K + k_slice - 1) / k_slice);
+  const dim3 stage_grid(unsigned(mma_chunks(K)), grid.y, unsigned(set.n_jobs));
   const size_t smem = exl2_mma_smem_bytes(rows, k_slice);
   if (grid.z > 1 && !counters) return cudaErrorInvalidValue;
   constexpr int T = k_exl2_gemv_threads;
-  const auto launch = [&](auto kernel) -> cudaError_t {
+  const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
+    stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, reinterpret_cast<__half*>(staged));
     // The kernel's static shared memory (segments, a flag) counts against the 48 KiB default too:
     // a full 48 KiB activation tile launches only with the opt-in (measured: cudaErrorInvalidValue).
     if (smem + 1024 > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
     }
-    kernel<<<grid, T, smem, stream>>>(set, x, rows, k_slice, counters);
+    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, counters);
     return cudaGetLastError();
   };
   switch (mb) {
-    case 8: return launch(exl2_mma_kernel<1>);
-    case 16: return launch(exl2_mma_kernel<2>);
-    case 32: return launch(exl2_mma_kernel<4>);
-    default: return launch(exl2_mma_kernel<8>);
+    case 8: return launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1>);
+    case 16: return launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2>);
+    case 32: return launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4>);
+    default: return launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8>);
   }
 }
 
