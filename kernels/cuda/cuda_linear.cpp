@@ -367,13 +367,13 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
     n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
     mma = mma && l->view().n_segs > 0;
   }
-  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx))
+  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx, rows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   const int64_t slices = ceil_div(K, ks);
   const int64_t mb = mma ? exl2_mma_rows_per_block(int(rows)) : exl2_gemv_rows_per_block(int(rows));
   float* partials =
       slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
-  unsigned* counters = slices > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
+  unsigned* counters = slices > 1 && !mma ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
   Exl2GemvSet s;
   int tile = 0;
   int64_t part_off = 0;
@@ -394,7 +394,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, counters, staged, ctx.stream()));
+    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, staged, ctx.stream()));
   }
   else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
@@ -486,8 +486,7 @@ int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   const int64_t mb = exl2_mma_rows_per_block(int(rows));
   const int64_t base = ceil_div(N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb);
   const int64_t splits = std::max<int64_t>(1, target_blocks / base);
-  const int64_t smem_max = std::max<int64_t>(128, (48 * 1024 / (2 * mb)) / 128 * 128);
-  const int64_t ks = std::clamp<int64_t>(ceil_div(ceil_div(K, splits), 128) * 128, 128, std::min<int64_t>(smem_max, 2048));
+  const int64_t ks = std::clamp<int64_t>(ceil_div(ceil_div(K, splits), 128) * 128, 128, 4096);
   return int(std::min(ks, ceil_div(K, 128) * 128));
 }
 
@@ -517,13 +516,13 @@ int64_t exl2_mma_max_rows() {
   return n;
 }
 
-int exl2_mma_target_blocks(const CudaContext& ctx) {
+int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows) {
   static const int n = [] {
     const char* e = std::getenv("EXL_CUDA_MMA_BLOCKS_PER_SM");
     const int v = e ? std::atoi(e) : 0;
-    return v > 0 && v <= 64 ? v : 4;
+    return v > 0 && v <= 64 ? v : 0;
   }();
-  return n * ctx.sm_count();
+  return (n > 0 ? n : rows <= 8 ? 4 : 2) * ctx.sm_count();
 }
 
 void gemv_walk_only_from_env() {

@@ -33,14 +33,14 @@ inline constexpr int64_t k_quant_gemv_max_rows = 16;
 // EXL2 matrices with streamed layouts (Exl2DeviceView::n_segs > 0) take the tensor-core kernel
 // (exl2_mma_set) for exl2_mma_min_rows()..exl2_mma_max_rows() rows outside the exact path: run(),
 // run_fused() and run_linears() with exact false. By default that is where it was measured faster
-// than the gemv and cuBLAS paths (k_exl2_mma_auto_*: 6..16 rows, llama3-8b decode on the H200,
-// BENCHMARKS.md); EXL_CUDA_MMA=1 widens it to every count the kernel takes
+// than the gemv and cuBLAS paths (k_exl2_mma_auto_*: 4..64 rows, llama3-8b decode on the H200,
+// BENCHMARKS.md session 17); EXL_CUDA_MMA=1 widens it to every count the kernel takes
 // (k_exl2_mma_min_rows..k_exl2_mma_max_rows; the CUDA tests do), EXL_CUDA_MMA=0 turns it off, and
 // EXL_CUDA_MMA_MAX_ROWS (16..4096) moves the top for tuning runs.
 inline constexpr int64_t k_exl2_mma_min_rows = 3;
 inline constexpr int64_t k_exl2_mma_max_rows = 64;
-inline constexpr int64_t k_exl2_mma_auto_min_rows = 6;
-inline constexpr int64_t k_exl2_mma_auto_max_rows = 16;
+inline constexpr int64_t k_exl2_mma_auto_min_rows = 4;
+inline constexpr int64_t k_exl2_mma_auto_max_rows = 64;
 bool exl2_mma_enabled();
 int64_t exl2_mma_min_rows();
 int64_t exl2_mma_max_rows();
@@ -114,10 +114,11 @@ std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWe
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 
 // K-slice of the tensor-core kernel (exl2_mma_set): a multiple of 128 that gives about
-// `target_blocks` blocks while the fp16 activation tile stays within 48 KB of shared memory.
+// `target_blocks` blocks (at most 4096 rows: the activations stream through a ring of chunks).
 int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
-// Tensor-core blocks aimed for: 4 per multiprocessor, or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64).
-int exl2_mma_target_blocks(const CudaContext& ctx);
+// Tensor-core blocks aimed for: 4 per multiprocessor up to 8 rows, 2 above (fewer K-slices to
+// add up; measured on the H200, BENCHMARKS.md session 17), or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64).
+int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows);
 
 // EXL2 gemv blocks aimed for per multiprocessor: 8 for one or two activation rows, 4 for more
 // (fewer, longer K-slices: b=8 decode 557 → 601 tok/s on the H200, b=1 333 → 327 at 4), or

@@ -406,33 +406,55 @@ __device__ void handoff_ssq(const Exl2GemvHandoff& io, const double (&sq)[MB], i
 // y[m0 + m][nb + i] (+)= bias + the K-slices' partial sums, in slice order (the tile's last block).
 template <int MB>
 __device__ void add_slices(const Exl2DeviceView& w, const float* bias, const float* part, float* y, int rows, int m0,
-                           int mc, int nb, bool residual, const Exl2GemvHandoff& io, int job, int tiles, int tile) {
+                           int mc, int nb, bool residual, const Exl2GemvHandoff& io, int job, int tiles, int tile,
+                           int slices) {
   double sq[MB];
 #pragma unroll
   for (int m = 0; m < MB; ++m) sq[m] = 0;
-  for (int i = threadIdx.x; i < mc * k_exl2_gemv_cols_per_block; i += blockDim.x) {
-    const int m = i / k_exl2_gemv_cols_per_block, n = nb + i % k_exl2_gemv_cols_per_block;
-    if (n >= w.N) continue;
-    const int at = MB <= k_handoff_mb && io.inv_perm ? __ldg(io.inv_perm + n) : 0;
-    const float* pz = part + size_t(m0 + m) * w.N + n;
-    const size_t zs = size_t(rows) * w.N;
-    float sum = bias ? bias[n] : 0.0f;
-    int z = 0;
-    for (; z + 16 <= int(gridDim.z); z += 16) {
-      float v[16];
+  // kR outputs per thread at a time, their slices read kZ at a time: enough loads in flight that
+  // the one block finishing a tile is not a chain of round trips (slice order kept per output).
+  // One output at a time for the gemv's few rows, whose registers are capped (8 blocks per SM).
+  constexpr int kR = MB >= 8 ? 4 : 1, kZ = MB >= 8 ? 8 : 16;
+  const int total = mc * k_exl2_gemv_cols_per_block, Z = slices;
+  const size_t zs = size_t(rows) * w.N;
+  for (int i0 = threadIdx.x; i0 < total; i0 += kR * blockDim.x) {
+    float sum[kR];
+    const float* pz[kR];
 #pragma unroll
-      for (int u = 0; u < 16; ++u) v[u] = __ldcg(pz + size_t(z + u) * zs);
-#pragma unroll
-      for (int u = 0; u < 16; ++u) sum += v[u];
+    for (int r = 0; r < kR; ++r) {
+      const int i = i0 + r * int(blockDim.x), m = i / k_exl2_gemv_cols_per_block;
+      const int n = nb + i % k_exl2_gemv_cols_per_block;
+      const bool on = i < total && n < w.N;
+      pz[r] = on ? part + size_t(m0 + m) * w.N + n : nullptr;
+      sum[r] = on && bias ? bias[n] : 0.0f;
     }
-    for (; z < int(gridDim.z); ++z) sum += __ldcg(pz + size_t(z) * zs);
-    float& out = y[size_t(m0 + m) * w.N + n];
-    const float v = residual ? out + sum : sum;
-    out = v;
-    if constexpr (MB <= k_handoff_mb)
+    for (int z = 0; z < Z; z += kZ) {
+      float v[kR][kZ];
 #pragma unroll
-      for (int mm = 0; mm < MB; ++mm)
-        if (mm == m) handoff_store(io, job, w.N, m0 + m, at, v, sq[mm]);
+      for (int r = 0; r < kR; ++r)
+#pragma unroll
+        for (int u = 0; u < kZ; ++u) v[r][u] = pz[r] && z + u < Z ? __ldcg(pz[r] + size_t(z + u) * zs) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+#pragma unroll
+        for (int u = 0; u < kZ; ++u)
+          if (z + u < Z) sum[r] += v[r][u];
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      if (!pz[r]) continue;
+      const int i = i0 + r * int(blockDim.x), m = i / k_exl2_gemv_cols_per_block;
+      const int n = nb + i % k_exl2_gemv_cols_per_block;
+      float& out = y[size_t(m0 + m) * w.N + n];
+      const float v = residual ? out + sum[r] : sum[r];
+      out = v;
+      if constexpr (MB <= k_handoff_mb) {
+        const int at = io.inv_perm ? __ldg(io.inv_perm + n) : 0;
+#pragma unroll
+        for (int mm = 0; mm < MB; ++mm)
+          if (mm == m) handoff_store(io, job, w.N, m0 + m, at, v, sq[mm]);
+      }
+    }
   }
   if constexpr (MB <= k_handoff_mb)
     if (io.ssq_out && job == 0) handoff_ssq<MB>(io, sq, m0, mc, tiles, tile);
@@ -716,7 +738,8 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
     }
     __syncthreads();
     if (!last) return;
-    add_slices<MB>(w, bias, part, y, rows, m0, mc, nb, set.residual, set.io, job, exl2_gemv_tiles(set.jobs[0].w.N), bx);
+    add_slices<MB>(w, bias, part, y, rows, m0, mc, nb, set.residual, set.io, job, exl2_gemv_tiles(set.jobs[0].w.N), bx,
+                   int(gridDim.z));
   }
   if (set.rope.pool) {
     __syncthreads();
@@ -869,47 +892,72 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
 
 EXL_HD constexpr int mma_chunks(int K) { return (K + k_mma_chunk - 1) / k_mma_chunk; }
 
-// Block (job, row block, chunk): one thread per permuted row k of the chunk writes its MB values
-// x[m][perm[k]] (silu(x)·x_up with x_up), saturated to fp16, at their fragment slots; rows past K
+// Block (chunk, 8 rows of an MB-row block, job): one thread per permuted row k of the chunk writes
+// its 8 values x[m][perm[k]] (silu(x)·x_up with x_up), saturated to fp16, at their fragment slots; rows past K
 // and past `rows` get zeros (the mma multiplies them by zero weights, and 0 · NaN would be NaN).
 template <int MB>
 __global__ void __launch_bounds__(k_mma_chunk)
     exl2_mma_stage_kernel(const Exl2GemvSet set, const float* __restrict__ x, int rows, __half* __restrict__ staged) {
+  constexpr int kRows = 8;  // rows per block (blockIdx.y: MB-row block y / (MB / 8), its 8-row part)
   const Exl2DeviceView& w = set.jobs[blockIdx.z].w;
   const int k = blockIdx.x * k_mma_chunk + threadIdx.x;
-  const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
+  const int yb = blockIdx.y / (MB / kRows), mlo = blockIdx.y % (MB / kRows) * kRows;
+  const int m0 = yb * MB, mc = min(MB, rows - m0);
   int p = k & 31, src = 0;
   if (k < w.K) {
     p = mma_slot(w.groups[w.group_of_row[k]].bits, k & 31);
     src = w.perm[k];
   }
-  __half* out = staged + size_t(blockIdx.z * gridDim.y + blockIdx.y) * mma_chunks(w.K) * MB * k_mma_chunk;
-#pragma unroll 4
-  for (int m = 0; m < MB; ++m) {
-    float v = 0.0f;
+  __half* out = staged + size_t(blockIdx.z * (gridDim.y / (MB / kRows)) + yb) * mma_chunks(w.K) * MB * k_mma_chunk;
+  float v[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int m = mlo + r;
+    v[r] = 0.0f;
     if (k < w.K && m < mc) {
       const size_t at = size_t(m0 + m) * w.K + src;
-      v = x[at];
-      if (set.x_up) v = v / (1.0f + expf(-v)) * set.x_up[at];
-      v = fminf(fmaxf(v, -65504.0f), 65504.0f);
+      v[r] = x[at];
+      if (set.x_up) v[r] = v[r] / (1.0f + expf(-v[r])) * set.x_up[at];
+      v[r] = fminf(fmaxf(v[r], -65504.0f), 65504.0f);
     }
-    out[mma_x_index(MB, m, k, p)] = __float2half_rn(v);
   }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) out[mma_x_index(MB, mlo + r, k, p)] = __float2half_rn(v[r]);
 }
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+constexpr int k_mma_stages = 4;  // activation chunks in flight per block (a ring in shared memory)
+
+// One lane's share of a chunk's weights: its 32-row block for its four columns.
+struct MmaChunkWeights {
+  uint32_t wv[4][8];
+  uint32_t scode;
+  float smax;
+  int bits;
+};
 
 // Block: 4 warps on 128 columns (a warp on 32: two 16-column m-tiles whose A rows g, g+8 of m-tiles
 // 0, 1 are the lane's columns 4g .. 4g+3 of the warp's 32), MB = 8·NT activation rows
 // (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk). The slice's activations, staged in
-// fragment order by exl2_mma_stage_kernel, are copied into shared memory; each lane of
-// a quad decodes its own 32-row block of every chunk for 4 columns into scaled fp16 pairs, then
-// the warp runs m16n8k16 mma with fp32 accumulation. Slices meet as in exl2_gemv_kernel.
+// fragment order by exl2_mma_stage_kernel, stream through a ring of k_mma_stages chunks in shared
+// memory (cp.async, k_mma_stages − 1 chunks ahead); each lane of a quad decodes its own 32-row
+// block of every chunk for 4 columns into scaled fp16 pairs (the next chunk's weights loaded while
+// this one is multiplied), then the warp runs m16n8k16 mma with fp32 accumulation. With several
+// K-slices each block writes its partial sums and exl2_mma_sum_kernel adds them up.
 template <int NT>
 __global__ void __launch_bounds__(k_exl2_gemv_threads)
-    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice,
-                    unsigned* __restrict__ counters) {
-  constexpr int MB = 8 * NT, MT = 2;
+    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice) {
+  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16;
   extern __shared__ uint4 xs_raw[];
-  __half* xs = reinterpret_cast<__half*>(xs_raw);
   const auto [w, bias, y, part, job, bx] = block_job(set);
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
   const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
@@ -917,8 +965,15 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   __shared__ Exl2Segment segs[k_exl2_max_segments];
   if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
   const uint4* tile = reinterpret_cast<const uint4*>(staged) +
-                      (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * MB * 16;
-  for (int i = threadIdx.x; i < chunks * MB * 16; i += k_exl2_gemv_threads) xs_raw[i] = __ldg(tile + i);
+                      (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
+  const auto fetch = [&](int c) {
+    if (c < chunks)
+      for (int i = threadIdx.x; i < kChunkVecs; i += k_exl2_gemv_threads)
+        cp_async16(xs_raw + (c % k_mma_stages) * kChunkVecs + i, tile + size_t(c) * kChunkVecs + i);
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int c = 0; c < k_mma_stages - 1; ++c) fetch(c);
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -931,38 +986,49 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
   const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
-  const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs);
   int s = 0;
-#pragma unroll 1
-  for (int c = 0; c < chunks; ++c) {
+  // The lane's four columns n4 .. n4+3 (A rows g and g+8 of m-tiles 0 and 1): one 16-byte load
+  // per word row, a quarter warp's loads one 128-byte line.
+  const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
+  const auto load = [&](int c, MmaChunkWeights& cw) {
     const int rb = k0 + c * k_mma_chunk + 32 * t;
-    int bits = 0, qrow = 0, grp = 0;
-    if (rb < k1) {
+    int qrow = 0, grp = 0;
+    cw.bits = 0;
+    if (c < chunks && rb < k1) {
       while (rb >= segs[s].row_start + segs[s].rows) ++s;
       const Exl2Segment& sg = segs[s];
       const int boff = (rb - sg.row_start) >> 5;
-      bits = sg.bits;
-      qrow = sg.qrow_start + boff * bits;
+      cw.bits = sg.bits;
+      qrow = sg.qrow_start + boff * sg.bits;
       grp = sg.group0 + (sg.block_shift >= 0 ? boff >> sg.block_shift : boff * 32 / sg.group_rows);
     }
-    // The lane's four columns n4 .. n4+3 (A rows g and g+8 of m-tiles 0 and 1): one 16-byte load
-    // per word row, a quarter warp's loads one 128-byte line.
-    uint32_t wv[4][8];
-    __half2 s2[4];
-    const bool on = bits && n4 < w.Np;
-    const float smax = on ? __half2float(__ushort_as_half(__ldg(w.q_scale_max + grp))) * (1.0f / 256.0f) : 0.0f;
+    const bool on = cw.bits && n4 < view.Np;
 #pragma unroll
     for (int b = 0; b < 8; ++b) {
-      const uint4 v = on && b < bits ? __ldg(reinterpret_cast<const uint4*>(w.q_weight + size_t(qrow + b) * np + n4))
-                                     : make_uint4(0u, 0u, 0u, 0u);
-      wv[0][b] = v.x, wv[1][b] = v.y, wv[2][b] = v.z, wv[3][b] = v.w;
+      const uint4 v = on && b < cw.bits ? __ldg(reinterpret_cast<const uint4*>(view.q_weight + size_t(qrow + b) * np + n4))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+      cw.wv[0][b] = v.x, cw.wv[1][b] = v.y, cw.wv[2][b] = v.z, cw.wv[3][b] = v.w;
     }
-    const uint32_t scode = on ? __ldg(w.q_scale + size_t(grp) * sstride + (n4 >> 3)) >> (4 * (n4 & 7)) : 0u;
+    cw.smax = on ? __half2float(__ushort_as_half(__ldg(view.q_scale_max + grp))) * (1.0f / 256.0f) : 0.0f;
+    cw.scode = on ? __ldg(view.q_scale + size_t(grp) * sstride + (n4 >> 3)) >> (4 * (n4 & 7)) : 0u;
+  };
+  MmaChunkWeights cur, next;
+  load(0, cur);
+#pragma unroll 1
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<k_mma_stages - 2>();
+    __syncthreads();  // chunk c is in; every warp is done with chunk c − 1, whose slot is refilled
+    fetch(c + k_mma_stages - 1);
+    load(c + 1, next);
+    const int bits = cur.bits;
+    const bool on = bits && n4 < w.Np;
+    __half2 s2[4];
 #pragma unroll
     for (int col = 0; col < 4; ++col) {
-      const uint32_t q = (scode >> (4 * col)) & 15u;
-      s2[col] = __float2half2_rn(on ? float((q + 1) * (q + 1)) * smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
+      const uint32_t q = (cur.scode >> (4 * col)) & 15u;
+      s2[col] = __float2half2_rn(on ? float((q + 1) * (q + 1)) * cur.smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
     }
+    const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs_raw + (c % k_mma_stages) * kChunkVecs);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t a[MT][2][8];
@@ -970,8 +1036,8 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int cc = 0; cc < 2; ++cc) {
-          if (h == 0) mma_dequant_bits<0>(bits, wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
-          else mma_dequant_bits<1>(bits, wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
+          if (h == 0) mma_dequant_bits<0>(bits, cur.wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
+          else mma_dequant_bits<1>(bits, cur.wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
         }
       __syncwarp();
 #pragma unroll
@@ -980,7 +1046,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           const int m = g + 8 * j;
-          const uint4 b = *reinterpret_cast<const uint4*>(xw + (c * MB + m) * 64 + (((u ^ (m & 1)) << 4) | (t << 2)));
+          const uint4 b = *reinterpret_cast<const uint4*>(xw + m * 64 + (((u ^ (m & 1)) << 4) | (t << 2)));
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             const int l = 4 * uu;  // local pair index of step 2u within this half
@@ -990,7 +1056,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
         }
       }
     }
+    cur = next;
   }
+  cp_async_wait<0>();
 
   const bool split = gridDim.z > 1;
 #pragma unroll
@@ -1015,21 +1083,17 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
           }
         }
     }
-  if (split) {
-    __shared__ bool last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned prev;
-      const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(counters + tile) : "memory");
-      last = prev == gridDim.z - 1;
-      if (last) counters[tile] = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    add_slices<MB>(w, bias, part, y, rows, m0, mc, bx * k_exl2_gemv_cols_per_block, set.residual, set.io, job,
-                   exl2_gemv_tiles(set.jobs[0].w.N), bx);
-  }
+}
+
+// Block (column tile, 8 rows): the K-slices of exl2_mma_kernel's partial sums added in slice order,
+// with bias and residual; every multiprocessor takes part (the gemv's last-block-per-tile sum left
+// most of them idle while a few added 64 rows).
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_mma_sum_kernel(const Exl2GemvSet set, int rows, int slices) {
+  const auto [w, bias, y, part, job, bx] = block_job(set);
+  const int m0 = blockIdx.y * 8;
+  add_slices<8>(w, bias, part, y, rows, m0, min(8, rows - m0), bx * k_exl2_gemv_cols_per_block, set.residual, set.io,
+                job, exl2_gemv_tiles(set.jobs[0].w.N), bx, slices);
 }
 
 bool g_walk_only = false;
@@ -1096,17 +1160,15 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 
 int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
 
-size_t exl2_mma_smem_bytes(int rows, int k_slice) {
-  return size_t(exl2_mma_rows_per_block(rows)) * size_t(mma_chunks(k_slice)) * 256;
-}
+size_t exl2_mma_smem_bytes(int rows) { return size_t(exl2_mma_rows_per_block(rows)) * k_mma_stages * 256; }
 
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
   const int mb = exl2_mma_rows_per_block(rows);
   return size_t(n_jobs) * size_t((rows + mb - 1) / mb) * size_t(mma_chunks(K)) * size_t(mb) * 256;
 }
 
-cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
-                         uint16_t* staged, cudaStream_t stream) {
+cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
+                         cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
       set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged)
     return cudaErrorInvalidValue;
@@ -1118,9 +1180,8 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   }
   const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
   const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (K + k_slice - 1) / k_slice);
-  const dim3 stage_grid(unsigned(mma_chunks(K)), grid.y, unsigned(set.n_jobs));
-  const size_t smem = exl2_mma_smem_bytes(rows, k_slice);
-  if (grid.z > 1 && !counters) return cudaErrorInvalidValue;
+  const dim3 stage_grid(unsigned(mma_chunks(K)), grid.y * unsigned(mb / 8), unsigned(set.n_jobs));
+  const size_t smem = exl2_mma_smem_bytes(rows);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
     stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, reinterpret_cast<__half*>(staged));
@@ -1130,7 +1191,8 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
     }
-    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, counters);
+    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice);
+    if (grid.z > 1) exl2_mma_sum_kernel<<<dim3(grid.x, (rows + 7) / 8), T, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
   switch (mb) {

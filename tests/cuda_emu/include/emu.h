@@ -167,6 +167,13 @@ inline int64_t max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 namespace emu {
 
+// A cp.async copy in flight: the bytes read at issue, written to shared memory when its group is
+// waited for (so a read before cp.async.wait_group sees the old, poisoned bytes, as on a GPU).
+struct AsyncCopy {
+  unsigned smem;
+  std::vector<char> bytes;
+};
+
 struct Fiber {
   ucontext_t uc;
   jmp_buf jb;
@@ -174,6 +181,8 @@ struct Fiber {
   dim3 tidx;
   unsigned lin = 0;
   bool started = false, done = false;
+  std::vector<AsyncCopy> cp_open;
+  std::vector<std::vector<AsyncCopy>> cp_groups;
 };
 
 inline constexpr size_t k_stack = 256 * 1024;
@@ -254,6 +263,8 @@ inline void run_block(unsigned n) {
     f.lin = i;
     f.tidx = dim3(i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y));
     f.started = f.done = false;
+    f.cp_open.clear();
+    f.cp_groups.clear();
     ++warp_live[i / 32];
   }
   long rounds = 0;
@@ -341,6 +352,7 @@ inline void launch(const void* fn, const char* name, dim3 g, dim3 b, size_t smem
 }  // namespace emu
 
 #define threadIdx (::emu::cur->tidx)
+inline size_t __cvta_generic_to_shared(const void* p) { return size_t(static_cast<const char*>(p) - ::emu::dyn_smem); }
 inline const dim3& blockIdx = ::emu::block_idx;
 inline const dim3& blockDim = ::emu::block_dim;
 inline const dim3& gridDim = ::emu::grid_dim;
@@ -418,6 +430,21 @@ inline void asm_lop3_b32(uint32_t& d, uint32_t a, uint32_t b, uint32_t c, uint32
   d = r;
 }
 inline void asm_prefetch_global_L2(const void*) {}
+// cp.async to dynamic shared memory only: __cvta_generic_to_shared gives the offset into it.
+inline void asm_cp_async_cg_shared_global(unsigned smem, const void* g, unsigned n) {
+  const char* src = static_cast<const char*>(g);
+  cur->cp_open.push_back({smem, std::vector<char>(src, src + n)});
+}
+inline void asm_cp_async_commit_group() {
+  cur->cp_groups.push_back(std::move(cur->cp_open));
+  cur->cp_open.clear();
+}
+inline void asm_cp_async_wait_group(unsigned n) {
+  while (cur->cp_groups.size() > n) {
+    for (const AsyncCopy& c : cur->cp_groups.front()) std::memcpy(dyn_smem + c.smem, c.bytes.data(), c.bytes.size());
+    cur->cp_groups.erase(cur->cp_groups.begin());
+  }
+}
 inline void asm_atom_acq_rel_gpu_global_add_u32(unsigned& d, unsigned* p, unsigned v) {
   d = *p;
   *p += v;
