@@ -97,18 +97,19 @@ std::string mcp_excerpt(std::string_view s) {
 
 class McpTool : public Tool {
  public:
-  McpTool(ToolSpec spec, std::string remote, std::shared_ptr<McpClient> client)
+  McpTool(ToolSpec spec, std::string remote, std::weak_ptr<McpClient> client)
       : spec_(std::move(spec)), remote_(std::move(remote)), client_(std::move(client)) {}
   const ToolSpec& spec() const override { return spec_; }
   void invoke(const json& arguments, ToolClock::time_point deadline, std::shared_ptr<CancelToken>,
               ToolDone done) override {
-    client_->call(remote_, arguments, deadline, std::move(done));
+    if (auto c = client_.lock()) return c->call(remote_, arguments, deadline, std::move(done));
+    done({cat("tool '", spec_.name, "': its MCP server has been shut down"), true});
   }
 
  private:
   ToolSpec spec_;
   std::string remote_;
-  std::shared_ptr<McpClient> client_;
+  std::weak_ptr<McpClient> client_;
 };
 
 }  // namespace
@@ -748,7 +749,7 @@ std::vector<std::shared_ptr<Tool>> McpClient::tools() {
       log_->note(cat("tool '", s.name, "' left out: '", spec.name, "' is not a valid tool name ([a-zA-Z0-9_-]{1,64})"));
       continue;
     }
-    out.push_back(std::make_shared<McpTool>(std::move(spec), s.name, shared_from_this()));
+    out.push_back(std::make_shared<McpTool>(std::move(spec), s.name, weak_from_this()));
   }
   return out;
 }

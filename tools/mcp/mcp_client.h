@@ -85,7 +85,8 @@ class McpClient : public std::enable_shared_from_this<McpClient> {
   std::string protocol_version() const;
   nlohmann::json server_info() const;
   // The listed tools as Tools named "NAME__tool" (a name that would be invalid or longer than 64
-  // is left out, with a line in the log).
+  // is left out, with a line in the log). They do not keep the client alive: once it is destroyed
+  // their calls answer "its MCP server has been shut down".
   std::vector<std::shared_ptr<Tool>> tools();
   // The listed tools as the server names them.
   std::vector<ToolSpec> remote_tools() const;
@@ -129,7 +130,8 @@ class McpClient : public std::enable_shared_from_this<McpClient> {
 
 // Adds the client's tools to `registry` with owner "mcp:NAME" and keeps them in step with its
 // list_changed re-lists. A tool whose input schema the registry refuses is left out; the returned
-// lines say which and why (for a warning). The registry must outlive the client.
+// lines say which and why (for a warning). The registry must outlive the client: the owner keeps
+// the client (declared after the registry) and so decides when the server stops.
 std::vector<std::string> register_mcp_tools(ToolRegistry& registry, const std::shared_ptr<McpClient>& client);
 
 }  // namespace exl
