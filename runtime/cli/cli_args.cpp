@@ -118,6 +118,7 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 #include <iostream>
 
 #include "runtime/model_host.h"
+#include "tools/mcp/mcp_client.h"
 
 namespace exl {
 
@@ -144,6 +145,21 @@ nlohmann::ordered_json read_schema_file(const std::string& path, std::string_vie
   } catch (const nlohmann::json::exception& e) {
     fail("runtime: ", command, ": schema '", path, "' is not valid JSON: ", e.what());
   }
+}
+
+std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a) {
+  std::vector<McpServerConfig> out;
+  if (auto it = a.values.find("--mcp"); it != a.values.end())
+    for (const auto& v : it->second) {
+      try {
+        out.push_back(parse_mcp_server_flag(v));
+      } catch (const UsageError&) {
+        throw;
+      } catch (const Error& e) {
+        throw UsageError(e.what());
+      }
+    }
+  return out;
 }
 
 ModelHostOptions model_host_options(const ParsedArgs& a) {

@@ -70,6 +70,10 @@ int run_command(const CommandSpec& spec, std::span<const std::string> args,
 // naming the file when it cannot be read or is not JSON.
 nlohmann::ordered_json read_schema_file(const std::string& path, std::string_view command);
 
+struct McpServerConfig;
+// The --mcp NAME=COMMAND ARGS... values (tools/mcp/mcp_client.h); a malformed one is a UsageError.
+std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a);
+
 struct ModelHostOptions;
 // The model flags of the commands that load one (--model, --backend, --threads, --cache) as
 // ModelHostOptions (runtime/model_host.h); a bad --cache throws exl::Error.

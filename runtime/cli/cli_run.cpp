@@ -9,6 +9,7 @@
 #include "runtime/workflow_agent.h"
 #include "sessions/workflow.h"
 #include "tools/builtin_tools.h"
+#include "tools/mcp/mcp_client.h"
 
 namespace exl {
 
@@ -32,6 +33,9 @@ const CommandSpec& run_spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
+       {"--mcp", "NAME=COMMAND ARGS...",
+        "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
+        "spaces, '...' and \"...\" group words (tools/mcp/README.md); repeatable", false, true},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
       1};
   return s;
@@ -208,10 +212,17 @@ int cli_run(std::span<const std::string> args) {
     tool_opts.read_root = a.get_or("--read-root", "");
     ToolRegistry tools;
     for (auto& t : make_builtin_tools(tool_opts)) tools.add(std::move(t));
+    std::vector<std::shared_ptr<McpClient>> mcp_servers;  // after `tools`: stopped before it goes
+    for (const auto& m : mcp_server_flags(a)) {
+      mcp_servers.push_back(McpClient::start(m));
+      for (const auto& note : register_mcp_tools(tools, mcp_servers.back()))
+        std::cerr << "exlagent: warning: " << note << "\n";
+    }
     for (const auto& st : wf.steps)
       for (const auto& name : st.tools)
-        EXL_CHECK(tools.contains(name), "runtime: run: step '", st.name, "': no built-in tool '", name,
-                  "' (calculator, regex_extract, json_query, current_time; read_file needs --read-root)");
+        EXL_CHECK(tools.contains(name), "runtime: run: step '", st.name, "': no tool '", name,
+                  "' (built-ins: calculator, regex_extract, json_query, current_time; read_file needs --read-root;"
+                  " MCP tools are NAME__tool of an --mcp server)");
     const std::string model = a.get_or("--model", wf.model);
     if (model.empty()) throw UsageError("no model: give --model or set \"model\" in the workflow");
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <iostream>
 
 #include "kernels/error.h"
 #include "runtime/server/session_hub.h"
@@ -40,6 +41,8 @@ ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend
   model.max_prompt_bytes = opts_.max_prompt_bytes;
   hub_ = std::make_unique<SessionHub>(std::move(model), opts_.grammar_budget, opts_.session_dir, opts_.max_sessions, opts_.read_root,
                                       TranscriptRetention{opts_.session_retain_files, opts_.session_retain_bytes});
+  for (const auto& m : opts_.mcp_servers)
+    for (const auto& note : hub_->add_mcp_server(m)) std::cerr << "exlagent: warning: " << note << "\n";
 }
 
 ServerState::~ServerState() {

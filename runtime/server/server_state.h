@@ -18,6 +18,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "grammar/grammar_budget.h"
 #include "runtime/model_host.h"
+#include "tools/mcp/mcp_client.h"
 #include "runtime/server/metrics.h"
 #include "sessions/chat_template.h"
 
@@ -51,6 +52,7 @@ struct ServerOptions {
   size_t session_retain_files = 1000;        // transcripts kept (oldest deleted first); 0 = no limit
   uint64_t session_retain_bytes = uint64_t(256) << 20;  // bytes of transcripts kept; 0 = no limit
   std::string read_root;                     // directory the read_file tool may read; empty = no read_file
+  std::vector<McpServerConfig> mcp_servers;  // MCP servers whose tools agent sessions get (NAME__tool)
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".

@@ -201,6 +201,14 @@ void SessionHub::register_tools(std::vector<ToolSpec> tools, std::shared_ptr<Too
   }
 }
 
+std::vector<std::string> SessionHub::add_mcp_server(McpServerConfig config) {
+  auto client = McpClient::start(std::move(config));
+  auto notes = register_mcp_tools(builtins_, client);
+  std::lock_guard lk(mu_);
+  mcp_.push_back(std::move(client));
+  return notes;
+}
+
 std::shared_ptr<Tool> SessionHub::find_tool(const std::string& name) const {
   std::lock_guard lk(mu_);
   auto it = tools_.find(name);

@@ -22,6 +22,7 @@
 #include "runtime/server/remote_tool.h"
 #include "runtime/server/rpc_error.h"
 #include "sessions/agent_session.h"
+#include "tools/mcp/mcp_client.h"
 #include "tools/tool_registry.h"
 
 namespace exl {
@@ -65,6 +66,10 @@ class SessionHub {
   // Adds tools answered through `link`; all or nothing. Throws RpcError (tool_conflict when a
   // name belongs to another client, invalid params past kMaxToolsPerClient).
   void register_tools(std::vector<ToolSpec> tools, std::shared_ptr<ToolClientLink> link, uint64_t owner);
+  // Starts an MCP server (tools/mcp/) whose tools sessions may then use like the built-ins, as
+  // NAME__tool; it runs until the hub goes. Returns notes on tools left out (for a warning).
+  // Throws exl::Error when the server cannot be started.
+  std::vector<std::string> add_mcp_server(McpServerConfig config);
   std::shared_ptr<Tool> find_tool(const std::string& name) const;
   std::vector<std::string> tool_names() const;
 
@@ -94,7 +99,8 @@ class SessionHub {
   mutable std::mutex mu_;
   std::map<std::string, Owned> sessions_;      // guarded by mu_
   std::map<std::string, Registered> tools_;    // guarded by mu_
-  ToolRegistry builtins_;                      // calculator, regex_extract, json_query, current_time
+  ToolRegistry builtins_;                      // calculator, regex_extract, json_query, current_time, MCP tools
+  std::vector<std::shared_ptr<McpClient>> mcp_;  // after builtins_: the servers stop before their registry goes
   TurnConstraintFactory constraint_;           // guarded by mu_
 };
 

@@ -192,7 +192,14 @@ TEST(CliRun, BadToolsAndInvalidFilesAreClearErrors) {
   EXPECT_NE(r.error.find("/steps/0/tools/0"), std::string::npos) << r.error;
   test::write_file(dir / "unknown.json", R"({"steps":[{"name":"a","prompt":"p","tools":["calculator","nope"]}]})");
   r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir()});
-  EXPECT_NE(r.error.find("runtime: run: step 'a': no built-in tool 'nope'"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("runtime: run: step 'a': no tool 'nope' (built-ins: calculator"), std::string::npos) << r.error;
+  const std::string fake_mcp = "fake=python3 " + std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_server.py";
+  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir(), "--mcp", fake_mcp});
+  EXPECT_NE(r.error.find("no tool 'nope'"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("MCP tools are NAME__tool"), std::string::npos) << r.error;
+  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir(), "--mcp", "nope"});
+  EXPECT_EQ(r.code, 2) << r.error;
+  EXPECT_NE(r.err.find("--mcp wants NAME=COMMAND ARGS..., got 'nope'"), std::string::npos) << r.err;
   test::write_file(dir / "read.json", R"({"steps":[{"name":"a","prompt":"p","tools":["read_file"]}]})");
   r = test::run_cli(cli_run, {(dir / "read.json").string(), "--model", model_dir()});
   EXPECT_NE(r.error.find("read_file needs --read-root"), std::string::npos) << r.error;
