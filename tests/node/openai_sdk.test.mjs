@@ -119,6 +119,12 @@ test('completions endpoint and models list', { skip }, async () => {
   const models = [];
   for await (const m of client.models.list()) models.push(m.id);
   assert.deepEqual(models, ['stories260K-hf']);
+  const one = await client.models.retrieve('stories260K-hf');
+  assert.equal(one.id, 'stories260K-hf');
+  assert.equal(one.object, 'model');
+  assert.equal(one.owned_by, 'exlagent');
+  await assert.rejects(client.models.retrieve('gpt-4o'), (e) => e instanceof OpenAI.NotFoundError &&
+    e.status === 404 && e.code === 'model_not_found' && /'gpt-4o'/.test(e.message));
 });
 
 test('errors surface as SDK errors with OpenAI fields', { skip }, async () => {

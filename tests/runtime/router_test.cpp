@@ -161,6 +161,32 @@ TEST_F(Router, MetricsNeedTheKeyUnlessPublic) {
   expect_error(route(req("GET", "/v1/models", {}, ""), *st), 401, "invalid_request_error", {}, "missing_api_key");
 }
 
+TEST_F(Router, RetrieveModelByIdAnd404ForOthers) {
+  for (const char* target : {"/v1/models/stories260K-hf", "/v1/models/stories260K%2Dhf", "/v1/models/stories260K-hf?x=1"}) {
+    auto ok = route(req("GET", target), *state_);
+    ASSERT_EQ(ok.response.status, 200) << target << " " << ok.response.body;
+    json m = json::parse(ok.response.body);
+    EXPECT_EQ(m["id"], "stories260K-hf");
+    EXPECT_EQ(m["object"], "model");
+    EXPECT_EQ(m["owned_by"], "exlagent");
+    EXPECT_TRUE(m["created"].is_number_integer());
+    EXPECT_EQ(ok.endpoint, "/v1/models/{id}");
+  }
+  for (const auto& [target, named] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/models/gpt-4o", "'gpt-4o'"}, {"/v1/models/org%2Fmodel", "'org/model'"},
+           {"/v1/models/stories260K-HF", "'stories260K-HF'"}, {"/v1/models/bad%zz", "'bad%zz'"},
+           {"/v1/models/bad%2", "'bad%2'"}, {"/v1/models/%+1x", "'%+1x'"}}) {
+    auto r = route(req("GET", target), *state_);
+    expect_error(r, 404, "invalid_request_error", {}, "model_not_found");
+    const json e = json::parse(r.response.body)["error"];
+    EXPECT_NE(e["message"].get<std::string>().find(named), std::string::npos) << e["message"];
+    EXPECT_TRUE(e["param"].is_null());
+  }
+  expect_error(route(req("POST", "/v1/models/stories260K-hf"), *state_), 405, "invalid_request_error");
+  expect_error(route(req("GET", "/v1/models/stories260K-hf", {}, ""), *state_), 401, "invalid_request_error", {},
+               "missing_api_key");
+}
+
 TEST(RouterKeys, KeysEqualComparesWholeKeys) {
   EXPECT_TRUE(keys_equal("sekret", "sekret"));
   for (const char* given : {"", "s", "sekre", "sekreT", "sekret ", "sekretsekret", "tekret"})
