@@ -147,7 +147,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   check_prompt_tokens(state, tokens.size(), "messages");
   GrammarBudget budget = state.options().grammar_budget;
   budget.cancelled = req.client_gone;
-  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family(), budget);
+  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->tool_format(), budget);
   CompletionMeta meta;
   meta.chat = true;
   meta.id = random_id("chatcmpl-");

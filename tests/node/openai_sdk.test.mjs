@@ -205,8 +205,9 @@ const weatherTools = [
       additionalProperties: false } } },
 ];
 
-test('tool_choice required / named: every reply is a valid tool call', { skip }, async () => {
-  const { proc, client: mistral } = await startServer(['--chat-template', 'mistral']);
+// Mistral has a native tool format; Llama 2 gets the generic <tool_call>{..}</tool_call> one.
+for (const template of ['mistral', 'llama2']) test(`tool_choice required / named (${template}): every reply is a valid tool call`, { skip }, async () => {
+  const { proc, client: mistral } = await startServer(['--chat-template', template]);
   try {
     const validators = Object.fromEntries(weatherTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
     const choices = ['required', { type: 'function', function: { name: 'w' } }];
