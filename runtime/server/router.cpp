@@ -7,6 +7,7 @@
 #include <ctime>
 #include <random>
 
+#include "engine/generate/grammar_constraint.h"
 #include "runtime/openai/api_error.h"
 #include "runtime/openai/openai_request.h"
 #include "runtime/openai/output_constraint.h"
@@ -126,6 +127,12 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
   plan.job.max_new_tokens = int32_t(g.max_tokens.value_or(room));
   plan.job.stop_tokens.assign(state.tokenizer().eos_ids().begin(), state.tokenizer().eos_ids().end());
   plan.job.stop_strings = g.stop;
+  plan.job.top_logprobs = g.top_logprobs;
+  if (g.top_logprobs >= 0) {
+    meta.top_logprobs = g.top_logprobs;
+    meta.vocab = shared_token_index(state.tokenizer());
+    meta.hidden_tokens = plan.job.stop_tokens;
+  }
   meta.stream = g.stream;
   meta.include_usage = g.include_usage;
   meta.created = int64_t(std::time(nullptr));

@@ -127,6 +127,40 @@ test('completions endpoint and models list', { skip }, async () => {
     e.status === 404 && e.code === 'model_not_found' && /'gpt-4o'/.test(e.message));
 });
 
+test('logprobs: chat and completions, streamed and not, read by the SDK', { skip }, async () => {
+  const whole = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  const content = whole.choices[0].logprobs.content;
+  assert.ok(content.length >= 1 && content.length <= 12);
+  const bytes = [];
+  for (const t of content) {
+    assert.ok(t.logprob <= 0 && Number.isFinite(t.logprob));
+    assert.equal(t.top_logprobs.length, 2);
+    assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+    assert.ok(Math.abs(t.logprob - t.top_logprobs[0].logprob) < 1e-6, 'greedy takes the most likely token');
+    bytes.push(...t.bytes);
+  }
+  assert.equal(Buffer.from(bytes).toString('utf8'), whole.choices[0].message.content);
+
+  const stream = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2, stream: true,
+  });
+  const streamed = [];
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  assert.deepEqual(streamed.map((t) => t.token), content.map((t) => t.token));
+  streamed.forEach((t, i) => assert.ok(Math.abs(t.logprob - content[i].logprob) < 1e-6));
+
+  const c = await client.completions.create({ model: 'stories', prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 3 });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, lp.top_logprobs.length);
+  assert.equal(lp.text_offset[0], 0);
+  assert.ok(Object.keys(lp.top_logprobs[0]).length >= 1 && Object.keys(lp.top_logprobs[0]).length <= 3);
+  const plain = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 2 });
+  assert.equal(plain.choices[0].logprobs, null);
+});
+
 test('errors surface as SDK errors with OpenAI fields', { skip }, async () => {
   const bad = new OpenAI({ apiKey: 'wrong', baseURL: client.baseURL, maxRetries: 0 });
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401 &&
