@@ -1,5 +1,6 @@
 // Llama 3.0 Instruct renders each message as a header turn after bos, nothing else; it has no
-// tool format of its own, so tools use the generic one (chat_template.h: ToolFormat). Llama 3.1 / 3.2 / 3.3 Instruct, as meta-llama's tokenizer_config.json chat_template renders with
+// tool format of its own, so tools use the generic one (chat_template.h: ToolFormat).
+// Llama 3.1 / 3.2 / 3.3 Instruct, as meta-llama's tokenizer_config.json chat_template renders with
 // its defaults: date_string "26 Jul 2024", tools_in_user_message true (the tool list goes into the
 // first user message), no builtin_tools. Tool calls are {"name": ..., "parameters": {...}}, one
 // per assistant turn; tool results go back in the ipython role as JSON.

@@ -48,7 +48,9 @@ ParsedReply CompletionWriter::parsed() const {
 
 json CompletionWriter::logprobs_json(size_t from, size_t to) const {
   if (meta_.top_logprobs < 0) return nullptr;
-  auto text = [&](int32_t t) { return meta_.vocab && t >= 0 && size_t(t) < meta_.vocab->vocab_size() ? meta_.vocab->bytes(t) : std::string(); };
+  auto text = [&](int32_t t) {
+    return meta_.vocab && t >= 0 && size_t(t) < meta_.vocab->vocab_size() ? meta_.vocab->bytes(t) : std::string();
+  };
   auto bytes = [](const std::string& s) {
     json b = json::array();
     for (unsigned char c : s) b.push_back(int(c));
@@ -60,7 +62,8 @@ json CompletionWriter::logprobs_json(size_t from, size_t to) const {
       const LogprobEntry& e = logprobs_[i];
       json top = json::array();
       for (const auto& [t, lp] : e.top) top.push_back({{"token", text(t)}, {"logprob", lp}, {"bytes", bytes(text(t))}});
-      content.push_back({{"token", text(e.token)}, {"logprob", e.logprob}, {"bytes", bytes(text(e.token))}, {"top_logprobs", top}});
+      content.push_back(
+          {{"token", text(e.token)}, {"logprob", e.logprob}, {"bytes", bytes(text(e.token))}, {"top_logprobs", top}});
     }
     return {{"content", content}, {"refusal", nullptr}};
   }
@@ -79,7 +82,10 @@ json CompletionWriter::logprobs_json(size_t from, size_t to) const {
     }
     offset += text(e.token).size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
 }
 
 std::string CompletionWriter::chunk(const json& delta, const json& finish, size_t lp_end) {
@@ -173,8 +179,10 @@ HttpResponse CompletionWriter::response() const {
       msg["tool_calls"] = calls;
     }
     j["object"] = "chat.completion";
-    j["choices"] =
-        json::array({{{"index", 0}, {"message", msg}, {"logprobs", logprobs_json(0, logprobs_.size())}, {"finish_reason", fr}}});
+    j["choices"] = json::array({{{"index", 0},
+                                 {"message", msg},
+                                 {"logprobs", logprobs_json(0, logprobs_.size())},
+                                 {"finish_reason", fr}}});
   } else {
     j["object"] = "text_completion";
     j["choices"] =

@@ -325,7 +325,8 @@ TEST(Generator, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
   g.submit(std::move(biased));
   g.submit(job(&sampled, 1, nullptr));
   // A grammar with long forced stretches: with logprobs its forced tokens are sampled too.
-  g.submit(job(&masked, 1, make_grammar_constraint(compile_regex_for(" there was a little girl[a-z ]{1,12}", *f.tok), *f.tok)));
+  auto grammar = compile_regex_for(" there was a little girl[a-z ]{1,12}", *f.tok);
+  g.submit(job(&masked, 1, make_grammar_constraint(std::move(grammar), *f.tok)));
   g.run_until_idle();
   for (Run* r : {&greedy, &sampled, &masked}) {
     ASSERT_TRUE(r->done);
@@ -340,7 +341,8 @@ TEST(Generator, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
       ASSERT_EQ(r->lps[i].top.size(), 3u);
       std::vector<size_t> order(row.size());
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + 3, order.end(), [&](size_t a, size_t b) { return row[a] > row[b]; });
+      std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                        [&](size_t a, size_t b) { return row[a] > row[b]; });
       for (size_t k = 0; k < 3; ++k) {
         EXPECT_EQ(r->lps[i].top[k].first, int32_t(order[k])) << "token " << i << " rank " << k;
         EXPECT_NEAR(r->lps[i].top[k].second, row[order[k]], 1e-4);

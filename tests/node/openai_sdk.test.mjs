@@ -151,7 +151,9 @@ test('logprobs: chat and completions, streamed and not, read by the SDK', { skip
   assert.deepEqual(streamed.map((t) => t.token), content.map((t) => t.token));
   streamed.forEach((t, i) => assert.ok(Math.abs(t.logprob - content[i].logprob) < 1e-6));
 
-  const c = await client.completions.create({ model: 'stories', prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 3 });
+  const c = await client.completions.create({
+    model: 'stories', prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 3,
+  });
   const lp = c.choices[0].logprobs;
   assert.equal(lp.tokens.length, lp.token_logprobs.length);
   assert.equal(lp.tokens.length, lp.top_logprobs.length);
@@ -240,33 +242,35 @@ const weatherTools = [
 ];
 
 // Mistral has a native tool format; Llama 2 gets the generic <tool_call>{..}</tool_call> one.
-for (const template of ['mistral', 'llama2']) test(`tool_choice required / named (${template}): every reply is a valid tool call`, { skip }, async () => {
-  const { proc, client: mistral } = await startServer(['--chat-template', template]);
-  try {
-    const validators = Object.fromEntries(weatherTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
-    const choices = ['required', { type: 'function', function: { name: 'w' } }];
-    for (const tool_choice of choices) {
-      for (let seed = 1; seed <= 5; seed++) {
-        const r = await mistral.chat.completions.create({
-          model: 'stories', temperature: 1, seed, tools: weatherTools, tool_choice, parallel_tool_calls: false,
-          messages: [{ role: 'user', content: 'Oslo?' }],
-        });
-        const c = r.choices[0];
-        assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
-        assert.equal(c.message.tool_calls.length, 1);
-        for (const call of c.message.tool_calls) {
-          assert.equal(call.type, 'function');
-          assert.equal(call.function.name, 'w');
-          const validate = validators[call.function.name];
-          assert.ok(validate, `unknown tool ${call.function.name}`);
-          const args = JSON.parse(call.function.arguments);
-          assert.ok(validate(args), `${call.function.arguments} ${JSON.stringify(validate.errors)}`);
+for (const template of ['mistral', 'llama2']) {
+  test(`tool_choice required / named (${template}): every reply is a valid tool call`, { skip }, async () => {
+    const { proc, client: served } = await startServer(['--chat-template', template]);
+    try {
+      const validators = Object.fromEntries(weatherTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+      const choices = ['required', { type: 'function', function: { name: 'w' } }];
+      for (const tool_choice of choices) {
+        for (let seed = 1; seed <= 5; seed++) {
+          const r = await served.chat.completions.create({
+            model: 'stories', temperature: 1, seed, tools: weatherTools, tool_choice, parallel_tool_calls: false,
+            messages: [{ role: 'user', content: 'Oslo?' }],
+          });
+          const c = r.choices[0];
+          assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
+          assert.equal(c.message.tool_calls.length, 1);
+          for (const call of c.message.tool_calls) {
+            assert.equal(call.type, 'function');
+            assert.equal(call.function.name, 'w');
+            const validate = validators[call.function.name];
+            assert.ok(validate, `unknown tool ${call.function.name}`);
+            const args = JSON.parse(call.function.arguments);
+            assert.ok(validate(args), `${call.function.arguments} ${JSON.stringify(validate.errors)}`);
+          }
         }
       }
+    } finally {
+      const exited = new Promise((resolve) => proc.on('exit', resolve));
+      proc.kill('SIGTERM');
+      await exited;
     }
-  } finally {
-    const exited = new Promise((resolve) => proc.on('exit', resolve));
-    proc.kill('SIGTERM');
-    await exited;
-  }
-});
+  });
+}
