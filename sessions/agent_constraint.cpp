@@ -23,7 +23,7 @@ std::shared_ptr<LogitsMaskHook> make_agent_turn_constraint(const AgentTurnContex
     o.mode = has_final ? ToolCallMode::call_or_final : ToolCallMode::call_or_text;
     o.final_schema = final_schema;
     o.schema_options = so;
-    grammar = compile_tool_call_grammar_for(ctx.family, *ctx.tools, o, tokenizer);
+    grammar = compile_tool_call_grammar_for(ctx.tool_format, *ctx.tools, o, tokenizer);
   }
   return make_grammar_constraint(std::move(grammar), tokenizer);
 }

@@ -3,7 +3,7 @@
 // valid for that tool's schema), or else the final answer valid for the session's final-answer
 // schema, or else (no schema) free text that does not begin with the call marker; nullptr when
 // the turn has neither tools nor a schema. JSON uses json.dumps spacing (", ", ": ").
-// Compiled grammars are cached per (vocabulary, family, tools, schema) in the process-wide
+// Compiled grammars are cached per (vocabulary, tool format, tools, schema) in the process-wide
 // compiled-grammar cache (grammar/grammar_cache.h). Throws GrammarError for a
 // schema the grammar engine cannot enforce.
 //
@@ -31,7 +31,7 @@ struct AgentTurnContext {
   std::span<const ChatMessage> messages;    // the conversation being continued
   const nlohmann::ordered_json* tools;      // OpenAI tool objects offered this turn (may be empty)
   const nlohmann::ordered_json* final_answer_schema;  // null json when the session has none
-  TemplateFamily family = TemplateFamily::chatml;
+  ToolFormat tool_format = ToolFormat::hermes;  // the chat template's
 };
 
 using TurnConstraintFactory = std::function<std::shared_ptr<LogitsMaskHook>(const AgentTurnContext&)>;

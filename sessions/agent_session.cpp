@@ -204,7 +204,7 @@ void AgentSession::next_turn() {
   job.stop_tokens.assign(env_.tokenizer->eos_ids().begin(), env_.tokenizer->eos_ids().end());
   for (const auto& s : env_.chat_template->stop_strings())
     if (!s.empty()) job.stop_strings.push_back(s);
-  AgentTurnContext ctx{turn_, messages_, &tools, &config_.final_answer_schema, env_.chat_template->family()};
+  AgentTurnContext ctx{turn_, messages_, &tools, &config_.final_answer_schema, env_.chat_template->tool_format()};
   try {
     job.mask = env_.constraint ? env_.constraint(ctx) : make_agent_turn_constraint(ctx, *env_.tokenizer);
   } catch (const std::exception& e) {

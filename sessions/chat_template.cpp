@@ -200,8 +200,10 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-void template_error(TemplateFamily f, const std::string& what) {
-  fail("sessions: chat template: ", to_string(f), ": ", what);
+void template_error(TemplateFamily f, const std::string& what) { template_error(to_string(f), what); }
+
+void template_error(std::string_view name, const std::string& what) {
+  fail("sessions: chat template: ", name, ": ", what);
 }
 
 }  // namespace chat_detail

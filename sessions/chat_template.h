@@ -45,9 +45,26 @@ enum class TemplateFamily : uint8_t {
   llama3,   // Llama 3.1/3.2/3.3 Instruct: header ids, "Environment: ipython", JSON tool calls
   chatml,   // ChatML / Qwen2.5: <|im_start|>, Hermes <tool_call> tags, <tool_response>
   mistral,  // Mistral v0.3: [INST], [AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS]
-  llama2,   // Llama 2 chat: [INST] <<SYS>>; no tool format
+  llama2,   // Llama 2 chat: [INST] <<SYS>>; the generic tool format
 };
 std::string to_string(TemplateFamily f);
+
+// How a template writes tool calls; sessions/tool_call_grammar.h gives each syntax exactly.
+//  - llama3_json: {"name": .., "parameters": {..}} as the whole reply (Llama 3.1+)
+//  - hermes:      <tool_call>\n{"name": .., "arguments": {..}}\n</tool_call> (ChatML / Qwen)
+//  - mistral:     [TOOL_CALLS] [{"name": .., "arguments": {..}}, ..]
+//  - generic:     for templates without a native format (Llama 2, Llama 3.0), chosen by the template
+//                 itself. Tools are described in the system prompt (generic_tools_prompt: a short
+//                 instruction, then each tool's function object as JSON, one per line; a system turn
+//                 is added when the conversation has none); a call is
+//                 <tool_call>{"name": .., "arguments": {..}}</tool_call> in plain text (no special
+//                 tokens), several separated by "\n"; an assistant turn with calls renders as its
+//                 content, "\n", then its calls; a run of tool messages becomes one user turn of
+//                 <tool_response>\n..\n</tool_response> blocks separated by "\n".
+enum class ToolFormat : uint8_t { llama3_json, hermes, mistral, generic };
+std::string to_string(ToolFormat f);
+// The system-prompt text of the generic format for an array of OpenAI tool objects.
+std::string generic_tools_prompt(const nlohmann::ordered_json& tools);
 // "llama3" (3.1+), "llama3.0", "chatml" (also "qwen2.5": ChatML with Qwen's default system
 // prompt), "mistral", "llama2"; throws exl::Error naming the bad value.
 struct TemplateChoice;
@@ -77,7 +94,7 @@ struct ParsedReply {
 struct TemplateChoice {
   TemplateFamily family = TemplateFamily::chatml;
   std::string default_system;  // ChatML: system prompt used when the conversation has none
-  bool llama3_0 = false;       // Llama 3: the 3.0 template (no dated system turn, no tool format)
+  bool llama3_0 = false;       // Llama 3: the 3.0 template (no dated system turn, generic tool format)
 };
 
 // A rendered conversation: the prompt text and the byte ranges of it the template itself wrote
@@ -102,11 +119,12 @@ class ChatTemplate {
  public:
   virtual ~ChatTemplate() = default;
   virtual TemplateFamily family() const = 0;
+  virtual ToolFormat tool_format() const = 0;
 
   // The prompt for `messages` with its markup marked (see the file comment). tools: an array of OpenAI tool objects
   // ({"type":"function","function":{name, description, parameters}}), rendered in the given
-  // order; empty or null means none. Throws exl::Error ("sessions: chat template: ...") for a
-  // conversation the family cannot express (an unknown role, tools for Llama 2).
+  // order; empty or null means none. Throws exl::Error ("sessions: chat template: <name>: ...")
+  // for a conversation the template cannot express (an unknown role, roles out of order).
   virtual RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
                                 bool add_generation_prompt) const = 0;
 

@@ -10,14 +10,12 @@ namespace exl::chat_detail {
 
 namespace {
 
-constexpr std::string_view kCallOpen = "<tool_call>";
-constexpr std::string_view kCallClose = "</tool_call>";
-
 class ChatmlTemplate final : public ChatTemplate {
  public:
   ChatmlTemplate(TemplateTokens t, std::string default_system)
       : tok_(std::move(t)), default_system_(std::move(default_system)) {}
   TemplateFamily family() const override { return TemplateFamily::chatml; }
+  ToolFormat tool_format() const override { return ToolFormat::hermes; }
 
   RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
                         bool add_generation_prompt) const override {
@@ -77,38 +75,7 @@ class ChatmlTemplate final : public ChatTemplate {
   }
 
   ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {
-    ParsedReply r;
-    const size_t first = text.find(kCallOpen);
-    if (!tools_enabled || first == std::string_view::npos) {
-      r.content = std::string(text);
-      return r;
-    }
-    size_t pos = first;
-    while (pos != std::string_view::npos) {
-      const size_t body = pos + kCallOpen.size();
-      const size_t end = text.find(kCallClose, body);
-      std::optional<ToolCall> call;
-      if (end != std::string_view::npos)
-        if (auto j = parse_json(trim(text.substr(body, end - body)))) call = tool_call_from_json(*j);
-      if (!call) {
-        r.tool_calls.clear();
-        r.content = std::string(text);
-        return r;
-      }
-      r.tool_calls.push_back(std::move(*call));
-      pos = end + kCallClose.size();
-      if (!trim(text.substr(pos)).empty()) pos = text.find(kCallOpen, pos);
-      else break;
-      if (pos == std::string_view::npos) {
-        r.tool_calls.clear();
-        r.content = std::string(text);
-        return r;
-      }
-    }
-    std::string_view content = text.substr(0, first);
-    while (!content.empty() && (content.back() == '\n' || content.back() == ' ')) content.remove_suffix(1);
-    r.content = std::string(content);
-    return r;
+    return parse_tool_call_tags(text, tools_enabled);
   }
 
   std::vector<std::string> stop_strings() const override { return {"<|im_end|>"}; }

@@ -51,5 +51,17 @@ std::string_view trim(std::string_view s);
 std::string alnum_id(uint64_t random, size_t n);
 // "sessions: chat template: <family>: " + what
 [[noreturn]] void template_error(TemplateFamily f, const std::string& what);
+// "sessions: chat template: <name>: " + what, for a template named other than its family (llama3.0).
+[[noreturn]] void template_error(std::string_view name, const std::string& what);
+
+// The generic tool format (ToolFormat::generic in chat_template.h), as text:
+// an assistant message's content followed by its calls as <tool_call>{..}</tool_call> lines;
+std::string generic_calls_text(const ChatMessage& assistant);
+// a run of tool messages as <tool_response> blocks.
+std::string generic_tool_results_text(std::span<const ChatMessage> run);
+// Content plus the calls of <tool_call>{json}</tool_call> blocks (whitespace around the JSON
+// allowed), the text before the first block being the content; all content when tools are
+// disabled or any block, or text after the blocks, is not a well-formed call (Hermes and generic).
+ParsedReply parse_tool_call_tags(std::string_view text, bool tools_enabled);
 
 }  // namespace exl::chat_detail

@@ -1,5 +1,7 @@
 // Llama 2 chat (meta-llama/Llama-2-*-chat-hf's chat_template): "<s>[INST] <<SYS>>\n...\n<</SYS>>\n\n"
-// on the first user turn, strictly alternating user/assistant turns, no tool format.
+// on the first user turn, strictly alternating user/assistant turns. Tools in the generic format
+// (chat_template.h: ToolFormat): the tool prompt joins the <<SYS>> block, a run of tool results
+// takes a user turn's place.
 #include "kernels/error.h"
 #include "sessions/chat_template_families.h"
 
@@ -11,22 +13,34 @@ class Llama2Template final : public ChatTemplate {
  public:
   explicit Llama2Template(TemplateTokens t) : tok_(std::move(t)) {}
   TemplateFamily family() const override { return TemplateFamily::llama2; }
+  ToolFormat tool_format() const override { return ToolFormat::generic; }
 
   RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
                         bool add_generation_prompt) const override {
-    if (has_tools(tools)) template_error(family(), "Llama 2 has no tool format; choose another template");
-    const std::optional<std::string> system = take_system_message(messages);
+    std::optional<std::string> system = take_system_message(messages);
+    if (has_tools(tools)) system = (system ? *system + "\n\n" : std::string()) + generic_tools_prompt(tools);
     PromptWriter out;
-    for (size_t i = 0; i < messages.size(); ++i) {
+    size_t turn = 0;
+    for (size_t i = 0; i < messages.size(); ++i, ++turn) {
       const auto& m = messages[i];
-      if ((m.role == "user") != (i % 2 == 0) || (m.role != "user" && m.role != "assistant") || !m.tool_calls.empty())
-        template_error(family(), "conversation roles must alternate user/assistant/user/assistant/... (message " +
-                                     std::to_string(i) + " is '" + m.role + "')");
+      const bool user_turn = m.role == "user" || m.role == "tool";
+      if (user_turn != (turn % 2 == 0) || (!user_turn && m.role != "assistant") ||
+          (m.role != "assistant" && !m.tool_calls.empty()))
+        template_error(family(), "conversation roles must alternate user (or tool results)/assistant/user/... "
+                                 "(message " + std::to_string(i) + " is '" + m.role + "')");
       // The <<SYS>> block is plain text in Llama 2's vocabulary, and the template trims it together
       // with the message, so the whole block is content.
-      std::string content = m.content;
-      if (i == 0 && system) content = "<<SYS>>\n" + *system + "\n<</SYS>>\n\n" + content;
-      if (m.role == "user") {
+      std::string content;
+      if (m.role == "tool") {
+        size_t end = i + 1;
+        while (end < messages.size() && messages[end].role == "tool") ++end;
+        content = generic_tool_results_text(messages.subspan(i, end - i));
+        i = end - 1;
+      } else {
+        content = m.tool_calls.empty() ? m.content : generic_calls_text(m);
+      }
+      if (turn == 0 && system) content = "<<SYS>>\n" + *system + "\n<</SYS>>\n\n" + content;
+      if (user_turn) {
         out.markup(tok_.bos + "[INST] ");
         out.text(trim(content));
         out.markup(" [/INST]");
@@ -40,7 +54,9 @@ class Llama2Template final : public ChatTemplate {
     return out.take();
   }
 
-  ParsedReply parse_reply(std::string_view text, bool) const override { return {std::string(text), {}}; }
+  ParsedReply parse_reply(std::string_view text, bool tools_enabled) const override {
+    return parse_tool_call_tags(text, tools_enabled);
+  }
   std::vector<std::string> stop_strings() const override { return {tok_.eos}; }
 
  private:

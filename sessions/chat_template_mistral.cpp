@@ -49,6 +49,7 @@ class MistralTemplate final : public ChatTemplate {
  public:
   explicit MistralTemplate(TemplateTokens t) : tok_(std::move(t)) {}
   TemplateFamily family() const override { return TemplateFamily::mistral; }
+  ToolFormat tool_format() const override { return ToolFormat::mistral; }
 
   RenderedPrompt render(std::span<const ChatMessage> messages, const nlohmann::ordered_json& tools,
                         bool add_generation_prompt) const override {

@@ -31,12 +31,11 @@ int32_t call_rule(GrammarComposer& c, const ToolCallSpec& t, std::string_view ar
   return c.sequence("call:" + t.name, {SeqItem::text(head), SeqItem::call(args), SeqItem::text("}")});
 }
 
-int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<ToolCallSpec>& tools,
+int32_t calls_rule(GrammarComposer& c, ToolFormat format, const std::vector<ToolCallSpec>& tools,
                    const ToolCallGrammarOptions& o) {
-  EXL_CHECK(family != TemplateFamily::llama2, kWhere, "the llama2 template has no tool-call format");
   EXL_CHECK(!tools.empty(), kWhere, "no tools to call");
   std::vector<int32_t> alts;
-  const std::string_view key = family == TemplateFamily::llama3 ? "parameters" : "arguments";
+  const std::string_view key = format == ToolFormat::llama3_json ? "parameters" : "arguments";
   for (const ToolCallSpec& t : tools) {
     EXL_CHECK(!t.name.empty(), kWhere, "a tool has an empty name");
     if (o.mode == ToolCallMode::named && t.name != o.tool_name) continue;
@@ -44,31 +43,62 @@ int32_t calls_rule(GrammarComposer& c, TemplateFamily family, const std::vector<
   }
   EXL_CHECK(!alts.empty(), kWhere, "no tool named '", o.tool_name, "'");
   const int32_t one = c.alternatives("tool_call", alts);
-  switch (family) {
-    case TemplateFamily::llama3: return one;
-    case TemplateFamily::chatml: {
+  switch (format) {
+    case ToolFormat::llama3_json: return one;
+    case ToolFormat::hermes: {
       const int32_t block = c.sequence(
           "tool_call_block", {SeqItem::text("<tool_call>\n"), SeqItem::call(one), SeqItem::text("\n</tool_call>")});
       return c.list("tool_calls", block, "\n", o.parallel_tool_calls);
     }
-    case TemplateFamily::mistral: {
+    case ToolFormat::generic: {
+      const int32_t block = c.sequence(
+          "tool_call_block", {SeqItem::text("<tool_call>"), SeqItem::call(one), SeqItem::text("</tool_call>")});
+      return c.list("tool_calls", block, "\n", o.parallel_tool_calls);
+    }
+    case ToolFormat::mistral: {
       const int32_t items = c.list("tool_call_items", one, ", ", o.parallel_tool_calls);
       return c.sequence("tool_calls", {SeqItem::text("[TOOL_CALLS] ["), SeqItem::call(items), SeqItem::text("]")});
     }
-    case TemplateFamily::llama2: break;
   }
-  fail(kWhere, "unknown template family");
+  fail(kWhere, "unknown tool format");
 }
 
-// What a tool call of the family begins with.
-std::string_view call_marker(TemplateFamily family) {
-  switch (family) {
-    case TemplateFamily::llama3: return "{";
-    case TemplateFamily::chatml: return "<tool_call>";
-    case TemplateFamily::mistral: return "[TOOL_CALLS]";
-    case TemplateFamily::llama2: break;
+// What a tool call of the format begins with.
+std::string_view call_marker(ToolFormat format) {
+  switch (format) {
+    case ToolFormat::llama3_json: return "{";
+    case ToolFormat::hermes:
+    case ToolFormat::generic: return "<tool_call>";
+    case ToolFormat::mistral: return "[TOOL_CALLS]";
   }
-  fail(kWhere, "the llama2 template has no tool-call format");
+  fail(kWhere, "unknown tool format");
+}
+
+std::string hex_escaped(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char ch : s) out += cat("\\x", kHex[ch >> 4], kHex[ch & 15]);
+  return out;
+}
+
+Rule byte_regex_dfa(const std::string& pattern) {
+  GrammarBuilder b;
+  const int32_t r = b.add_rule("text");
+  b.frags(r).set_root(emit_regex(b, r, pattern, {.byte_only = true}));
+  return determinize_bytes(b.nfa(r), "text", grammar_automaton_limit());
+}
+
+// Non-empty text that holds no tool call of the format: for llama3_json, text whose first
+// non-whitespace character is not "{" (a call is the whole reply); for the others, text in which
+// the call marker appears nowhere.
+int32_t no_call_rule(GrammarComposer& c, ToolFormat format) {
+  if (format == ToolFormat::llama3_json) return c.embed(compile_regex_grammar("\\s*[^\\s{][\\s\\S]*"));
+  const Rule any = byte_regex_dfa("[\\s\\S]+");
+  const Rule with_marker = byte_regex_dfa("[\\s\\S]*" + hex_escaped(call_marker(format)) + "[\\s\\S]*");
+  GrammarBuilder b;
+  const int32_t r = b.add_rule("text_without_tool_call");
+  b.set_dfa(r, std::make_shared<const Rule>(intersect_bytes(any, with_marker, true, grammar_automaton_limit())));
+  return c.embed(b.finish(r));
 }
 
 std::string class_char(char ch, bool negated) {
@@ -105,22 +135,23 @@ std::vector<ToolCallSpec> tool_specs_from_openai(const Json& tools) {
   return out;
 }
 
-Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>& tools, const ToolCallGrammarOptions& o) {
+Grammar tool_call_grammar(ToolFormat format, const std::vector<ToolCallSpec>& tools, const ToolCallGrammarOptions& o) {
   GrammarComposer c;
   int32_t root = -1;
   switch (o.mode) {
     case ToolCallMode::required:
-    case ToolCallMode::named: root = calls_rule(c, family, tools, o); break;
+    case ToolCallMode::named: root = calls_rule(c, format, tools, o); break;
+    case ToolCallMode::no_call: root = no_call_rule(c, format); break;
     case ToolCallMode::final_answer:
       root = c.sequence("final_answer", {SeqItem::call(schema_rule(c, o.final_schema, o.schema_options, "final answer"))});
       break;
     case ToolCallMode::call_or_text: {
-      const int32_t calls = calls_rule(c, family, tools, o);
-      root = c.alternatives("call_or_text", {calls, text_rule(c, call_marker(family))});
+      const int32_t calls = calls_rule(c, format, tools, o);
+      root = c.alternatives("call_or_text", {calls, text_rule(c, call_marker(format))});
       break;
     }
     case ToolCallMode::call_or_final: {
-      const int32_t calls = calls_rule(c, family, tools, o);
+      const int32_t calls = calls_rule(c, format, tools, o);
       const int32_t final = schema_rule(c, o.final_schema, o.schema_options, "final answer");
       root = c.alternatives("call_or_final", {calls, final});
       break;
@@ -129,14 +160,14 @@ Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>
   return c.finish(root);
 }
 
-std::shared_ptr<const CompiledGrammar> compile_tool_call_grammar_for(TemplateFamily family,
+std::shared_ptr<const CompiledGrammar> compile_tool_call_grammar_for(ToolFormat format,
                                                                      const nlohmann::ordered_json& openai_tools,
                                                                      const ToolCallGrammarOptions& o,
                                                                      const Tokenizer& tokenizer) {
-  std::string source = cat("tool_call:", int(family), '|', int(o.mode), '|', o.parallel_tool_calls, '|', o.tool_name,
+  std::string source = cat("tool_call:", int(format), '|', int(o.mode), '|', o.parallel_tool_calls, '|', o.tool_name,
                            '|', o.final_schema.dump(), '|', openai_tools.dump());
   return cached_grammar_for(tokenizer, std::move(source), json_schema_options_key(o.schema_options), [&] {
-    return compile_grammar_for(tool_call_grammar(family, tool_specs_from_openai(openai_tools), o), tokenizer);
+    return compile_grammar_for(tool_call_grammar(format, tool_specs_from_openai(openai_tools), o), tokenizer);
   });
 }
 

@@ -1,17 +1,18 @@
 // Grammars for a model's tool-call syntax, so `tool_choice: required`, a named tool and an agent's
-// final-answer schema are enforced by constrained decoding. The output parses with the family's
+// final-answer schema are enforced by constrained decoding. The output parses with the template's
 // ChatTemplate::parse_reply (tools enabled) into calls whose arguments validate against the tool's
-// JSON Schema.
+// JSON Schema. The format is the template's tool_format().
 //
-// Syntax per family (what the official templates render for an assistant tool call):
-//  - llama3:  {"name": "<tool>", "parameters": <args>}            one call only (the template
+// Syntax per format (what the templates render for an assistant tool call):
+//  - llama3_json: {"name": "<tool>", "parameters": <args>}            one call only (the template
 //             cannot express parallel calls, so parallel_tool_calls is ignored)
-//  - chatml:  <tool_call>\n{"name": "<tool>", "arguments": <args>}\n</tool_call>
+//  - hermes:  <tool_call>\n{"name": "<tool>", "arguments": <args>}\n</tool_call>
 //             repeated, separated by "\n", when parallel calls are allowed
+//  - generic: <tool_call>{"name": "<tool>", "arguments": <args>}</tool_call>   (plain text, no
+//             special tokens; repeated, separated by "\n", when parallel calls are allowed)
 //  - mistral: [TOOL_CALLS] [{"name": "<tool>", "arguments": <args>}, ...]   ("[TOOL_CALLS]" is
 //             generated as text; the tokenizer's special [TOOL_CALLS] token is never sampled, and
 //             parse_reply finds the marker in the decoded text either way)
-//  - llama2:  no tool format -> exl::Error
 // <args> is the compact (or, by option, flexible) JSON text of the tool's parameters schema; a
 // tool without one takes any JSON object. Names are written as JSON strings.
 //
@@ -23,10 +24,13 @@
 //    answer shaped like {"name": .., "parameters": {..}} parses as a call — choose schemas that
 //    cannot be mistaken for one.
 //  - call_or_text: a `required` call, or free text (at least one byte) that does not begin with the
-//    family's call marker ("{" for llama3, "<tool_call>", "[TOOL_CALLS]"): an agent turn without a
+//    format's call marker ("{" for llama3_json, "<tool_call>", "[TOOL_CALLS]"): an agent turn without a
 //    final-answer schema, where a reply that starts a call must complete a valid one.
+//  - no_call: free text (at least one byte) that holds no call: `tool_choice: none` with tools in
+//    the prompt. The call marker appears nowhere in it (llama3_json: its first non-whitespace
+//    character is not "{", since a call is the whole reply); tools are not needed.
 // Errors: GrammarError for a schema that cannot be compiled (naming the tool and the keyword);
-// exl::Error for a family without tools, no tools, an unknown named tool.
+// exl::Error for no tools (where a call is possible), an unknown named tool.
 #pragma once
 #include <optional>
 #include <string>
@@ -47,7 +51,7 @@ struct ToolCallSpec {
   nlohmann::ordered_json parameters;  // JSON Schema of the arguments; null = any JSON object
 };
 
-enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final, call_or_text };
+enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final, call_or_text, no_call };
 
 struct ToolCallGrammarOptions {
   ToolCallMode mode = ToolCallMode::required;
@@ -60,14 +64,14 @@ struct ToolCallGrammarOptions {
 // The tools of an OpenAI "tools" array ({"type":"function","function":{name, parameters}}).
 std::vector<ToolCallSpec> tool_specs_from_openai(const nlohmann::ordered_json& tools);
 
-Grammar tool_call_grammar(TemplateFamily family, const std::vector<ToolCallSpec>& tools,
+Grammar tool_call_grammar(ToolFormat format, const std::vector<ToolCallSpec>& tools,
                           const ToolCallGrammarOptions& options);
 
 // tool_call_grammar for an OpenAI "tools" array, compiled for tokenizer's vocabulary through the
 // process-wide compiled-grammar cache (engine/generate/grammar_constraint.h: cached_grammar_for),
-// keyed by the family, the tools' JSON and every option. Throws as tool_call_grammar and
+// keyed by the format, the tools' JSON and every option. Throws as tool_call_grammar and
 // compile_grammar_for do.
-std::shared_ptr<const CompiledGrammar> compile_tool_call_grammar_for(TemplateFamily family,
+std::shared_ptr<const CompiledGrammar> compile_tool_call_grammar_for(ToolFormat format,
                                                                      const nlohmann::ordered_json& openai_tools,
                                                                      const ToolCallGrammarOptions& options,
                                                                      const Tokenizer& tokenizer);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numeric>
 
 #include "engine/tokenizer/detokenizer.h"
 #include "engine/generate/device_sampling.h"
@@ -148,7 +150,7 @@ void Generator::finish(Active& a, FinishReason r, std::string error) {
   if (a.job.on_event) a.job.on_event(e);
 }
 
-void Generator::emit_token(Active& a, int32_t token) {
+void Generator::emit_token(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs) {
   if (a.job.mask) a.job.mask->accept(token);
   const auto now = Clock::now();
   if (a.stats.n_generated == 0) {
@@ -174,6 +176,7 @@ void Generator::emit_token(Active& a, int32_t token) {
   ev.type = GenerationEvent::Type::token;
   ev.job = a.id;
   ev.token = token;
+  ev.logprobs = std::move(logprobs);
   if (cut != std::string::npos) {
     ev.text = a.held.substr(0, cut);
     a.held.clear();
@@ -210,7 +213,7 @@ bool Generator::emit_forced(Active& a) {
 bool Generator::prepare_sample(Active& a, std::vector<uint32_t>& mask) {
   mask.clear();
   if (!a.job.mask) return true;
-  if (emit_forced(a)) return false;  // their logits come with the next forward pass
+  if (a.job.top_logprobs < 0 && emit_forced(a)) return false;  // their logits come with the next forward pass
   mask.assign(mask_words(size_t(model_.vocab_size())), 0u);
   a.job.mask->fill_mask(mask);
   if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
@@ -222,20 +225,46 @@ bool Generator::prepare_sample(Active& a, std::vector<uint32_t>& mask) {
   return true;
 }
 
-void Generator::emit_sampled(Active& a, int32_t token) {
-  emit_token(a, token);
-  if (a.job.mask && !a.finished) emit_forced(a);
+void Generator::emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs) {
+  emit_token(a, token, std::move(logprobs));
+  if (a.job.mask && !a.finished && a.job.top_logprobs < 0) emit_forced(a);
 }
+
+namespace {
+
+// log-softmax of raw logits (in double) at `token`, and the n most likely tokens.
+TokenLogprobs token_logprobs(std::span<const float> raw, int32_t token, int32_t n) {
+  const float mx = *std::max_element(raw.begin(), raw.end());
+  double sum = 0;
+  for (float x : raw) sum += std::exp(double(x) - double(mx));
+  const double lse = double(mx) + std::log(sum);
+  TokenLogprobs lp;
+  lp.logprob = float(double(raw[size_t(token)]) - lse);
+  std::vector<int32_t> ids(raw.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min(size_t(n), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t x, int32_t y) {
+    return raw[size_t(x)] > raw[size_t(y)] || (raw[size_t(x)] == raw[size_t(y)] && x < y);
+  });
+  for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], float(double(raw[size_t(ids[i])]) - lse));
+  return lp;
+}
+
+}  // namespace
 
 void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask) {
   if (!prepare_sample(a, mask)) return;
-  emit_sampled(a, a.sampler.sample(logits, mask));
+  if (a.job.top_logprobs < 0) return emit_sampled(a, a.sampler.sample(logits, mask));
+  const std::vector<float> raw(logits.begin(), logits.end());  // the sampler changes logits in place
+  const int32_t token = a.sampler.sample(logits, mask);
+  emit_sampled(a, token, token_logprobs(raw, token, a.job.top_logprobs));
 }
 
 bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
   if (!device_sampler_ || sampling.empty()) return false;
-  return std::all_of(sampling.begin(), sampling.end(),
-                     [](const Active* a) { return device_samplable(a->job.sampling); });
+  return std::all_of(sampling.begin(), sampling.end(), [](const Active* a) {
+    return device_samplable(a->job.sampling) && a->job.top_logprobs < 0;
+  });
 }
 
 void Generator::sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows) {

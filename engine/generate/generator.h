@@ -62,12 +62,20 @@ struct GenerationStats {
   double tokens_per_s() const { return decode_s > 0 && n_generated > 1 ? double(n_generated - 1) / decode_s : 0; }
 };
 
+// The log-probabilities of one emitted token: log-softmax of the model's raw logits at that
+// position (before logit_bias, penalties, temperature, top-k/p and the mask).
+struct TokenLogprobs {
+  float logprob = 0;                           // of the emitted token
+  std::vector<std::pair<int32_t, float>> top;  // the most likely tokens and theirs, most likely first
+};
+
 struct GenerationEvent {
   enum class Type : uint8_t { token, done };
   Type type = Type::token;
   uint64_t job = 0;
   int32_t token = -1;  // token events
   std::string text;    // token events: newly complete text (may be empty while held back)
+  std::optional<TokenLogprobs> logprobs;  // token events of jobs with top_logprobs >= 0
   FinishReason reason = FinishReason::max_tokens;  // done events
   std::string error;   // done events with reason error
   GenerationStats stats;
@@ -81,6 +89,10 @@ struct GenerationJob {
   std::vector<std::string> stop_strings;  // text ends before the first match
   bool include_stop_token_text = false;   // emit the stop token's text
   std::shared_ptr<LogitsMaskHook> mask;
+  // >= 0: every token event carries TokenLogprobs with this many top alternatives. Such a job is
+  // sampled on the host from downloaded logits, and its mask's forced tokens are sampled (the
+  // mask allows only them) rather than appended, so that each has its logits.
+  int32_t top_logprobs = -1;
   std::function<void(const GenerationEvent&)> on_event;
   // Nonzero: when the job ends (not in error) its full KV pages stay referenced under this key,
   // replacing the key's earlier pin, so the next turn of a session is a prefix-cache hit. Pins are
@@ -131,11 +143,11 @@ class Generator {
   struct Active;
   void admit();
   void finish(Active& a, FinishReason r, std::string error = {});
-  void emit_token(Active& a, int32_t token);
+  void emit_token(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs = {});
   bool emit_forced(Active& a);
   void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
   bool prepare_sample(Active& a, std::vector<uint32_t>& mask);
-  void emit_sampled(Active& a, int32_t token);
+  void emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs = {});
   bool use_device_sampling(std::span<Active* const> sampling) const;
   void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
   bool sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows);

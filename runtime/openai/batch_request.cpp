@@ -48,6 +48,10 @@ bool fill_from_body(BatchItem& it, const ojson& body, const std::optional<ojson>
     request_error(it, "unsupported_tool_choice", "tool_choice 'required' and named functions are not supported in batch jobs");
     return false;
   }
+  if (cr.gen.top_logprobs >= 0) {
+    request_error(it, "unsupported_logprobs", "'logprobs' is not supported in batch jobs");
+    return false;
+  }
   it.spec.messages = std::move(cr.messages);
   if (cr.tool_choice != ToolChoice::none) {
     it.spec.tools = std::move(cr.tools);

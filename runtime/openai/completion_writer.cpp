@@ -1,5 +1,7 @@
 #include "runtime/openai/completion_writer.h"
 
+#include <algorithm>
+
 #include "runtime/openai/api_error.h"
 
 namespace exl {
@@ -44,14 +46,59 @@ ParsedReply CompletionWriter::parsed() const {
   return *parsed_;
 }
 
-std::string CompletionWriter::chunk(const json& delta, const json& finish) const {
+json CompletionWriter::logprobs_json(size_t from, size_t to) const {
+  if (meta_.top_logprobs < 0) return nullptr;
+  auto text = [&](int32_t t) {
+    return meta_.vocab && t >= 0 && size_t(t) < meta_.vocab->vocab_size() ? meta_.vocab->bytes(t) : std::string();
+  };
+  auto bytes = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char c : s) b.push_back(int(c));
+    return b;
+  };
+  if (meta_.chat) {
+    json content = json::array();
+    for (size_t i = from; i < to; ++i) {
+      const LogprobEntry& e = logprobs_[i];
+      json top = json::array();
+      for (const auto& [t, lp] : e.top) top.push_back({{"token", text(t)}, {"logprob", lp}, {"bytes", bytes(text(t))}});
+      content.push_back(
+          {{"token", text(e.token)}, {"logprob", e.logprob}, {"bytes", bytes(text(e.token))}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  size_t offset = meta_.echo.size();
+  for (size_t i = 0; i < to; ++i) {
+    const LogprobEntry& e = logprobs_[i];
+    if (i >= from) {
+      tokens.push_back(text(e.token));
+      token_logprobs.push_back(e.logprob);
+      json top = json::object();
+      for (const auto& [t, lp] : e.top)
+        if (!top.contains(text(t))) top[text(t)] = lp;
+      top_logprobs.push_back(top);
+      offsets.push_back(offset);
+    }
+    offset += text(e.token).size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+std::string CompletionWriter::chunk(const json& delta, const json& finish, size_t lp_end) {
   json j = {{"id", meta_.id}, {"created", meta_.created}, {"model", meta_.model}, {"system_fingerprint", "exlagent"}};
+  lp_end = std::min(lp_end, logprobs_.size());
+  const json lp = lp_end > lp_sent_ ? logprobs_json(lp_sent_, lp_end) : json(nullptr);
+  lp_sent_ = std::max(lp_sent_, lp_end);
   if (meta_.chat) {
     j["object"] = "chat.completion.chunk";
-    j["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+    j["choices"] = json::array({{{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}}});
   } else {
     j["object"] = "text_completion";
-    j["choices"] = json::array({{{"index", 0}, {"text", delta}, {"logprobs", nullptr}, {"finish_reason", finish}}});
+    j["choices"] = json::array({{{"index", 0}, {"text", delta}, {"logprobs", lp}, {"finish_reason", finish}}});
   }
   if (meta_.include_usage) j["usage"] = nullptr;
   return sse(j);
@@ -60,8 +107,8 @@ std::string CompletionWriter::chunk(const json& delta, const json& finish) const
 std::string CompletionWriter::begin() {
   if (!meta_.stream) return {};
   std::string out;
-  if (meta_.chat) out += chunk({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr);
-  else if (!meta_.echo.empty()) out += chunk(meta_.echo, nullptr);
+  if (meta_.chat) out += chunk({{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}, nullptr, 0);
+  else if (!meta_.echo.empty()) out += chunk(meta_.echo, nullptr, 0);
   return out;
 }
 
@@ -103,6 +150,9 @@ std::string CompletionWriter::on_event(const GenerationEvent& e) {
   if (done_) return {};
   if (e.type == GenerationEvent::Type::token) {
     text_ += e.text;
+    if (meta_.top_logprobs >= 0 && e.logprobs &&
+        std::find(meta_.hidden_tokens.begin(), meta_.hidden_tokens.end(), e.token) == meta_.hidden_tokens.end())
+      logprobs_.push_back({e.token, e.logprobs->logprob, e.logprobs->top});
     if (!meta_.stream || e.text.empty() || (meta_.chat && meta_.tools_enabled)) return {};
     return meta_.chat ? chunk({{"content", e.text}}, nullptr) : chunk(e.text, nullptr);
   }
@@ -129,11 +179,15 @@ HttpResponse CompletionWriter::response() const {
       msg["tool_calls"] = calls;
     }
     j["object"] = "chat.completion";
-    j["choices"] = json::array({{{"index", 0}, {"message", msg}, {"logprobs", nullptr}, {"finish_reason", fr}}});
+    j["choices"] = json::array({{{"index", 0},
+                                 {"message", msg},
+                                 {"logprobs", logprobs_json(0, logprobs_.size())},
+                                 {"finish_reason", fr}}});
   } else {
     j["object"] = "text_completion";
     j["choices"] =
-        json::array({{{"index", 0}, {"text", meta_.echo + r.content}, {"logprobs", nullptr}, {"finish_reason", fr}}});
+        json::array({{{"index", 0}, {"text", meta_.echo + r.content}, {"logprobs", logprobs_json(0, logprobs_.size())},
+                      {"finish_reason", fr}}});
   }
   j["usage"] = usage();
   HttpResponse resp;

@@ -3,6 +3,12 @@
 // with stream_options.include_usage's final usage chunk. When tool calls may appear (tools given
 // and tool_choice not none) a streamed reply is held back until the end, then sent as a content
 // delta and one tool_calls delta per call, so clients never see half a call as text.
+// With top_logprobs >= 0 every choice carries logprobs: chat {"content": [{token, logprob, bytes,
+// top_logprobs}], "refusal": null}, completions {tokens, token_logprobs, top_logprobs,
+// text_offset}; a streamed chunk holds the entries of the tokens since the previous chunk (held
+// back text's tokens go with the chunk that sends it, or the last one). The values are the
+// generator's TokenLogprobs: log-softmax of the model's raw logits, before logit_bias,
+// penalties and temperature; end-of-turn tokens (hidden_tokens) are left out, as OpenAI does.
 // Not thread-safe: used on the strand of the owning HTTP session.
 #pragma once
 #include <cstdint>
@@ -12,6 +18,7 @@
 #include <string>
 
 #include "engine/generate/generator.h"
+#include "grammar/token_index.h"
 #include "runtime/http_message.h"
 #include "sessions/chat_template.h"
 
@@ -26,6 +33,9 @@ struct CompletionMeta {
   int64_t created = 0;
   std::string model;
   std::string echo;            // completions with echo: the prompt, sent first
+  int32_t top_logprobs = -1;   // >= 0: write logprobs with this many alternatives
+  std::shared_ptr<const TokenIndex> vocab;  // each token's bytes (needed with logprobs)
+  std::vector<int32_t> hidden_tokens;       // tokens left out of logprobs (the stop tokens)
 };
 
 // "stop", "length" or "tool_calls".
@@ -47,7 +57,15 @@ class CompletionWriter {
   HttpResponse response() const;
 
  private:
-  std::string chunk(const nlohmann::json& choice_delta, const nlohmann::json& finish) const;
+  struct LogprobEntry {
+    int32_t token;
+    float logprob;
+    std::vector<std::pair<int32_t, float>> top;
+  };
+  std::string chunk(const nlohmann::json& choice_delta, const nlohmann::json& finish,
+                    size_t lp_end = size_t(-1));
+  // The logprobs object of entries [from, to) (null when logprobs are off).
+  nlohmann::json logprobs_json(size_t from, size_t to) const;
   std::string finish_events();
   nlohmann::json usage() const;
   ParsedReply parsed() const;
@@ -61,6 +79,8 @@ class CompletionWriter {
   GenerationStats stats_;
   mutable std::mt19937_64 rng_;
   mutable std::optional<ParsedReply> parsed_;
+  std::vector<LogprobEntry> logprobs_;
+  size_t lp_sent_ = 0;  // streaming: entries already sent
 };
 
 }  // namespace exl

@@ -98,8 +98,6 @@ GenerationRequest parse_common(const ojson& j, int64_t vocab_size) {
   }
   if (auto* v = field(j, "n"); v && integer(*v, "n", 1, 128) != 1)
     throw ApiError(400, "not_supported_error", "Only n = 1 is supported.", "n");
-  if (auto* v = field(j, "logprobs"); v && boolean(*v, "logprobs"))
-    throw ApiError(400, "not_supported_error", "'logprobs' is not supported yet.", "logprobs");
   return g;
 }
 
@@ -191,6 +189,14 @@ ChatRequest parse_chat_request(std::string_view body, int64_t vocab_size) {
     }
     r.tools = *t;
   }
+  const bool logprobs = field(j, "logprobs") && boolean(j["logprobs"], "logprobs");
+  if (auto* v = field(j, "top_logprobs")) {
+    const int64_t n = integer(*v, "top_logprobs", 0, kMaxTopLogprobs);
+    if (!logprobs) bad_request("'top_logprobs' needs 'logprobs' set to true.", "top_logprobs");
+    r.gen.top_logprobs = int32_t(n);
+  } else if (logprobs) {
+    r.gen.top_logprobs = 0;
+  }
   r.tool_choice = r.tools.empty() ? ToolChoice::none : ToolChoice::auto_;
   if (auto* tc = field(j, "tool_choice")) {
     if (tc->is_string()) {
@@ -244,6 +250,7 @@ CompletionRequest parse_completion_request(std::string_view body, int64_t vocab_
   else if (p && p->is_array() && p->size() == 1 && (*p)[0].is_string()) r.prompt = (*p)[0].get<std::string>();
   else bad_request("'prompt' must be a string (or an array holding one string).", "prompt");
   if (auto* e = field(j, "echo")) r.echo = boolean(*e, "echo");
+  if (auto* v = field(j, "logprobs")) r.gen.top_logprobs = int32_t(integer(*v, "logprobs", 0, kMaxCompletionLogprobs));
   return r;
 }
 

@@ -23,7 +23,13 @@ struct GenerationRequest {
   std::optional<int64_t> max_tokens;      // max_completion_tokens, else max_tokens
   std::vector<std::string> stop;          // at most 4, non-empty
   SamplerSettings sampling;               // temperature, top_p, seed, logit_bias, penalties, top_k, min_p
+  // -1: no logprobs; else each token's log-probability and this many top alternatives (chat:
+  // logprobs true with top_logprobs 0..kMaxTopLogprobs; completions: logprobs 0..kMaxCompletionLogprobs).
+  int32_t top_logprobs = -1;
 };
+
+inline constexpr int64_t kMaxTopLogprobs = 20;        // OpenAI's limits
+inline constexpr int64_t kMaxCompletionLogprobs = 5;
 
 enum class ToolChoice : uint8_t { none, auto_, required, named };
 

@@ -11,10 +11,11 @@ namespace exl {
 using Json = nlohmann::ordered_json;
 
 std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, const Tokenizer& tok,
-                                                       TemplateFamily family, const GrammarBudget& budget) {
+                                                       ToolFormat format, const GrammarBudget& budget) {
   const bool calls = r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named;
   const bool json = r.response_format == "json_object" || r.response_format == "json_schema";
-  if (!calls && !json) return nullptr;
+  const bool no_calls = r.tool_choice == ToolChoice::none && !r.tools.empty() && !json;
+  if (!calls && !json && !no_calls) return nullptr;
   ToolCallGrammarOptions o;
   // json.dumps spacing: what chat models are trained to write (compact JSON forced on the demo
   // model wrecks its values; docs/websocket-api.md's agent turns use the same).
@@ -23,17 +24,19 @@ std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, con
   o.tool_name = r.tool_choice_name;
   if (calls) {
     o.mode = r.tool_choice == ToolChoice::named ? ToolCallMode::named : ToolCallMode::required;
+  } else if (no_calls) {
+    o.mode = ToolCallMode::no_call;
   } else {
     o.final_schema = r.response_format == "json_object" ? Json{{"type", "object"}} : r.json_schema;
     o.mode = r.tool_choice == ToolChoice::auto_ && !r.tools.empty() ? ToolCallMode::call_or_final
                                                                      : ToolCallMode::final_answer;
   }
-  const bool with_tools = o.mode != ToolCallMode::final_answer;
+  const bool with_tools = o.mode != ToolCallMode::final_answer && o.mode != ToolCallMode::no_call;
   const Json tools = with_tools ? r.tools : Json::array();
   std::shared_ptr<const CompiledGrammar> g;
   const char* param = calls ? "tools" : "response_format";
   try {
-    g = with_grammar_budget(budget, [&] { return compile_tool_call_grammar_for(family, tools, o, tok); });
+    g = with_grammar_budget(budget, [&] { return compile_tool_call_grammar_for(format, tools, o, tok); });
   } catch (const GrammarCancelled& e) {
     throw ApiError(499, "invalid_request_error", cat("The request was cancelled: ", e.what()), param, "request_cancelled");
   } catch (const GrammarBudgetError& e) {

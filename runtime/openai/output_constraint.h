@@ -4,6 +4,8 @@
 //    tool's schema (sessions/tool_call_grammar.h); several calls when parallel_tool_calls;
 //  - otherwise response_format json_schema / json_object: that schema ({"type":"object"} for
 //    json_object), compact JSON; with tool_choice auto and tools, a tool call is allowed too;
+//  - otherwise tool_choice none with tools: text that holds no tool-call markup of the template's
+//    format (the tools are still in the prompt; the reply is never parsed as a call);
 //  - otherwise no constraint.
 // A schema the grammar cannot enforce is a 400 invalid_request_error whose message names the
 // keyword and where it is; it is never silently dropped (fail closed), and so is one that nothing
@@ -26,6 +28,6 @@ namespace exl {
 
 // nullptr when the request needs no constraint. Throws ApiError.
 std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& request, const Tokenizer& tokenizer,
-                                                       TemplateFamily family, const GrammarBudget& budget = {});
+                                                       ToolFormat format, const GrammarBudget& budget = {});
 
 }  // namespace exl

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <random>
 
+#include "engine/generate/grammar_constraint.h"
 #include "runtime/openai/api_error.h"
 #include "runtime/openai/openai_request.h"
 #include "runtime/openai/output_constraint.h"
@@ -125,6 +127,12 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
   plan.job.max_new_tokens = int32_t(g.max_tokens.value_or(room));
   plan.job.stop_tokens.assign(state.tokenizer().eos_ids().begin(), state.tokenizer().eos_ids().end());
   plan.job.stop_strings = g.stop;
+  plan.job.top_logprobs = g.top_logprobs;
+  if (g.top_logprobs >= 0) {
+    meta.top_logprobs = g.top_logprobs;
+    meta.vocab = shared_token_index(state.tokenizer());
+    meta.hidden_tokens = plan.job.stop_tokens;
+  }
   meta.stream = g.stream;
   meta.include_usage = g.include_usage;
   meta.created = int64_t(std::time(nullptr));
@@ -146,7 +154,7 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   check_prompt_tokens(state, tokens.size(), "messages");
   GrammarBudget budget = state.options().grammar_budget;
   budget.cancelled = req.client_gone;
-  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->family(), budget);
+  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->tool_format(), budget);
   CompletionMeta meta;
   meta.chat = true;
   meta.id = random_id("chatcmpl-");
@@ -178,11 +186,48 @@ RouteResult completions(const HttpRequest& req, ServerState& state) {
 }
 
 constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+constexpr std::string_view kModelPrefix = "/v1/models/";
+
+json model_object(const ServerState& state) {
+  return {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
+}
+
+// A path segment with its %XX escapes decoded (clients encode the id as encodeURIComponent does);
+// nullopt when an escape is malformed.
+std::optional<std::string> decode_path_segment(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (i + 2 >= s.size() || std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16).ptr != s.data() + i + 3)
+      return std::nullopt;
+    out += char(v);
+    i += 2;
+  }
+  return out;
+}
+
+RouteResult retrieve_model(std::string_view encoded_id, const ServerState& state) {
+  const std::optional<std::string> id = decode_path_segment(encoded_id);
+  if (!id || *id != state.model_id())
+    throw ApiError(404, "invalid_request_error",
+                   cat("The model '", id ? *id : std::string(encoded_id),
+                       "' does not exist; this server serves '", state.model_id(), "'."),
+                   {}, "model_not_found");
+  RouteResult r;
+  r.response = json_response(model_object(state));
+  return r;
+}
 
 RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& endpoint) {
   const std::string_view path = req.path();
   for (std::string_view known : kRoutes)
     if (path == known) endpoint = std::string(known);
+  const bool model_path = path.size() > kModelPrefix.size() && path.substr(0, kModelPrefix.size()) == kModelPrefix;
+  if (model_path) endpoint = "/v1/models/{id}";
   RouteResult r;
   check_request_source(req, state);
   if (path == "/health") {
@@ -202,9 +247,12 @@ RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& en
   }
   if (path == "/v1/models") {
     require_method(req, "GET");
-    json m = {{"id", state.model_id()}, {"object", "model"}, {"created", state.created()}, {"owned_by", "exlagent"}};
-    r.response = json_response({{"object", "list"}, {"data", json::array({m})}});
+    r.response = json_response({{"object", "list"}, {"data", json::array({model_object(state)})}});
     return r;
+  }
+  if (model_path) {
+    require_method(req, "GET");
+    return retrieve_model(path.substr(kModelPrefix.size()), state);
   }
   if (path == "/metrics") {
     require_method(req, "GET");

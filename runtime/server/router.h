@@ -4,7 +4,9 @@
 //
 // Every route checks Host and Origin (check_request_source). Every route but /health needs the
 // API key when one is configured; /metrics too unless options.metrics_public.
-//   POST /v1/chat/completions   POST /v1/completions   GET /v1/models   GET /health   GET /metrics
+//   POST /v1/chat/completions   POST /v1/completions   GET /v1/models   GET /v1/models/{id}
+//   GET /health   GET /metrics
+// An unknown model id (percent-decoded from the path) is a 404 with code model_not_found naming it.
 #pragma once
 #include <memory>
 #include <optional>

@@ -5,8 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <numeric>
+
 #include <nlohmann/json.hpp>
 
+#include "engine/generate/grammar_constraint.h"
 #include "test_support.h"
 
 namespace exl {
@@ -262,6 +266,91 @@ TEST(Generator, Stories260kReproducesLlama2cTexts) {
   EXPECT_EQ(greedy.tokens, ref["cases"][0]["output_ids"].get<std::vector<int32_t>>());
   EXPECT_EQ(seeded.text, ref["cases"][2]["text"].get<std::string>());
   EXPECT_EQ(seeded.tokens, ref["cases"][2]["output_ids"].get<std::vector<int32_t>>());
+}
+
+// log-softmax (in double) of every row of the model's logits for `ids`, computed from scratch.
+std::vector<std::vector<double>> reference_logprobs(Model& m, Backend& be, const std::vector<int32_t>& ids) {
+  auto pool = be.alloc_kv_pool(m.kv_layout(KvFormat::f32, 16), int(ids.size() + 15) / 16);
+  std::vector<int32_t> table;
+  for (int i = 0; i < pool->num_pages; ++i) table.push_back(i);
+  ForwardSeq s{ids, 0, table, true};
+  const std::vector<float> logits = m.forward(std::span<const ForwardSeq>(&s, 1), *pool);
+  const size_t V = size_t(m.vocab_size());
+  std::vector<std::vector<double>> out;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    std::span<const float> row(logits.data() + r * V, V);
+    double mx = -1e300, sum = 0;
+    for (float x : row) mx = std::max(mx, double(x));
+    for (float x : row) sum += std::exp(double(x) - mx);
+    std::vector<double> lp(V);
+    for (size_t t = 0; t < V; ++t) lp[t] = double(row[t]) - mx - std::log(sum);
+    out.push_back(std::move(lp));
+  }
+  return out;
+}
+
+TEST(Generator, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Fixture f(test::shared_dir() / "models/stories260K-hf");
+  const std::vector<int32_t> prompt = f.tok->encode("Once upon a time", true);
+  struct Run {
+    std::vector<int32_t> tokens;
+    std::vector<TokenLogprobs> lps;
+    int events = 0;
+    bool done = false;
+  };
+  auto job = [&](Run* r, float temperature, std::shared_ptr<LogitsMaskHook> mask) {
+    GenerationJob j;
+    j.prompt = prompt;
+    j.sampling.temperature = temperature;
+    j.sampling.seed = 7;
+    j.max_new_tokens = 16;
+    j.top_logprobs = 3;
+    j.mask = std::move(mask);
+    j.on_event = [r](const GenerationEvent& e) {
+      if (e.type == GenerationEvent::Type::done) {
+        r->done = true;
+        return;
+      }
+      ++r->events;
+      r->tokens.push_back(e.token);
+      if (e.logprobs) r->lps.push_back(*e.logprobs);
+    };
+    return j;
+  };
+  Generator g(*f.model, *f.tok, {});
+  Run greedy, sampled, masked;
+  GenerationJob biased = job(&greedy, 0, nullptr);
+  biased.sampling.logit_bias[5] = 50;  // the values stay the model's: bias is not in them
+  g.submit(std::move(biased));
+  g.submit(job(&sampled, 1, nullptr));
+  // A grammar with long forced stretches: with logprobs its forced tokens are sampled too.
+  auto grammar = compile_regex_for(" there was a little girl[a-z ]{1,12}", *f.tok);
+  g.submit(job(&masked, 1, make_grammar_constraint(std::move(grammar), *f.tok)));
+  g.run_until_idle();
+  for (Run* r : {&greedy, &sampled, &masked}) {
+    ASSERT_TRUE(r->done);
+    ASSERT_FALSE(r->tokens.empty());
+    ASSERT_EQ(r->lps.size(), r->tokens.size()) << "every token event carries its logprobs";
+    std::vector<int32_t> ids = prompt;
+    ids.insert(ids.end(), r->tokens.begin(), r->tokens.end());
+    const auto ref = reference_logprobs(*f.model, *f.be, ids);
+    for (size_t i = 0; i < r->tokens.size(); ++i) {
+      const auto& row = ref[prompt.size() - 1 + i];
+      EXPECT_NEAR(r->lps[i].logprob, row[size_t(r->tokens[i])], 1e-4) << "token " << i;
+      ASSERT_EQ(r->lps[i].top.size(), 3u);
+      std::vector<size_t> order(row.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                        [&](size_t a, size_t b) { return row[a] > row[b]; });
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(r->lps[i].top[k].first, int32_t(order[k])) << "token " << i << " rank " << k;
+        EXPECT_NEAR(r->lps[i].top[k].second, row[order[k]], 1e-4);
+      }
+    }
+  }
+  EXPECT_EQ(greedy.tokens.front(), 5) << "greedy follows the biased logits";
+  EXPECT_LT(greedy.lps.front().logprob, greedy.lps.front().top[0].second + 1e-6);
 }
 
 }  // namespace generator_test

@@ -119,6 +119,48 @@ test('completions endpoint and models list', { skip }, async () => {
   const models = [];
   for await (const m of client.models.list()) models.push(m.id);
   assert.deepEqual(models, ['stories260K-hf']);
+  const one = await client.models.retrieve('stories260K-hf');
+  assert.equal(one.id, 'stories260K-hf');
+  assert.equal(one.object, 'model');
+  assert.equal(one.owned_by, 'exlagent');
+  await assert.rejects(client.models.retrieve('gpt-4o'), (e) => e instanceof OpenAI.NotFoundError &&
+    e.status === 404 && e.code === 'model_not_found' && /'gpt-4o'/.test(e.message));
+});
+
+test('logprobs: chat and completions, streamed and not, read by the SDK', { skip }, async () => {
+  const whole = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  const content = whole.choices[0].logprobs.content;
+  assert.ok(content.length >= 1 && content.length <= 12);
+  const bytes = [];
+  for (const t of content) {
+    assert.ok(t.logprob <= 0 && Number.isFinite(t.logprob));
+    assert.equal(t.top_logprobs.length, 2);
+    assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+    assert.ok(Math.abs(t.logprob - t.top_logprobs[0].logprob) < 1e-6, 'greedy takes the most likely token');
+    bytes.push(...t.bytes);
+  }
+  assert.equal(Buffer.from(bytes).toString('utf8'), whole.choices[0].message.content);
+
+  const stream = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2, stream: true,
+  });
+  const streamed = [];
+  for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+  assert.deepEqual(streamed.map((t) => t.token), content.map((t) => t.token));
+  streamed.forEach((t, i) => assert.ok(Math.abs(t.logprob - content[i].logprob) < 1e-6));
+
+  const c = await client.completions.create({
+    model: 'stories', prompt: 'Once upon a time', max_tokens: 8, temperature: 0, logprobs: 3,
+  });
+  const lp = c.choices[0].logprobs;
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.tokens.length, lp.top_logprobs.length);
+  assert.equal(lp.text_offset[0], 0);
+  assert.ok(Object.keys(lp.top_logprobs[0]).length >= 1 && Object.keys(lp.top_logprobs[0]).length <= 3);
+  const plain = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 2 });
+  assert.equal(plain.choices[0].logprobs, null);
 });
 
 test('errors surface as SDK errors with OpenAI fields', { skip }, async () => {
@@ -199,33 +241,36 @@ const weatherTools = [
       additionalProperties: false } } },
 ];
 
-test('tool_choice required / named: every reply is a valid tool call', { skip }, async () => {
-  const { proc, client: mistral } = await startServer(['--chat-template', 'mistral']);
-  try {
-    const validators = Object.fromEntries(weatherTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
-    const choices = ['required', { type: 'function', function: { name: 'w' } }];
-    for (const tool_choice of choices) {
-      for (let seed = 1; seed <= 5; seed++) {
-        const r = await mistral.chat.completions.create({
-          model: 'stories', temperature: 1, seed, tools: weatherTools, tool_choice, parallel_tool_calls: false,
-          messages: [{ role: 'user', content: 'Oslo?' }],
-        });
-        const c = r.choices[0];
-        assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
-        assert.equal(c.message.tool_calls.length, 1);
-        for (const call of c.message.tool_calls) {
-          assert.equal(call.type, 'function');
-          assert.equal(call.function.name, 'w');
-          const validate = validators[call.function.name];
-          assert.ok(validate, `unknown tool ${call.function.name}`);
-          const args = JSON.parse(call.function.arguments);
-          assert.ok(validate(args), `${call.function.arguments} ${JSON.stringify(validate.errors)}`);
+// Mistral has a native tool format; Llama 2 gets the generic <tool_call>{..}</tool_call> one.
+for (const template of ['mistral', 'llama2']) {
+  test(`tool_choice required / named (${template}): every reply is a valid tool call`, { skip }, async () => {
+    const { proc, client: served } = await startServer(['--chat-template', template]);
+    try {
+      const validators = Object.fromEntries(weatherTools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+      const choices = ['required', { type: 'function', function: { name: 'w' } }];
+      for (const tool_choice of choices) {
+        for (let seed = 1; seed <= 5; seed++) {
+          const r = await served.chat.completions.create({
+            model: 'stories', temperature: 1, seed, tools: weatherTools, tool_choice, parallel_tool_calls: false,
+            messages: [{ role: 'user', content: 'Oslo?' }],
+          });
+          const c = r.choices[0];
+          assert.equal(c.finish_reason, 'tool_calls', `seed ${seed}: ${JSON.stringify(c.message)}`);
+          assert.equal(c.message.tool_calls.length, 1);
+          for (const call of c.message.tool_calls) {
+            assert.equal(call.type, 'function');
+            assert.equal(call.function.name, 'w');
+            const validate = validators[call.function.name];
+            assert.ok(validate, `unknown tool ${call.function.name}`);
+            const args = JSON.parse(call.function.arguments);
+            assert.ok(validate(args), `${call.function.arguments} ${JSON.stringify(validate.errors)}`);
+          }
         }
       }
+    } finally {
+      const exited = new Promise((resolve) => proc.on('exit', resolve));
+      proc.kill('SIGTERM');
+      await exited;
     }
-  } finally {
-    const exited = new Promise((resolve) => proc.on('exit', resolve));
-    proc.kill('SIGTERM');
-    await exited;
-  }
-});
+  });
+}

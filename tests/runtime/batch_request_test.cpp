@@ -76,6 +76,8 @@ TEST(BatchRequest, BadLinesBecomeErrorItemsWithLineKeys) {
   EXPECT_EQ(badmsg.error_status, 400);
   auto schema = parse(R"({"id":"x","prompt":"a","schema":[1]})");
   EXPECT_EQ(schema.error_code, "invalid_schema");
+  auto lp = parse(R"({"custom_id":"c","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"x"}],"logprobs":true}})");
+  EXPECT_EQ(lp.error_code, "unsupported_logprobs");
 }
 
 TEST(BatchRequest, DuplicatesGetTheirOwnLineKey) {

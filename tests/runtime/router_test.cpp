@@ -161,6 +161,32 @@ TEST_F(Router, MetricsNeedTheKeyUnlessPublic) {
   expect_error(route(req("GET", "/v1/models", {}, ""), *st), 401, "invalid_request_error", {}, "missing_api_key");
 }
 
+TEST_F(Router, RetrieveModelByIdAnd404ForOthers) {
+  for (const char* target : {"/v1/models/stories260K-hf", "/v1/models/stories260K%2Dhf", "/v1/models/stories260K-hf?x=1"}) {
+    auto ok = route(req("GET", target), *state_);
+    ASSERT_EQ(ok.response.status, 200) << target << " " << ok.response.body;
+    json m = json::parse(ok.response.body);
+    EXPECT_EQ(m["id"], "stories260K-hf");
+    EXPECT_EQ(m["object"], "model");
+    EXPECT_EQ(m["owned_by"], "exlagent");
+    EXPECT_TRUE(m["created"].is_number_integer());
+    EXPECT_EQ(ok.endpoint, "/v1/models/{id}");
+  }
+  for (const auto& [target, named] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/models/gpt-4o", "'gpt-4o'"}, {"/v1/models/org%2Fmodel", "'org/model'"},
+           {"/v1/models/stories260K-HF", "'stories260K-HF'"}, {"/v1/models/bad%zz", "'bad%zz'"},
+           {"/v1/models/bad%2", "'bad%2'"}, {"/v1/models/%+1x", "'%+1x'"}}) {
+    auto r = route(req("GET", target), *state_);
+    expect_error(r, 404, "invalid_request_error", {}, "model_not_found");
+    const json e = json::parse(r.response.body)["error"];
+    EXPECT_NE(e["message"].get<std::string>().find(named), std::string::npos) << e["message"];
+    EXPECT_TRUE(e["param"].is_null());
+  }
+  expect_error(route(req("POST", "/v1/models/stories260K-hf"), *state_), 405, "invalid_request_error");
+  expect_error(route(req("GET", "/v1/models/stories260K-hf", {}, ""), *state_), 401, "invalid_request_error", {},
+               "missing_api_key");
+}
+
 TEST(RouterKeys, KeysEqualComparesWholeKeys) {
   EXPECT_TRUE(keys_equal("sekret", "sekret"));
   for (const char* given : {"", "s", "sekre", "sekreT", "sekret ", "sekretsekret", "tekret"})
@@ -565,6 +591,116 @@ TEST(CompletionWriter, NonStreamingBodies) {
   EXPECT_TRUE(saw_done);
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(ev[1]["error"]["message"], "engine: boom");
+}
+
+// --- logprobs -------------------------------------------------------------------------------
+
+// Vocabulary: 0 "Once", 1 " upon", 2 "\xc3" (half a character), 3 "\xa9", 4 end of turn.
+CompletionMeta logprob_meta(bool chat, bool stream, int32_t top) {
+  CompletionMeta m = meta(chat, stream);
+  m.top_logprobs = top;
+  m.vocab = std::make_shared<TokenIndex>(std::vector<std::string>{"Once", " upon", "\xc3", "\xa9", ""},
+                                         std::vector<int32_t>{4});
+  m.hidden_tokens = {4};
+  return m;
+}
+
+GenerationEvent lp_token(int32_t id, std::string text, float lp, std::vector<std::pair<int32_t, float>> top) {
+  GenerationEvent e = token(std::move(text));
+  e.token = id;
+  e.logprobs = TokenLogprobs{lp, std::move(top)};
+  return e;
+}
+
+std::vector<GenerationEvent> lp_events() {
+  return {lp_token(0, "Once", -0.5f, {{0, -0.5f}, {1, -1.5f}}), lp_token(2, "", -0.25f, {{2, -0.25f}, {0, -2.f}}),
+          lp_token(3, "\xc3\xa9", -0.125f, {{3, -0.125f}, {3, -0.125f}}), lp_token(4, "", -0.01f, {{4, -0.01f}, {0, -5.f}}),
+          done(FinishReason::stop_token)};
+}
+
+TEST(CompletionWriter, ChatLogprobsListEveryTokenButTheEndOfTurn) {
+  CompletionWriter w(logprob_meta(true, false, 2), nullptr);
+  for (const auto& e : lp_events()) w.on_event(e);
+  const json j = json::parse(w.response().body);
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["content"].size(), 3u) << lp;
+  EXPECT_TRUE(lp["refusal"].is_null());
+  EXPECT_EQ(lp["content"][0]["token"], "Once");
+  EXPECT_DOUBLE_EQ(lp["content"][0]["logprob"].get<double>(), -0.5);
+  EXPECT_EQ(lp["content"][0]["bytes"], json::parse("[79,110,99,101]"));
+  EXPECT_EQ(lp["content"][0]["top_logprobs"][1]["token"], " upon");
+  EXPECT_DOUBLE_EQ(lp["content"][0]["top_logprobs"][1]["logprob"].get<double>(), -1.5);
+  EXPECT_EQ(lp["content"][1]["bytes"], json::parse("[195]"));
+  EXPECT_EQ(lp["content"][2]["bytes"], json::parse("[169]"));
+  CompletionWriter off(meta(true, false), nullptr);
+  for (const auto& e : lp_events()) off.on_event(e);
+  EXPECT_TRUE(json::parse(off.response().body)["choices"][0]["logprobs"].is_null());
+}
+
+TEST(CompletionWriter, StreamedLogprobsGoWithTheChunkThatSendsTheirText) {
+  CompletionWriter w(logprob_meta(true, true, 1), nullptr);
+  std::string s = w.begin();
+  for (const auto& e : lp_events()) s += w.on_event(e);
+  bool saw_done = false;
+  const auto events = sse_events(s, &saw_done);
+  EXPECT_TRUE(saw_done);
+  json bytes = json::array();
+  for (const auto& ev : events) {
+    const json& c = ev["choices"][0];
+    if (c["delta"].contains("content") && !c["delta"]["content"].get<std::string>().empty()) {
+      ASSERT_TRUE(c["logprobs"].is_object()) << ev;
+    }
+    if (c["logprobs"].is_null()) continue;
+    for (const auto& t : c["logprobs"]["content"]) bytes.push_back(t["bytes"]);
+  }
+  EXPECT_EQ(bytes, json::parse("[[79,110,99,101],[195],[169]]"));
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[2]["choices"][0]["logprobs"]["content"].size(), 2u) << "the held-back half goes with its other half";
+}
+
+TEST(CompletionWriter, CompletionsLogprobsHaveOffsetsAfterTheEcho) {
+  CompletionMeta m = logprob_meta(false, false, 2);
+  m.echo = "Hi";
+  CompletionWriter w(m, nullptr);
+  for (const auto& e : lp_events()) w.on_event(e);
+  const json j = json::parse(w.response().body);
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_EQ(lp["tokens"][0], "Once");
+  EXPECT_EQ(lp["token_logprobs"], json::parse("[-0.5, -0.25, -0.125]"));
+  EXPECT_EQ(lp["text_offset"], json::parse("[2, 6, 7]"));
+  EXPECT_EQ(lp["top_logprobs"][0], json::parse(R"({"Once": -0.5, " upon": -1.5})"));
+  EXPECT_EQ(lp["top_logprobs"][2].size(), 1u) << "one entry per distinct text";
+}
+
+TEST_F(Router, LogprobsParametersAreCheckedAndReachTheJob) {
+  auto chat = route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", true}, {"top_logprobs", 4}})), *state_);
+  ASSERT_TRUE(chat.plan.has_value()) << chat.response.body;
+  EXPECT_EQ(chat.plan->job.top_logprobs, 4);
+  EXPECT_EQ(chat.plan->meta.top_logprobs, 4);
+  ASSERT_NE(chat.plan->meta.vocab, nullptr);
+  EXPECT_FALSE(chat.plan->meta.hidden_tokens.empty());
+  chat.plan.reset();
+  auto only = route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", true}})), *state_);
+  ASSERT_TRUE(only.plan.has_value());
+  EXPECT_EQ(only.plan->job.top_logprobs, 0);
+  only.plan.reset();
+  auto none = route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", false}})), *state_);
+  ASSERT_TRUE(none.plan.has_value());
+  EXPECT_EQ(none.plan->job.top_logprobs, -1);
+  none.plan.reset();
+  auto c = route(req("POST", "/v1/completions", R"({"prompt":"x","logprobs":2})"), *state_);
+  ASSERT_TRUE(c.plan.has_value()) << c.response.body;
+  EXPECT_EQ(c.plan->job.top_logprobs, 2);
+  c.plan.reset();
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"top_logprobs", 2}})), *state_), 400,
+               "invalid_request_error", "top_logprobs");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", true}, {"top_logprobs", 21}})), *state_),
+               400, "invalid_request_error", "top_logprobs");
+  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", 3}})), *state_), 400,
+               "invalid_request_error", "logprobs");
+  expect_error(route(req("POST", "/v1/completions", R"({"prompt":"x","logprobs":6})"), *state_), 400,
+               "invalid_request_error", "logprobs");
 }
 
 }  // namespace router_test

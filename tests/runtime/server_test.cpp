@@ -189,6 +189,14 @@ TEST_F(ServerFixture, CompletionsAndModels) {
   Reply m = request("GET", "/v1/models");
   ASSERT_EQ(m.status, 200);
   EXPECT_EQ(json::parse(m.body)["data"][0]["id"], "stories260K-hf");
+  Reply one = request("GET", "/v1/models/stories260K-hf");
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(json::parse(one.body)["id"], "stories260K-hf");
+  EXPECT_EQ(json::parse(one.body)["object"], "model");
+  Reply missing = request("GET", "/v1/models/gpt-4o");
+  ASSERT_EQ(missing.status, 404) << missing.body;
+  EXPECT_EQ(json::parse(missing.body)["error"]["code"], "model_not_found");
+  EXPECT_NE(missing.body.find("gpt-4o"), std::string::npos);
   Reply h = request("GET", "/health", {}, "");
   EXPECT_EQ(h.status, 200);
   Reply metrics = request("GET", "/metrics");

@@ -59,12 +59,12 @@ TEST(AgentConstraint, FinalAnswerOrToolCallIsAlwaysValid) {
   std::vector<ChatMessage> msgs;
 
   const Json none;
-  EXPECT_EQ(make_agent_turn_constraint({1, msgs, &no_tools, &none, TemplateFamily::mistral}, *tok), nullptr);
+  EXPECT_EQ(make_agent_turn_constraint({1, msgs, &no_tools, &none, ToolFormat::mistral}, *tok), nullptr);
 
   int calls = 0, answers = 0;
   for (uint32_t seed = 1; seed <= 12; ++seed) {
     const bool with_tools = seed % 2 == 0;
-    auto hook = make_agent_turn_constraint({1, msgs, with_tools ? &tools : &no_tools, &final_schema, TemplateFamily::mistral}, *tok);
+    auto hook = make_agent_turn_constraint({1, msgs, with_tools ? &tools : &no_tools, &final_schema, ToolFormat::mistral}, *tok);
     ASSERT_NE(hook, nullptr);
     const std::string text = walk(*hook, *tok, seed);
     ParsedReply r = tmpl->parse_reply(text, with_tools);
@@ -100,7 +100,7 @@ TEST(AgentConstraint, ToolsWithoutSchemaGiveAValidCallOrText) {
   std::vector<ChatMessage> msgs;
   int calls = 0, texts = 0;
   for (uint32_t seed = 1; seed <= 16; ++seed) {
-    auto hook = make_agent_turn_constraint({1, msgs, &tools, &none, TemplateFamily::mistral}, *tok);
+    auto hook = make_agent_turn_constraint({1, msgs, &tools, &none, ToolFormat::mistral}, *tok);
     ASSERT_NE(hook, nullptr);
     const std::string text = walk(*hook, *tok, seed);
     ParsedReply r = tmpl->parse_reply(text, true);
@@ -123,7 +123,7 @@ TEST(AgentConstraint, UnenforceableFinalSchemaIsAnError) {
   const Json bad = Json::parse(R"({"type":"string","pattern":"(a)\\1"})");
   const Json no_tools = Json::array();
   std::vector<ChatMessage> msgs;
-  EXPECT_ANY_THROW(make_agent_turn_constraint({1, msgs, &no_tools, &bad, TemplateFamily::mistral}, *tok));
+  EXPECT_ANY_THROW(make_agent_turn_constraint({1, msgs, &no_tools, &bad, ToolFormat::mistral}, *tok));
 }
 
 }  // namespace agent_constraint_test

@@ -40,6 +40,13 @@ const char* kToolBlockQwen =
     "json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
     "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
 
+const char* kGenericTools =
+    "You can call these tools. To call one, reply with only <tool_call>{\"name\": <tool name>, \"arguments\": "
+    "<arguments object>}</tool_call>.\nTools:\n{\"name\": \"get_weather\", \"description\": \"Get the weather\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": "
+    "[\"city\"]}}";
+const char* kGenericCall = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>";
+
 const char* kMistralTools =
     "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the "
     "weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
@@ -93,7 +100,23 @@ TEST(ChatTemplate, Llama30FromSharedTokenizerConfig) {
   EXPECT_EQ(make_chat_template(*choice, {"<|begin_of_text|>", ""})->render(m, nullptr, true).text,
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|><|start_header_"
             "id|>user<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_THROW(make_chat_template(*choice, {})->render(m, tools(), true), Error);
+  // No native tool format: the generic one, the tool prompt in a system turn added before the
+  // conversation, tool results as a user turn.
+  std::vector<ChatMessage> t = {msg("user", "Weather in Oslo?"), call({{"id1", R"({"city":"Oslo"})"}}),
+                                result("id1", "4")};
+  EXPECT_EQ(make_chat_template(*choice, {"<|begin_of_text|>", ""})->render(t, tools(), true).text,
+            std::string("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n") + kGenericTools +
+                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWeather in Oslo?<|eot_id|><|start_header_id|>"
+                "assistant<|end_header_id|>\n\n" + kGenericCall +
+                "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n<tool_response>\n4\n</tool_response><|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  m[1].role = "robot";
+  try {
+    make_chat_template(*choice, {})->render(m, nullptr, true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama3.0: unknown role 'robot'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ChatTemplate, Qwen25DefaultSystemAndParallelCalls) {
@@ -154,7 +177,17 @@ TEST(ChatTemplate, Llama2SystemAndAlternation) {
             "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello. </s><s>[INST] Bye [/INST]");
   EXPECT_THROW(tmpl("llama2")->render(std::vector<ChatMessage>{msg("user", "a"), msg("user", "b")}, nullptr, true),
                Error);
-  EXPECT_THROW(tmpl("llama2")->render(std::vector<ChatMessage>{msg("user", "a")}, tools(), true), Error);
+  // No native tool format: the generic one, the tool prompt inside <<SYS>>, tool results in a user turn.
+  std::vector<ChatMessage> t = {msg("system", "You are terse."), msg("user", "Weather in Oslo?"),
+                                call({{"id1", R"({"city":"Oslo"})"}}), result("id1", "4"), result("id2", "5")};
+  EXPECT_EQ(tmpl("llama2")->render(t, tools(), true).text,
+            std::string("<s>[INST] <<SYS>>\nYou are terse.\n\n") + kGenericTools +
+                "\n<</SYS>>\n\nWeather in Oslo? [/INST] " + kGenericCall +
+                " </s><s>[INST] <tool_response>\n4\n</tool_response>\n<tool_response>\n5\n</tool_response> [/INST]");
+  EXPECT_EQ(tmpl("llama2")->render(std::vector<ChatMessage>{msg("user", "Hi")}, tools(), true).text,
+            std::string("<s>[INST] <<SYS>>\n") + kGenericTools + "\n<</SYS>>\n\nHi [/INST]");
+  EXPECT_THROW(tmpl("llama2")->render(std::vector<ChatMessage>{msg("user", "a"), result("x", "b")}, tools(), true),
+               Error);
 }
 
 // render(messages[:k]) is a prefix of render(messages) at every turn boundary, and with the
@@ -172,10 +205,11 @@ TEST(ChatTemplate, EarlierTurnsNeverChange) {
                                    msg("user", "Thanks")};
   std::vector<ChatMessage> plain = {msg("system", "Be brief."), msg("user", "Hi"), msg("assistant", "Hello."),
                                     msg("user", "Weather?"), msg("assistant", "Sunny."), msg("user", "Thanks")};
-  for (const char* name : {"llama3", "chatml", "qwen2.5", "mistral", "llama2"}) {
-    const bool tool_capable = std::string(name) != "llama2";
+  for (const char* name : {"llama3", "chatml", "qwen2.5", "mistral", "llama2", "llama3.0", "llama2+plain"}) {
+    const bool tool_capable = std::string(name) != "llama2+plain";
     const auto& c = tool_capable ? conv : plain;
     const Json t = tool_capable ? tools() : Json();
+    if (!tool_capable) name = "llama2";
     auto tp = tmpl(name);
     const std::string full = tp->render(c, t, true).text;
     const size_t first = 1;
@@ -226,7 +260,7 @@ TEST(ChatTemplate, ParsesToolCallsPerFamily) {
 }
 
 TEST(ChatTemplate, RenderedCallParsesBackToTheSameCall) {
-  for (const char* name : {"chatml", "llama3", "mistral"}) {
+  for (const char* name : {"chatml", "llama3", "mistral", "llama2", "llama3.0"}) {
     auto tp = tmpl(name);
     std::vector<ChatMessage> m = {msg("user", "Weather in Oslo?"), call({{"abcDEF123", R"({"city":"Oslo","days":[1,2]})"}})};
     const std::string prompt = tp->render(std::span(m.data(), 1), tools(), true).text;
@@ -240,6 +274,16 @@ TEST(ChatTemplate, RenderedCallParsesBackToTheSameCall) {
     EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
     EXPECT_EQ(parsed.tool_calls[0].arguments, R"({"city":"Oslo","days":[1,2]})") << name;
   }
+}
+
+TEST(ChatTemplate, EveryTemplateHasAToolFormat) {
+  EXPECT_EQ(tmpl("llama3")->tool_format(), ToolFormat::llama3_json);
+  EXPECT_EQ(tmpl("chatml")->tool_format(), ToolFormat::hermes);
+  EXPECT_EQ(tmpl("qwen2.5")->tool_format(), ToolFormat::hermes);
+  EXPECT_EQ(tmpl("mistral")->tool_format(), ToolFormat::mistral);
+  EXPECT_EQ(tmpl("llama2")->tool_format(), ToolFormat::generic);
+  EXPECT_EQ(tmpl("llama3.0")->tool_format(), ToolFormat::generic);
+  EXPECT_EQ(generic_tools_prompt(tools()), kGenericTools);
 }
 
 TEST(ChatTemplate, DetectionAndNames) {

@@ -38,7 +38,7 @@ ToolCallGrammarOptions opts(ToolCallMode mode, bool parallel = false, std::strin
 }
 
 TEST(ToolCallGrammar, CallOrTextRefusesTextThatStartsABadCall) {
-  const Grammar cm = tool_call_grammar(TemplateFamily::chatml, tools(), opts(ToolCallMode::call_or_text));
+  const Grammar cm = tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::call_or_text));
   EXPECT_TRUE(accepts(cm, "Hello there"));
   EXPECT_TRUE(accepts(cm, "<tool_cal"));
   EXPECT_TRUE(accepts(cm, "<b>bold</b>\nmore"));
@@ -46,11 +46,11 @@ TEST(ToolCallGrammar, CallOrTextRefusesTextThatStartsABadCall) {
   EXPECT_FALSE(accepts(cm, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\":1}}\n</tool_call>"));
   EXPECT_FALSE(accepts(cm, "<tool_call>anything"));
   EXPECT_FALSE(accepts(cm, ""));
-  const Grammar mi = tool_call_grammar(TemplateFamily::mistral, tools(), opts(ToolCallMode::call_or_text));
+  const Grammar mi = tool_call_grammar(ToolFormat::mistral, tools(), opts(ToolCallMode::call_or_text));
   EXPECT_TRUE(accepts(mi, "[TOOL] is not the marker"));
   EXPECT_TRUE(accepts(mi, R"([TOOL_CALLS] [{"name": "add", "arguments": {"a":3,"b":4}}])"));
   EXPECT_FALSE(accepts(mi, "[TOOL_CALLS] hi"));
-  const Grammar l3 = tool_call_grammar(TemplateFamily::llama3, tools(), opts(ToolCallMode::call_or_text));
+  const Grammar l3 = tool_call_grammar(ToolFormat::llama3_json, tools(), opts(ToolCallMode::call_or_text));
   EXPECT_TRUE(accepts(l3, "text with {braces}"));
   EXPECT_TRUE(accepts(l3, R"({"name": "add", "parameters": {"a":1,"b":2}})"));
   EXPECT_FALSE(accepts(l3, "{"));
@@ -58,46 +58,101 @@ TEST(ToolCallGrammar, CallOrTextRefusesTextThatStartsABadCall) {
 }
 
 TEST(ToolCallGrammar, AcceptsEachFamilysRenderedSyntax) {
-  const Grammar l3 = tool_call_grammar(TemplateFamily::llama3, tools(), opts(ToolCallMode::required));
+  const Grammar l3 = tool_call_grammar(ToolFormat::llama3_json, tools(), opts(ToolCallMode::required));
   EXPECT_TRUE(accepts(l3, R"({"name": "add", "parameters": {"a":1,"b":2}})"));
   EXPECT_FALSE(accepts(l3, R"({"name": "add", "arguments": {"a":1,"b":2}})"));
   EXPECT_FALSE(accepts(l3, R"({"name": "add", "parameters": {"a":1,"b":200}})"));
   EXPECT_FALSE(accepts(l3, R"({"name": "sub", "parameters": {"a":1,"b":2}})"));
 
-  const Grammar cm = tool_call_grammar(TemplateFamily::chatml, tools(), opts(ToolCallMode::required, true));
+  const Grammar cm = tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::required, true));
   const std::string one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\",\"unit\":\"c\"}}\n</tool_call>";
   const std::string two = one + "\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\":3,\"b\":4}}\n</tool_call>";
   EXPECT_TRUE(accepts(cm, one));
   EXPECT_TRUE(accepts(cm, two));
   EXPECT_FALSE(accepts(cm, one + "\n"));
-  const Grammar cm1 = tool_call_grammar(TemplateFamily::chatml, tools(), opts(ToolCallMode::required, false));
+  const Grammar cm1 = tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::required, false));
   EXPECT_TRUE(accepts(cm1, one));
   EXPECT_FALSE(accepts(cm1, two));
 
-  const Grammar mi = tool_call_grammar(TemplateFamily::mistral, tools(), opts(ToolCallMode::named, true, "add"));
+  const Grammar mi = tool_call_grammar(ToolFormat::mistral, tools(), opts(ToolCallMode::named, true, "add"));
   EXPECT_TRUE(accepts(mi, R"([TOOL_CALLS] [{"name": "add", "arguments": {"a":3,"b":4}}, {"name": "add", "arguments": {"a":0,"b":0}}])"));
   EXPECT_FALSE(accepts(mi, R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city":"Oslo","unit":"c"}}])"));
+}
+
+// With json.dumps spacing, as the server and agent sessions compile it.
+ToolCallGrammarOptions spaced(ToolCallGrammarOptions o) {
+  o.schema_options.whitespace = JsonSchemaOptions::Whitespace::spaced;
+  return o;
+}
+
+TEST(ToolCallGrammar, GenericFormatAcceptsOnlyCallsOfOfferedTools) {
+  const Grammar g = tool_call_grammar(ToolFormat::generic, tools(), spaced(opts(ToolCallMode::required, true)));
+  const std::string one = R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}</tool_call>)";
+  const std::string two = one + "\n" + R"(<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>)";
+  EXPECT_TRUE(accepts(g, one));
+  EXPECT_TRUE(accepts(g, two));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name": "sub", "arguments": {"a": 3, "b": 4}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name": "add", "arguments": {"a": 3}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name": "add", "arguments": {"a": 3, "b": 400}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, R"(<tool_call>{"name": "add", "parameters": {"a": 3, "b": 4}}</tool_call>)"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n" + one.substr(11)));  // the hermes layout is not the generic one
+  EXPECT_FALSE(accepts(g, "Sure. " + one));
+  EXPECT_FALSE(accepts(g, one + "\n"));
+  const Grammar single = tool_call_grammar(ToolFormat::generic, tools(), spaced(opts(ToolCallMode::required, false)));
+  EXPECT_TRUE(accepts(single, one));
+  EXPECT_FALSE(accepts(single, two));
+  const Grammar named = tool_call_grammar(ToolFormat::generic, tools(), spaced(opts(ToolCallMode::named, false, "add")));
+  EXPECT_FALSE(accepts(named, one));
+  EXPECT_TRUE(accepts(named, R"(<tool_call>{"name": "add", "arguments": {"a": 0, "b": 99}}</tool_call>)"));
+  auto tmpl = make_chat_template(parse_template_name("llama2"), {});
+  const ParsedReply r = tmpl->parse_reply(two, true);
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(r.tool_calls[0].arguments), Json::parse(R"({"city": "Oslo", "unit": "c"})"));
+  EXPECT_EQ(r.tool_calls[1].name, "add");
+  EXPECT_EQ(r.content, "");
+  EXPECT_TRUE(tmpl->parse_reply(two, false).tool_calls.empty());
+}
+
+TEST(ToolCallGrammar, NoCallRefusesCallMarkupAnywhere) {
+  for (ToolFormat f : {ToolFormat::hermes, ToolFormat::generic, ToolFormat::mistral}) {
+    const Grammar g = tool_call_grammar(f, {}, opts(ToolCallMode::no_call));
+    const std::string marker = f == ToolFormat::mistral ? "[TOOL_CALLS]" : "<tool_call>";
+    EXPECT_TRUE(accepts(g, "Hello there")) << to_string(f);
+    EXPECT_TRUE(accepts(g, "a <b>bold</b> [TOOL] <tool_cal <tool_call [TOOL_CALL")) << to_string(f);
+    EXPECT_TRUE(accepts(g, "{\"name\": \"add\", \"arguments\": {}}")) << to_string(f);
+    EXPECT_FALSE(accepts(g, "")) << to_string(f);
+    EXPECT_FALSE(accepts(g, marker)) << to_string(f);
+    EXPECT_FALSE(accepts(g, marker + "{\"name\": \"add\", \"arguments\": {}}")) << to_string(f);
+    EXPECT_FALSE(accepts(g, "Let me check.\n" + marker + "\n{}")) << to_string(f);
+    EXPECT_FALSE(accepts(g, "<<tool_call><" + marker)) << to_string(f);
+    EXPECT_FALSE(accepts(g, std::string(1, marker[0]) + marker)) << to_string(f);
+  }
+  const Grammar l3 = tool_call_grammar(ToolFormat::llama3_json, {}, opts(ToolCallMode::no_call));
+  EXPECT_TRUE(accepts(l3, "text with {braces}"));
+  EXPECT_FALSE(accepts(l3, R"({"name": "add", "parameters": {"a": 1, "b": 2}})"));
+  EXPECT_FALSE(accepts(l3, "  \n{"));
+  EXPECT_FALSE(accepts(l3, " "));
 }
 
 TEST(ToolCallGrammar, FinalAnswerAndCallOrFinal) {
   ToolCallGrammarOptions o = opts(ToolCallMode::final_answer);
   o.final_schema = Json::parse(R"({"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]})");
-  const Grammar fin = tool_call_grammar(TemplateFamily::chatml, {}, o);
+  const Grammar fin = tool_call_grammar(ToolFormat::hermes, {}, o);
   EXPECT_TRUE(accepts(fin, R"({"answer":"42"})"));
   EXPECT_FALSE(accepts(fin, R"({"answer":42})"));
   o.mode = ToolCallMode::call_or_final;
-  const Grammar both = tool_call_grammar(TemplateFamily::chatml, tools(), o);
+  const Grammar both = tool_call_grammar(ToolFormat::hermes, tools(), o);
   EXPECT_TRUE(accepts(both, R"({"answer":"42"})"));
   EXPECT_TRUE(accepts(both, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\":3,\"b\":4}}\n</tool_call>"));
 }
 
 TEST(ToolCallGrammar, ErrorsNameTheProblem) {
-  EXPECT_THROW(tool_call_grammar(TemplateFamily::llama2, tools(), opts(ToolCallMode::required)), Error);
-  EXPECT_THROW(tool_call_grammar(TemplateFamily::chatml, {}, opts(ToolCallMode::required)), Error);
-  EXPECT_THROW(tool_call_grammar(TemplateFamily::chatml, tools(), opts(ToolCallMode::named, false, "nope")), Error);
+  EXPECT_THROW(tool_call_grammar(ToolFormat::hermes, {}, opts(ToolCallMode::required)), Error);
+  EXPECT_THROW(tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::named, false, "nope")), Error);
   std::vector<ToolCallSpec> bad{{"f", Json::parse(R"({"type":"object","properties":{"x":{"$dynamicRef":"#meta"}}})")}};
   try {
-    tool_call_grammar(TemplateFamily::chatml, bad, opts(ToolCallMode::required));
+    tool_call_grammar(ToolFormat::hermes, bad, opts(ToolCallMode::required));
     FAIL() << "no error";
   } catch (const GrammarError& e) {
     EXPECT_NE(std::string(e.what()).find("tool 'f'"), std::string::npos) << e.what();
@@ -148,8 +203,9 @@ std::optional<std::string> random_walk(const std::shared_ptr<const CompiledGramm
 TEST(ToolCallGrammar, RandomWalksParseIntoValidCalls) {
   const auto idx = ascii_index();
   std::mt19937 rng(1234);
-  for (TemplateFamily f : {TemplateFamily::llama3, TemplateFamily::chatml, TemplateFamily::mistral}) {
-    auto tmpl = make_chat_template(TemplateChoice{f, {}, false}, {});
+  for (const char* name : {"llama3", "chatml", "mistral", "llama2", "llama3.0"}) {
+    auto tmpl = make_chat_template(parse_template_name(name), {});
+    const ToolFormat f = tmpl->tool_format();
     auto g = std::make_shared<const CompiledGrammar>(tool_call_grammar(f, tools(), opts(ToolCallMode::required, true)), idx);
     int finished = 0;
     for (int walk = 0; walk < 40; ++walk) {
@@ -158,7 +214,7 @@ TEST(ToolCallGrammar, RandomWalksParseIntoValidCalls) {
       ++finished;
       ParsedReply r = tmpl->parse_reply(*text, true);
       ASSERT_FALSE(r.tool_calls.empty()) << to_string(f) << ": " << *text;
-      if (f == TemplateFamily::llama3) {
+      if (f == ToolFormat::llama3_json) {
         EXPECT_EQ(r.tool_calls.size(), 1u);
       }
       for (const ToolCall& c : r.tool_calls) {
