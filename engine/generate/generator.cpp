@@ -47,6 +47,9 @@ struct Generator::Active {
   GenerationStats stats;
   Clock::time_point submitted, first_token;
   bool finished = false;
+  std::vector<int32_t> draft;  // this step's speculated tokens after the pending one
+  std::vector<int32_t> feed;   // the pending token, then the draft: the positions of the pass
+  DraftLength draft_len;
 
   Active(uint64_t id_, GenerationJob j, const Tokenizer& tok)
       : id(id_), job(std::move(j)), sampler(job.sampling), detok(tok, !has_text(tok, job.prompt), true) {}
@@ -57,6 +60,10 @@ struct Generator::Active {
     return false;
   }
   bool prefilling() const { return n_done < int64_t(job.prompt.size()); }
+  bool speculates() const {  // job.speculate is resolved at admission
+    return job.speculate == Speculation::ngram ||
+           (job.speculate == Speculation::auto_ && job.sampling.temperature == 0.0f && job.top_logprobs < 0);
+  }
 };
 
 Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions options)
@@ -260,6 +267,32 @@ void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint
   emit_sampled(a, token, token_logprobs(raw, token, a.job.top_logprobs));
 }
 
+void Generator::verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask) {
+  // Row j holds the logits after the pending token and draft[0, j): usable while what the job has
+  // emitted since is exactly that much of the draft. Positions are committed to the cache before
+  // each sampling, as without speculation (a job that ends keeps, and may pin, the same pages).
+  const int64_t V = model_.vocab_size(), k = int64_t(a.draft.size());
+  const size_t base = a.tokens.size();
+  size_t committed = 0;
+  ++a.stats.n_decode_passes;
+  a.stats.n_drafted += k;
+  while (!a.finished) {
+    const size_t n_new = a.tokens.size() - base;
+    if (int64_t(n_new) > k || !std::equal(a.tokens.begin() + ptrdiff_t(base), a.tokens.end(), a.draft.begin())) break;
+    cache_->append_tokens(a.seq, std::span<const int32_t>(a.feed).subspan(committed, 1 + n_new - committed));
+    a.n_done += int64_t(1 + n_new - committed);
+    committed = 1 + n_new;
+    try {
+      sample_next(a, logits.subspan(size_t((first_row + int64_t(n_new)) * V), size_t(V)), mask);
+    } catch (const std::exception& e) {
+      finish(a, FinishReason::error, generator_failure_text(e));
+    }
+  }
+  const int64_t accepted = int64_t(committed) - 1;
+  a.stats.n_accepted += accepted;
+  a.draft_len.update(int(k), int(accepted));
+}
+
 bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
   if (!device_sampler_ || sampling.empty()) return false;
   return std::all_of(sampling.begin(), sampling.end(), [](const Active* a) {
@@ -306,7 +339,7 @@ bool Generator::sample_deferred_and_feed(std::span<Active* const> sampling, std:
   const auto running = std::count_if(active_.begin(), active_.end(), [](const auto& a) { return !a->finished; });
   if (!pipelined_ || int64_t(sampling.size()) != int64_t(running)) return false;
   for (const Active* a : sampling)
-    if (a->finished || a->job.mask || a->stats.n_generated + 1 >= a->job.max_new_tokens ||
+    if (a->finished || a->job.mask || a->speculates() || a->stats.n_generated + 1 >= a->job.max_new_tokens ||
         int64_t(a->tokens.size()) != a->n_done)
       return false;
   const int64_t V = model_.vocab_size();
@@ -370,6 +403,7 @@ bool Generator::step_fed() {
     if (a.finished || int64_t(a.tokens.size()) != a.n_done + 1) continue;
     cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), 1));
     ++a.n_done;
+    ++a.stats.n_decode_passes;
     jobs.push_back(&a);
     rows.push_back(int64_t(i));
   }
@@ -418,6 +452,7 @@ void Generator::admit() {
       continue;
     }
     a->submitted = submitted;
+    if (!a->job.speculate) a->job.speculate = opts_.speculate;
     a->tokens = a->job.prompt;
     a->sampler.accept(a->job.prompt);
     a->seq = cache_->create_sequence();
@@ -448,7 +483,14 @@ bool Generator::step() {
   int64_t budget = opts_.max_step_tokens;
   for (auto& a : active_)
     if (!a->prefilling() && budget > 0) {
-      const int64_t n = std::min<int64_t>(budget, int64_t(a->tokens.size()) - a->n_done);
+      int64_t n = std::min<int64_t>(budget, int64_t(a->tokens.size()) - a->n_done);
+      a->draft.clear();
+      if (n == 1 && int64_t(a->tokens.size()) == a->n_done + 1 && a->speculates()) {
+        const int64_t room = std::min<int64_t>(
+            {budget - 1, a->draft_len.cur, int64_t(a->job.max_new_tokens) - a->stats.n_generated - 1});
+        a->draft = ngram_draft(a->tokens, int(room));
+        n += int64_t(a->draft.size());
+      }
       plan.push_back({a.get(), n});
       budget -= n;
     }
@@ -462,6 +504,11 @@ bool Generator::step() {
   std::vector<Planned> ready;
   for (auto& p : plan) {
     bool ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
+    if (!ok && !p.a->draft.empty()) {  // speculate another time rather than wait for pages
+      p.n -= int64_t(p.a->draft.size());
+      p.a->draft.clear();
+      ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
+    }
     while (!ok && release_oldest_pin()) ok = cache_->reserve(p.a->seq, p.a->n_done + p.n);
     if (ok) ready.push_back(p);
   }
@@ -489,9 +536,17 @@ bool Generator::step() {
   }
 
   std::vector<ForwardSeq> batch;
+  bool speculating = false;
   for (auto& p : ready) {
     ForwardSeq s;
     s.tokens = std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->n_done), size_t(p.n));
+    if (!p.a->draft.empty()) {
+      p.a->feed.assign(1, p.a->tokens.back());
+      p.a->feed.insert(p.a->feed.end(), p.a->draft.begin(), p.a->draft.end());
+      s.tokens = p.a->feed;
+      s.all_logits = true;
+      speculating = true;
+    }
     s.pos_start = p.a->n_done;
     s.page_table = cache_->page_table(p.a->seq);
     batch.push_back(s);
@@ -504,7 +559,7 @@ bool Generator::step() {
       sampling.push_back(ready[i].a);
       sample_rows.push_back(int64_t(i));
     }
-  const bool on_device = use_device_sampling(sampling);
+  const bool on_device = !speculating && use_device_sampling(sampling);
   std::vector<float> logits;
   try {
     if (on_device) model_.forward_device(batch, *pool_);
@@ -515,12 +570,22 @@ bool Generator::step() {
   }
   const int64_t V = model_.vocab_size();
   std::vector<uint32_t> mask;
+  int64_t next_row = 0;
   for (size_t i = 0; i < ready.size(); ++i) {
     Active& a = *ready[i].a;
+    const int64_t first_row = next_row;
+    next_row += a.draft.empty() ? 1 : ready[i].n;
+    if (!a.draft.empty()) {
+      if (!a.finished) verify_draft(a, logits, first_row, mask);
+      a.draft.clear();
+      continue;
+    }
     cache_->append_tokens(a.seq, std::span<const int32_t>(a.tokens).subspan(size_t(a.n_done), size_t(ready[i].n)));
     a.n_done += ready[i].n;
-    if (a.n_done < int64_t(a.tokens.size()) || a.finished || on_device) continue;
-    std::span<float> row(logits.data() + int64_t(i) * V, size_t(V));
+    if (a.n_done < int64_t(a.tokens.size()) || a.finished) continue;
+    ++a.stats.n_decode_passes;
+    if (on_device) continue;
+    std::span<float> row(logits.data() + first_row * V, size_t(V));
     try {
       sample_next(a, row, mask);
     } catch (const std::exception& e) {

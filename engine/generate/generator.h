@@ -30,6 +30,7 @@
 #include "engine/model.h"
 #include "engine/generate/page_cache.h"
 #include "engine/generate/sampler.h"
+#include "engine/generate/speculation.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace exl {
@@ -59,6 +60,10 @@ struct GenerationStats {
   int64_t n_generated = 0;
   double ttft_s = 0;            // submit → first sampled token
   double decode_s = 0;          // first → last token
+  int64_t n_decode_passes = 0;  // forward passes that gave this job logits to sample from
+  int64_t n_drafted = 0;        // speculated tokens checked by the target (engine/generate/speculation.h)
+  int64_t n_accepted = 0;       // of those, emitted as drafted
+  double tokens_per_pass() const { return n_decode_passes > 0 ? double(n_generated) / double(n_decode_passes) : 0; }
   double tokens_per_s() const { return decode_s > 0 && n_generated > 1 ? double(n_generated - 1) / decode_s : 0; }
 };
 
@@ -93,6 +98,10 @@ struct GenerationJob {
   // sampled on the host from downloaded logits, and its mask's forced tokens are sampled (the
   // mask allows only them) rather than appended, so that each has its logits.
   int32_t top_logprobs = -1;
+  // Speculative decoding (engine/generate/speculation.h): the same tokens either way, decoded
+  // several per forward pass where drafts are accepted. Such a job samples on the host and is not
+  // pipelined. Unset: GeneratorOptions::speculate.
+  std::optional<Speculation> speculate;
   std::function<void(const GenerationEvent&)> on_event;
   // Nonzero: when the job ends (not in error) its full KV pages stay referenced under this key,
   // replacing the key's earlier pin, so the next turn of a session is a prefix-cache hit. Pins are
@@ -115,6 +124,8 @@ struct GeneratorOptions {
   // between steps. The same tokens as without. A job that ends on the collected token leaves
   // one step of work discarded.
   bool pipelined = true;
+  // Speculative decoding for jobs that do not choose (GenerationJob::speculate).
+  Speculation speculate = Speculation::none;
 };
 
 class Generator {
@@ -148,6 +159,7 @@ class Generator {
   void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
   bool prepare_sample(Active& a, std::vector<uint32_t>& mask);
   void emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs = {});
+  void verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask);
   bool use_device_sampling(std::span<Active* const> sampling) const;
   void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
   bool sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows);

@@ -1,0 +1,46 @@
+// Speculative decoding by prompt lookup (n-gram drafts): a job whose output copies spans of its
+// own context (an extraction quoting its document, a tool call repeating names) proposes the
+// tokens that followed the latest earlier occurrence of its last n tokens, and the target model
+// checks all of them in one forward pass (Generator, engine/generate/generator.h).
+//
+// Exactness: a draft only decides which positions get logits in a pass. The generator samples
+// position by position from the target's logits, exactly as without speculation (same sampler
+// state, random stream, mask, penalties and forced tokens, in the same order), and keeps the
+// draft's K/V only up to the first position where the emitted tokens and the draft differ. For a
+// one-token draft distribution this is the standard acceptance rule (accept d with probability
+// p(d)), so the output is the same token for token, sampled or greedy — provided the backend's
+// logits for a position do not depend on how many positions share its pass (the CPU backend's do
+// not). Sampled jobs rarely accept, so `auto` speculates for greedy jobs only.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace exl {
+
+enum class Speculation : uint8_t {
+  none,   // one token per forward pass
+  ngram,  // prompt-lookup drafts, whatever the sampling settings
+  auto_,  // ngram for greedy jobs (temperature 0) without log-probabilities; none otherwise
+};
+std::string_view to_string(Speculation s);
+// "none" | "ngram" | "auto"; nullopt for anything else.
+std::optional<Speculation> parse_speculation(std::string_view text);
+
+// The draft for the context `tokens` (prompt and generated so far): for n from max_ngram down to
+// min_ngram, the latest earlier occurrence of the last n tokens, and up to max_draft tokens that
+// followed it. Empty when no such occurrence exists or max_draft <= 0.
+std::vector<int32_t> ngram_draft(std::span<const int32_t> tokens, int max_draft, int max_ngram = 3,
+                                 int min_ngram = 2);
+
+// A job's draft length, adapted to how much of its drafts the target accepts: grows by one after
+// a fully accepted draft, halves after a draft rejected at its first token (bounds [1, max]).
+struct DraftLength {
+  int cur = 4;
+  int max = 8;
+  void update(int drafted, int accepted);
+};
+
+}  // namespace exl
