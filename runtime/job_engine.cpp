@@ -132,7 +132,8 @@ void JobEngine::submit(ChatJobSpec spec, std::function<void(JobOutcome)> done) {
   auto acc = std::make_shared<JobOutcome>();
   const bool has_schema = spec.schema.has_value();
   const int64_t max_tokens = job.max_new_tokens;
-  job.on_event = [this, acc, has_schema, max_tokens, done = std::move(done)](const GenerationEvent& e) {
+  auto job_id = std::make_shared<uint64_t>(0);
+  job.on_event = [this, acc, job_id, has_schema, max_tokens, done = std::move(done)](const GenerationEvent& e) {
     if (e.type == GenerationEvent::Type::token) {
       acc->text += e.text;
       return;
@@ -140,11 +141,17 @@ void JobEngine::submit(ChatJobSpec spec, std::function<void(JobOutcome)> done) {
     acc->reason = e.reason;
     acc->error = e.error;
     acc->stats = e.stats;
+    generating_.erase(*job_id);
     --in_flight_;
     done(finish_outcome(std::move(*acc), has_schema, max_tokens));
   };
   ++in_flight_;
-  gen_->submit(std::move(job));
+  *job_id = gen_->submit(std::move(job));
+  generating_.insert(*job_id);
+}
+
+void JobEngine::cancel_all() {
+  for (const uint64_t id : generating_) gen_->cancel(id);
 }
 
 bool JobEngine::step() {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,9 @@ class JobEngine {
   // One scheduling step (delivers outcomes of jobs that failed before generating); false when idle.
   bool step();
   void run_until_idle();
+  // Cancels every job in flight: each ends with the error "runtime: job: cancelled" during a
+  // later step (at once for one still queued). Same thread as step().
+  void cancel_all();
   int64_t in_flight() const { return in_flight_; }
 
  private:
@@ -100,6 +104,7 @@ class JobEngine {
   std::unique_ptr<Generator> gen_;  // after host_: destroyed first
   int64_t ctx_ = 0;
   int64_t in_flight_ = 0;
+  std::set<uint64_t> generating_;  // generator job ids of the jobs in flight
   // Schemas that failed to compile (by schema text): later jobs with one fail at once. Compiled
   // grammars live in the process-wide cache (grammar/grammar_cache.h).
   std::map<std::string, std::string> schema_errors_;

@@ -22,6 +22,7 @@ std::span<const CliCommand> cli_commands() {
       CliCommand{"extract", "extract one JSON object per document under a JSON Schema", cli_extract},
       CliCommand{"batch", "run a JSONL file of chat requests (OpenAI batch or simple form), resumable", cli_batch},
       CliCommand{"run", "run a scripted multi-turn workflow file", cli_run},
+      CliCommand{"mcp-serve", "offer extract and agent as Model Context Protocol tools over stdio", cli_mcp_serve},
       CliCommand{"logits", "write the model's logits for given token ids (float32 file)", cli_logits},
   };
   return table;

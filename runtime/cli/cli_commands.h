@@ -36,5 +36,6 @@ int cli_bench_grammar(std::span<const std::string> args);  // `bench grammar` (r
 int cli_extract(std::span<const std::string> args);
 int cli_batch(std::span<const std::string> args);
 int cli_run(std::span<const std::string> args);
+int cli_mcp_serve(std::span<const std::string> args);
 
 }  // namespace exl
