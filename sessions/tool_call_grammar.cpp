@@ -150,6 +150,11 @@ Grammar tool_call_grammar(ToolFormat format, const std::vector<ToolCallSpec>& to
       root = c.alternatives("call_or_text", {calls, text_rule(c, call_marker(format))});
       break;
     }
+    case ToolCallMode::call_or_plain_text: {
+      const int32_t calls = calls_rule(c, format, tools, o);
+      root = c.alternatives("call_or_plain_text", {calls, no_call_rule(c, format)});
+      break;
+    }
     case ToolCallMode::call_or_final: {
       const int32_t calls = calls_rule(c, format, tools, o);
       const int32_t final = schema_rule(c, o.final_schema, o.schema_options, "final answer");

@@ -26,6 +26,9 @@
 //  - call_or_text: a `required` call, or free text (at least one byte) that does not begin with the
 //    format's call marker ("{" for llama3_json, "<tool_call>", "[TOOL_CALLS]"): an agent turn without a
 //    final-answer schema, where a reply that starts a call must complete a valid one.
+//  - call_or_plain_text: a `required` call, or free text that holds no call (as no_call): with
+//    parallel_tool_calls false, a reply holds at most one call (`tool_choice: auto` with
+//    `parallel_tool_calls: false`), since no call markup can follow text either.
 //  - no_call: free text (at least one byte) that holds no call: `tool_choice: none` with tools in
 //    the prompt. The call marker appears nowhere in it (llama3_json: its first non-whitespace
 //    character is not "{", since a call is the whole reply); tools are not needed.
@@ -51,7 +54,7 @@ struct ToolCallSpec {
   nlohmann::ordered_json parameters;  // JSON Schema of the arguments; null = any JSON object
 };
 
-enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final, call_or_text, no_call };
+enum class ToolCallMode : uint8_t { required, named, final_answer, call_or_final, call_or_text, call_or_plain_text, no_call };
 
 struct ToolCallGrammarOptions {
   ToolCallMode mode = ToolCallMode::required;

@@ -15,8 +15,8 @@ const CommandSpec& serve_spec() {
   static const CommandSpec s{
       "serve",
       "Serve a model over the OpenAI-compatible HTTP API (POST /v1/chat/completions, POST /v1/completions,\n"
-      "GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics) and agent sessions over WebSocket\n"
-      "(/v1/ws).\n"
+      "POST /v1/responses, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics) and agent\n"
+      "sessions over WebSocket (/v1/ws).\n"
       "\n"
       "Access: listens on loopback unless told otherwise; a non-loopback --host without an API key is\n"
       "refused (exit 2). Every request, and the WebSocket upgrade, needs a Host that is loopback, the bind\n"

@@ -52,6 +52,10 @@ bool fill_from_body(BatchItem& it, const ojson& body, const std::optional<ojson>
     request_error(it, "unsupported_logprobs", "'logprobs' is not supported in batch jobs");
     return false;
   }
+  if (cr.gen.n != 1) {
+    request_error(it, "unsupported_n", "'n' other than 1 is not supported in batch jobs");
+    return false;
+  }
   it.spec.messages = std::move(cr.messages);
   if (cr.tool_choice != ToolChoice::none) {
     it.spec.tools = std::move(cr.tools);

@@ -96,8 +96,7 @@ GenerationRequest parse_common(const ojson& j, int64_t vocab_size) {
       s.logit_bias[int32_t(id)] = float(number(*it, "logit_bias", -100, 100));
     }
   }
-  if (auto* v = field(j, "n"); v && integer(*v, "n", 1, 128) != 1)
-    throw ApiError(400, "not_supported_error", "Only n = 1 is supported.", "n");
+  if (auto* v = field(j, "n")) g.n = int32_t(integer(*v, "n", 1, kMaxChoices));
   return g;
 }
 
@@ -163,6 +162,15 @@ ChatMessage parse_message(const ojson& m, size_t i) {
 }
 
 }  // namespace
+
+std::optional<uint64_t> choice_seed(std::optional<uint64_t> seed, int32_t index) {
+  if (!seed || *seed == 0 || index == 0) return seed;
+  uint64_t z = *seed + 0x9e3779b97f4a7c15ull * uint64_t(index);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return z == 0 ? 1 : z;
+}
 
 ChatRequest parse_chat_request(std::string_view body, int64_t vocab_size) {
   const ojson j = parse_body(body);

@@ -26,9 +26,18 @@ struct GenerationRequest {
   // -1: no logprobs; else each token's log-probability and this many top alternatives (chat:
   // logprobs true with top_logprobs 0..kMaxTopLogprobs; completions: logprobs 0..kMaxCompletionLogprobs).
   int32_t top_logprobs = -1;
+  // Choices to generate (1..kMaxChoices), each its own job on the generator; choice i > 0 samples
+  // with choice_seed(sampling.seed, i).
+  int32_t n = 1;
 };
 
 inline constexpr int64_t kMaxTopLogprobs = 20;        // OpenAI's limits
+inline constexpr int64_t kMaxChoices = 16;            // this server's limit on n
+
+// The seed of choice `index` of a request seeded with `seed`: the seed itself for choice 0, a
+// distinct mix of it for the others, so the choices differ and the whole response is reproducible.
+// No seed (or 0, which the sampler treats as "draw one") stays unseeded.
+std::optional<uint64_t> choice_seed(std::optional<uint64_t> seed, int32_t index);
 inline constexpr int64_t kMaxCompletionLogprobs = 5;
 
 enum class ToolChoice : uint8_t { none, auto_, required, named };

@@ -15,7 +15,8 @@ std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, con
   const bool calls = r.tool_choice == ToolChoice::required || r.tool_choice == ToolChoice::named;
   const bool json = r.response_format == "json_object" || r.response_format == "json_schema";
   const bool no_calls = r.tool_choice == ToolChoice::none && !r.tools.empty() && !json;
-  if (!calls && !json && !no_calls) return nullptr;
+  const bool one_call = r.tool_choice == ToolChoice::auto_ && !r.tools.empty() && !json && !r.parallel_tool_calls;
+  if (!calls && !json && !no_calls && !one_call) return nullptr;
   ToolCallGrammarOptions o;
   // json.dumps spacing: what chat models are trained to write (compact JSON forced on the demo
   // model wrecks its values; docs/websocket-api.md's agent turns use the same).
@@ -26,6 +27,8 @@ std::shared_ptr<LogitsMaskHook> make_output_constraint(const ChatRequest& r, con
     o.mode = r.tool_choice == ToolChoice::named ? ToolCallMode::named : ToolCallMode::required;
   } else if (no_calls) {
     o.mode = ToolCallMode::no_call;
+  } else if (one_call) {
+    o.mode = ToolCallMode::call_or_plain_text;
   } else {
     o.final_schema = r.response_format == "json_object" ? Json{{"type", "object"}} : r.json_schema;
     o.mode = r.tool_choice == ToolChoice::auto_ && !r.tools.empty() ? ToolCallMode::call_or_final

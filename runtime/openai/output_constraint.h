@@ -4,6 +4,8 @@
 //    tool's schema (sessions/tool_call_grammar.h); several calls when parallel_tool_calls;
 //  - otherwise response_format json_schema / json_object: that schema ({"type":"object"} for
 //    json_object), compact JSON; with tool_choice auto and tools, a tool call is allowed too;
+//  - otherwise tool_choice auto with tools and parallel_tool_calls false: one call, or text that
+//    holds no call markup (so a reply never holds two calls);
 //  - otherwise tool_choice none with tools: text that holds no tool-call markup of the template's
 //    format (the tools are still in the prompt; the reply is never parsed as a call);
 //  - otherwise no constraint.

@@ -69,7 +69,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     ++state_->metrics().open_connections;
   }
   ~HttpSession() {
-    if (job_ && !finished_) state_->generator().cancel(job_);
+    if (!finished_) cancel_jobs();
     --state_->metrics().open_connections;
   }
 
@@ -148,9 +148,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     streaming_ = plan.meta.stream;
     finished_ = false;
     std::weak_ptr<HttpSession> weak = shared_from_this();
-    plan.job.on_event = [weak](const GenerationEvent& e) {
-      if (auto self = weak.lock()) net::post(self->stream_.get_executor(), [self, e] { self->on_generation_event(e); });
-    };
+    for (size_t i = 0; i < plan.jobs.size(); ++i)
+      plan.jobs[i].on_event = [weak, i](const GenerationEvent& e) {
+        if (auto self = weak.lock())
+          net::post(self->stream_.get_executor(), [self, i, e] { self->on_generation_event(i, e); });
+      };
     stream_.expires_never();
     if (streaming_) {
       pending_ += "HTTP/1.1 200 OK\r\nServer: exlagent\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -159,13 +161,29 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       if (std::string b = writer_->begin(); !b.empty()) pending_ += chunked(b);
       flush();
     }
-    job_ = state_->generator().submit(std::move(plan.job));
+    jobs_.clear();
+    jobs_.push_back(state_->generator().submit(std::move(plan.jobs[0])));
+    waiting_jobs_.assign(std::make_move_iterator(plan.jobs.begin() + 1), std::make_move_iterator(plan.jobs.end()));
     watch_peer();
   }
 
-  void on_generation_event(const GenerationEvent& e) {
+  // Choices after the first start once it has prefilled (its first event), so that its full
+  // prompt pages are in the prefix cache for them.
+  void submit_waiting_jobs() {
+    for (GenerationJob& job : waiting_jobs_) jobs_.push_back(state_->generator().submit(std::move(job)));
+    waiting_jobs_.clear();
+  }
+
+  void cancel_jobs() {
+    waiting_jobs_.clear();
+    for (size_t i = 0; i < jobs_.size(); ++i)
+      if (!writer_ || !writer_->choice_done(i)) state_->generator().cancel(jobs_[i]);
+  }
+
+  void on_generation_event(size_t choice, const GenerationEvent& e) {
     if (finished_ || !writer_) return;
-    std::string out = writer_->on_event(e);
+    std::string out = writer_->on_event(choice, e);
+    if (choice == 0 && !writer_->done()) submit_waiting_jobs();
     if (!writer_->done()) {
       if (streaming_ && !out.empty()) {
         pending_ += chunked(out);
@@ -175,7 +193,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return;
     }
     finished_ = true;
-    state_->metrics().observe_generation(writer_->stats());
+    cancel_jobs();
+    for (size_t i = 0; i < writer_->n_choices(); ++i) state_->metrics().observe_generation(writer_->choice_stats(i));
     plan_admission_.reset();
     if (peer_gone_) return do_close();
     if (!streaming_) {
@@ -210,7 +229,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // A client that is gone or too far behind: cancel its job and drop the connection.
   void abandon() {
     peer_gone_ = true;
-    if (!finished_ && job_) state_->generator().cancel(job_);
+    if (!finished_) cancel_jobs();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   }
@@ -240,7 +259,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   void resume_reading() {
     writer_.reset();
-    job_ = 0;
+    jobs_.clear();
     if (watching_) {
       resume_after_watch_ = true;
       beast::error_code ignored;
@@ -265,7 +284,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<CompletionWriter> writer_;
   std::shared_ptr<void> plan_admission_;
   std::string endpoint_;
-  uint64_t job_ = 0;
+  std::vector<uint64_t> jobs_;               // submitted, by choice
+  std::vector<GenerationJob> waiting_jobs_;  // choices 1.. until choice 0 has prefilled
   bool streaming_ = false;
   bool finished_ = true;
   bool peer_gone_ = false;

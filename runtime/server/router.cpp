@@ -11,6 +11,7 @@
 #include "runtime/openai/api_error.h"
 #include "runtime/openai/openai_request.h"
 #include "runtime/openai/output_constraint.h"
+#include "runtime/openai/responses_request.h"
 
 namespace exl {
 
@@ -122,17 +123,21 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
     throw ApiError(503, state.draining() ? "unavailable_error" : "rate_limit_error",
                    state.draining() ? "The server is shutting down." : "Too many generations in flight; retry later.",
                    {}, state.draining() ? "server_shutting_down" : "server_overloaded");
-  plan.job.prompt = std::move(prompt);
-  plan.job.sampling = g.sampling;
-  plan.job.max_new_tokens = int32_t(g.max_tokens.value_or(room));
-  plan.job.stop_tokens.assign(state.tokenizer().eos_ids().begin(), state.tokenizer().eos_ids().end());
-  plan.job.stop_strings = g.stop;
-  plan.job.top_logprobs = g.top_logprobs;
+  GenerationJob job;
+  job.prompt = std::move(prompt);
+  job.sampling = g.sampling;
+  job.max_new_tokens = int32_t(g.max_tokens.value_or(room));
+  job.stop_tokens.assign(state.tokenizer().eos_ids().begin(), state.tokenizer().eos_ids().end());
+  job.stop_strings = g.stop;
+  job.top_logprobs = g.top_logprobs;
   if (g.top_logprobs >= 0) {
     meta.top_logprobs = g.top_logprobs;
     meta.vocab = shared_token_index(state.tokenizer());
-    meta.hidden_tokens = plan.job.stop_tokens;
+    meta.hidden_tokens = job.stop_tokens;
   }
+  meta.n = g.n;
+  plan.jobs.assign(size_t(g.n), job);
+  for (int32_t i = 0; i < g.n; ++i) plan.jobs[size_t(i)].sampling.seed = choice_seed(g.sampling.seed, i);
   meta.stream = g.stream;
   meta.include_usage = g.include_usage;
   meta.created = int64_t(std::time(nullptr));
@@ -141,8 +146,9 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
   return plan;
 }
 
-RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
-  ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
+// A chat request's generation (chat completions and the Responses API): the prompt rendered by
+// the chat template, one output constraint per choice, the template's stop strings.
+RouteResult chat_plan(const HttpRequest& req, ServerState& state, const ChatRequest& cr, CompletionMeta meta) {
   check_prompt_bytes(state, chat_prompt_bytes(cr), "messages");
   RenderedPrompt prompt;
   try {
@@ -154,17 +160,36 @@ RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
   check_prompt_tokens(state, tokens.size(), "messages");
   GrammarBudget budget = state.options().grammar_budget;
   budget.cancelled = req.client_gone;
-  auto mask = make_output_constraint(cr, state.tokenizer(), state.chat_template()->tool_format(), budget);
-  CompletionMeta meta;
+  std::vector<std::shared_ptr<LogitsMaskHook>> masks;
+  for (int32_t i = 0; i < cr.gen.n; ++i)
+    masks.push_back(make_output_constraint(cr, state.tokenizer(), state.chat_template()->tool_format(), budget));
   meta.chat = true;
-  meta.id = random_id("chatcmpl-");
   meta.tools_enabled = cr.tool_choice != ToolChoice::none;
   RouteResult r;
   r.plan = plan_generation(state, cr.gen, std::move(tokens), std::move(meta));
-  r.plan->job.mask = std::move(mask);
-  for (const auto& s : state.chat_template()->stop_strings())
-    if (!s.empty()) r.plan->job.stop_strings.push_back(s);
+  for (size_t i = 0; i < r.plan->jobs.size(); ++i) {
+    GenerationJob& job = r.plan->jobs[i];
+    job.mask = std::move(masks[i]);
+    for (const auto& s : state.chat_template()->stop_strings())
+      if (!s.empty()) job.stop_strings.push_back(s);
+  }
   return r;
+}
+
+RouteResult chat_completions(const HttpRequest& req, ServerState& state) {
+  const ChatRequest cr = parse_chat_request(req.body, state.tokenizer().vocab_size());
+  CompletionMeta meta;
+  meta.id = random_id("chatcmpl-");
+  return chat_plan(req, state, cr, std::move(meta));
+}
+
+RouteResult responses(const HttpRequest& req, ServerState& state) {
+  const ResponsesRequest rr = parse_responses_request(req.body, state.tokenizer().vocab_size());
+  CompletionMeta meta;
+  meta.id = random_id("resp_");
+  meta.responses = true;
+  meta.response_echo = json::parse(rr.echo.dump());
+  return chat_plan(req, state, rr.chat, std::move(meta));
 }
 
 RouteResult completions(const HttpRequest& req, ServerState& state) {
@@ -185,7 +210,8 @@ RouteResult completions(const HttpRequest& req, ServerState& state) {
   return r;
 }
 
-constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models",
+                                        "/health", "/metrics"};
 constexpr std::string_view kModelPrefix = "/v1/models/";
 
 json model_object(const ServerState& state) {
@@ -244,6 +270,10 @@ RouteResult dispatch(const HttpRequest& req, ServerState& state, std::string& en
   if (path == "/v1/completions") {
     require_method(req, "POST");
     return completions(req, state);
+  }
+  if (path == "/v1/responses") {
+    require_method(req, "POST");
+    return responses(req, state);
   }
   if (path == "/v1/models") {
     require_method(req, "GET");

@@ -4,8 +4,10 @@
 //
 // Every route checks Host and Origin (check_request_source). Every route but /health needs the
 // API key when one is configured; /metrics too unless options.metrics_public.
-//   POST /v1/chat/completions   POST /v1/completions   GET /v1/models   GET /v1/models/{id}
-//   GET /health   GET /metrics
+//   POST /v1/chat/completions   POST /v1/completions   POST /v1/responses   GET /v1/models
+//   GET /v1/models/{id}   GET /health   GET /metrics
+// /v1/responses is a chat request (runtime/openai/responses_request.h) written in the Responses
+// API's shape (CompletionMeta::responses).
 // An unknown model id (percent-decoded from the path) is a 404 with code model_not_found naming it.
 #pragma once
 #include <memory>
@@ -19,9 +21,14 @@
 
 namespace exl {
 
+// A request's generation: one job per choice (meta.n), identical but for their seeds
+// (choice_seed) and their own mask hooks. The connection submits jobs[0] first and the others
+// once it has prefilled (its first event), so they take the prompt's full KV pages from the
+// prefix cache instead of prefilling them again; only the prompt's last, partial page is
+// recomputed per choice.
 struct GenerationPlan {
   CompletionMeta meta;
-  GenerationJob job;               // on_event is left for the connection to set
+  std::vector<GenerationJob> jobs;  // on_event is left for the connection to set
   std::shared_ptr<void> admission;  // releases the generation slot when dropped
   std::string endpoint;             // for metrics
 };

@@ -274,3 +274,142 @@ for (const template of ['mistral', 'llama2']) {
     }
   });
 }
+
+test('n = 3: three choices, streamed and not, read by the SDK', { skip }, async () => {
+  const whole = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 10, temperature: 1, seed: 5, n: 3,
+  });
+  assert.deepEqual(whole.choices.map((c) => c.index), [0, 1, 2]);
+  const texts = whole.choices.map((c) => c.message.content);
+  assert.equal(new Set(texts).size, 3, `choices differ: ${JSON.stringify(texts)}`);
+  whole.choices.forEach((c) => assert.ok(['stop', 'length'].includes(c.finish_reason)));
+  assert.ok(whole.usage.completion_tokens >= 3 && whole.usage.completion_tokens <= 30);
+  assert.equal(whole.usage.total_tokens, whole.usage.prompt_tokens + whole.usage.completion_tokens);
+
+  const stream = await client.chat.completions.create({
+    model: 'stories', messages, max_tokens: 10, temperature: 1, seed: 5, n: 3, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const streamed = ['', '', ''];
+  const finish = [null, null, null];
+  let usage = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      streamed[c.index] += c.delta.content ?? '';
+      finish[c.index] = c.finish_reason ?? finish[c.index];
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert.deepEqual(streamed, texts, 'a seeded request is reproducible');
+  assert.deepEqual(finish, whole.choices.map((c) => c.finish_reason));
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+
+  const c = await client.completions.create({ model: 'stories', prompt: 'Once upon a time', max_tokens: 6, n: 3, seed: 2, temperature: 1 });
+  assert.deepEqual(c.choices.map((x) => x.index), [0, 1, 2]);
+  await assert.rejects(client.chat.completions.create({ model: 'stories', messages, n: 17 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
+});
+
+test('responses.create: text and a json_schema format', { skip }, async () => {
+  const r = await client.responses.create({
+    model: 'stories', instructions: 'You tell short stories for small children.',
+    input: 'Tell me a story about a brave little dog.', max_output_tokens: 12, temperature: 0,
+  });
+  assert.equal(r.object, 'response');
+  assert.ok(r.id.startsWith('resp_'));
+  assert.ok(['completed', 'incomplete'].includes(r.status));
+  assert.equal(r.output[0].type, 'message');
+  assert.equal(r.output[0].content[0].type, 'output_text');
+  assert.ok(r.output_text.length > 0);
+  assert.equal(r.output_text, r.output[0].content[0].text);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  const chat = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 12, temperature: 0 });
+  assert.equal(r.output_text, chat.choices[0].message.content, 'the same generation as chat completions');
+
+  const validate = ajv.compile(storySchema);
+  const j = await client.responses.create({
+    model: 'stories', input: [{ role: 'user', content: [{ type: 'input_text', text: 'Tell me a story.' }] }],
+    max_output_tokens: 200, temperature: 1,
+    text: { format: { type: 'json_schema', name: 'story', schema: storySchema, strict: true } },
+  });
+  assert.equal(j.status, 'completed');
+  assert.ok(validate(JSON.parse(j.output_text)), `${j.output_text} ${JSON.stringify(validate.errors)}`);
+  await assert.rejects(client.responses.create({ model: 'stories', input: 'x', previous_response_id: 'resp_1' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id');
+});
+
+test('responses.stream: deltas and the final response', { skip }, async () => {
+  const stream = client.responses.stream({
+    model: 'stories', instructions: 'You tell short stories for small children.',
+    input: 'Tell me a story about a brave little dog.', max_output_tokens: 12, temperature: 0,
+  });
+  let text = '';
+  const types = [];
+  stream.on('response.output_text.delta', (e) => { text += e.delta; });
+  for await (const e of stream) types.push(e.type);
+  const final = await stream.finalResponse();
+  assert.equal(types[0], 'response.created');
+  assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)));
+  assert.ok(text.length > 0);
+  assert.equal(final.output[0].content[0].text, text);
+  const whole = await client.responses.create({
+    model: 'stories', instructions: 'You tell short stories for small children.',
+    input: 'Tell me a story about a brave little dog.', max_output_tokens: 12, temperature: 0,
+  });
+  assert.equal(whole.output_text, text);
+});
+
+test('responses: a function call round trip (call, function_call_output, answer), streamed too', { skip }, async () => {
+  const { proc, client: served } = await startServer(['--chat-template', 'mistral']);
+  try {
+    const tools = [{ type: 'function', name: 'w', strict: true, parameters: weatherTools[0].function.parameters }];
+    const input = [{ role: 'user', content: 'Oslo?' }];
+    const first = await served.responses.create({
+      model: 'stories', input, tools, tool_choice: 'required', parallel_tool_calls: false, temperature: 0,
+    });
+    const calls = first.output.filter((o) => o.type === 'function_call');
+    assert.equal(calls.length, 1, JSON.stringify(first.output));
+    assert.equal(calls[0].name, 'w');
+    assert.ok(ajv.compile(weatherTools[0].function.parameters)(JSON.parse(calls[0].arguments)));
+    const next = [...input, calls[0], { type: 'function_call_output', call_id: calls[0].call_id, output: '4 degrees' }];
+    const answer = await served.responses.create({
+      model: 'stories', input: next, tools, tool_choice: 'none', max_output_tokens: 8, temperature: 0,
+    });
+    assert.equal(answer.output[0].type, 'message');
+    assert.equal(typeof answer.output_text, 'string');
+    assert.ok(!answer.output_text.includes('[TOOL_CALLS]'));
+
+    const stream = served.responses.stream({
+      model: 'stories', input, tools, tool_choice: 'required', parallel_tool_calls: false, temperature: 0,
+    });
+    let args = '';
+    stream.on('response.function_call_arguments.delta', (e) => { args += e.delta; });
+    const final = await stream.finalResponse();
+    const streamedCalls = final.output.filter((o) => o.type === 'function_call');
+    assert.equal(streamedCalls.length, 1);
+    assert.equal(args, streamedCalls[0].arguments);
+    assert.equal(streamedCalls[0].arguments, calls[0].arguments);
+  } finally {
+    const exited = new Promise((resolve) => proc.on('exit', resolve));
+    proc.kill('SIGTERM');
+    await exited;
+  }
+});
+
+test('parallel_tool_calls false: tool_choice auto replies hold at most one call', { skip }, async () => {
+  const { proc, client: served } = await startServer(['--chat-template', 'llama2']);
+  try {
+    for (let seed = 1; seed <= 4; seed++) {
+      const r = await served.chat.completions.create({
+        model: 'stories', temperature: 1, seed, tools: weatherTools, parallel_tool_calls: false, max_tokens: 60,
+        messages: [{ role: 'user', content: 'Oslo?' }],
+      });
+      assert.ok((r.choices[0].message.tool_calls ?? []).length <= 1, JSON.stringify(r.choices[0].message));
+      assert.ok(!(r.choices[0].message.content ?? '').includes('<tool_call>'));
+    }
+  } finally {
+    const exited = new Promise((resolve) => proc.on('exit', resolve));
+    proc.kill('SIGTERM');
+    await exited;
+  }
+});

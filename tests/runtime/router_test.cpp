@@ -3,6 +3,9 @@
 // generator is never started, so nothing here generates.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "runtime/openai/completion_writer.h"
@@ -247,7 +250,42 @@ TEST_F(Router, ValidationNamesTheField) {
                      *state_),
                400, "invalid_request_error", "messages", "context_length_exceeded");
   expect_error(route(req("POST", "/v1/completions", R"({"prompt":5})"), *state_), 400, "invalid_request_error", "prompt");
-  expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"n", 2}})), *state_), 400, "not_supported_error", "n");
+  for (int n : {0, 17, -1})
+    expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"n", n}})), *state_), 400,
+                 "invalid_request_error", "n");
+  expect_error(route(req("POST", "/v1/completions", R"({"prompt":"x","n":17})"), *state_), 400, "invalid_request_error",
+               "n");
+  expect_error(route(req("POST", "/v1/completions", R"({"prompt":"x","n":2.5})"), *state_), 400, "invalid_request_error",
+               "n");
+}
+
+// n choices are n jobs: the same prompt and settings, each with its own mask hook, choice 0 with
+// the request's seed and the others with distinct seeds derived from it.
+TEST_F(Router, NChoicesAreNJobsWithDerivedSeedsAndTheirOwnMasks) {
+  const json schema_rf = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}};
+  auto r = route(req("POST", "/v1/chat/completions", chat_body({{"n", 3}, {"seed", 42}, {"response_format", schema_rf}})),
+                 *state_);
+  ASSERT_TRUE(r.plan.has_value()) << r.response.body;
+  ASSERT_EQ(r.plan->jobs.size(), 3u);
+  EXPECT_EQ(r.plan->meta.n, 3);
+  EXPECT_EQ(r.plan->jobs[0].sampling.seed, 42u);
+  std::set<uint64_t> seeds;
+  for (const auto& job : r.plan->jobs) {
+    EXPECT_EQ(job.prompt, r.plan->jobs[0].prompt);
+    EXPECT_EQ(job.max_new_tokens, r.plan->jobs[0].max_new_tokens);
+    ASSERT_TRUE(job.sampling.seed.has_value());
+    seeds.insert(*job.sampling.seed);
+    EXPECT_NE(job.mask, nullptr);
+  }
+  EXPECT_EQ(seeds.size(), 3u);
+  EXPECT_NE(r.plan->jobs[1].mask, r.plan->jobs[2].mask);
+  auto again = route(req("POST", "/v1/chat/completions", chat_body({{"n", 3}, {"seed", 42}})), *state_);
+  ASSERT_TRUE(again.plan.has_value());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(again.plan->jobs[i].sampling.seed, r.plan->jobs[i].sampling.seed);
+  auto unseeded = route(req("POST", "/v1/completions", R"({"prompt":"x","n":2})"), *state_);
+  ASSERT_TRUE(unseeded.plan.has_value());
+  ASSERT_EQ(unseeded.plan->jobs.size(), 2u);
+  for (const auto& job : unseeded.plan->jobs) EXPECT_FALSE(job.sampling.seed.has_value());
 }
 
 TEST_F(Router, ConstraintsBecomeGrammarMasksAndUnenforceableOnesFailClosed) {
@@ -263,7 +301,7 @@ TEST_F(Router, ConstraintsBecomeGrammarMasksAndUnenforceableOnesFailClosed) {
   for (const auto& body : enforced) {
     auto r = route(req("POST", "/v1/chat/completions", body), *state_);
     ASSERT_TRUE(r.plan.has_value()) << body << ": " << r.response.body;
-    EXPECT_NE(r.plan->job.mask, nullptr) << body;
+    EXPECT_NE(r.plan->jobs[0].mask, nullptr) << body;
   }
   const json bad_schema = {{"type", "json_schema"},
                            {"json_schema", {{"name", "x"}, {"schema", json::parse(R"({"properties":{"a":{"$dynamicRef":"#meta"}}})")}}}};
@@ -281,7 +319,7 @@ TEST_F(Router, ConstraintsBecomeGrammarMasksAndUnenforceableOnesFailClosed) {
   auto ok = route(req("POST", "/v1/chat/completions", chat_body({{"tools", tools}, {"response_format", {{"type", "text"}}}})), *state_);
   ASSERT_TRUE(ok.plan.has_value()) << ok.response.body;
   EXPECT_TRUE(ok.plan->meta.tools_enabled);
-  EXPECT_EQ(ok.plan->job.mask, nullptr);
+  EXPECT_EQ(ok.plan->jobs[0].mask, nullptr);
 }
 
 TEST_F(Router, ChatPlanCarriesPromptAndSampling) {
@@ -305,18 +343,18 @@ TEST_F(Router, ChatPlanCarriesPromptAndSampling) {
   const auto& p = *r.plan;
   // The stories tokenizer has no chat template, so ChatML is used; developer is system.
   const std::string expected = "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n";
-  EXPECT_EQ(p.job.prompt, state_->tokenizer().encode(expected, true));
-  EXPECT_EQ(p.job.prompt.front(), *state_->tokenizer().bos_id());
-  EXPECT_EQ(p.job.max_new_tokens, state_->context_length() - int64_t(p.job.prompt.size()));
-  EXPECT_FLOAT_EQ(p.job.sampling.temperature, 0.5f);
-  EXPECT_FLOAT_EQ(p.job.sampling.top_p, 0.9f);
-  EXPECT_EQ(p.job.sampling.seed, 7u);
-  EXPECT_EQ(p.job.sampling.logit_bias.at(10), -100.f);
-  EXPECT_EQ(p.job.sampling.logit_bias.at(11), 5.f);
-  EXPECT_NE(std::find(p.job.stop_strings.begin(), p.job.stop_strings.end(), "END"), p.job.stop_strings.end());
-  EXPECT_NE(std::find(p.job.stop_strings.begin(), p.job.stop_strings.end(), "<|im_end|>"), p.job.stop_strings.end());
+  EXPECT_EQ(p.jobs[0].prompt, state_->tokenizer().encode(expected, true));
+  EXPECT_EQ(p.jobs[0].prompt.front(), *state_->tokenizer().bos_id());
+  EXPECT_EQ(p.jobs[0].max_new_tokens, state_->context_length() - int64_t(p.jobs[0].prompt.size()));
+  EXPECT_FLOAT_EQ(p.jobs[0].sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(p.jobs[0].sampling.top_p, 0.9f);
+  EXPECT_EQ(p.jobs[0].sampling.seed, 7u);
+  EXPECT_EQ(p.jobs[0].sampling.logit_bias.at(10), -100.f);
+  EXPECT_EQ(p.jobs[0].sampling.logit_bias.at(11), 5.f);
+  EXPECT_NE(std::find(p.jobs[0].stop_strings.begin(), p.jobs[0].stop_strings.end(), "END"), p.jobs[0].stop_strings.end());
+  EXPECT_NE(std::find(p.jobs[0].stop_strings.begin(), p.jobs[0].stop_strings.end(), "<|im_end|>"), p.jobs[0].stop_strings.end());
   for (int32_t eos : state_->tokenizer().eos_ids())
-    EXPECT_NE(std::find(p.job.stop_tokens.begin(), p.job.stop_tokens.end(), eos), p.job.stop_tokens.end());
+    EXPECT_NE(std::find(p.jobs[0].stop_tokens.begin(), p.jobs[0].stop_tokens.end(), eos), p.jobs[0].stop_tokens.end());
   EXPECT_TRUE(p.meta.chat && p.meta.stream && p.meta.include_usage);
   EXPECT_FALSE(p.meta.tools_enabled);
   EXPECT_EQ(p.meta.id.rfind("chatcmpl-", 0), 0u);
@@ -324,8 +362,8 @@ TEST_F(Router, ChatPlanCarriesPromptAndSampling) {
 
   auto c = route(req("POST", "/v1/completions", R"({"prompt":["Once upon"],"max_tokens":7,"echo":true})"), *state_);
   ASSERT_TRUE(c.plan.has_value()) << c.response.body;
-  EXPECT_EQ(c.plan->job.prompt, state_->tokenizer().encode("Once upon", true));
-  EXPECT_EQ(c.plan->job.max_new_tokens, 7);
+  EXPECT_EQ(c.plan->jobs[0].prompt, state_->tokenizer().encode("Once upon", true));
+  EXPECT_EQ(c.plan->jobs[0].max_new_tokens, 7);
   EXPECT_FALSE(c.plan->meta.chat);
   EXPECT_EQ(c.plan->meta.echo, "Once upon");
 }
@@ -349,13 +387,13 @@ TEST_F(Router, ChatContentCannotInjectSpecialTokens) {
   const std::string rendered = "<|im_start|>user\n" + content + "<|im_end|>\n<|im_start|>assistant\n";
   const std::vector<int32_t> old = tok.encode(rendered, true);
   ASSERT_NE(std::find(old.begin(), old.end(), eos), old.end()) << "encoding the text whole parses </s>";
-  EXPECT_EQ(specials(r.plan->job.prompt), std::vector<int32_t>{*tok.bos_id()});
-  EXPECT_NE(tok.decode(r.plan->job.prompt).find(content), std::string::npos);
+  EXPECT_EQ(specials(r.plan->jobs[0].prompt), std::vector<int32_t>{*tok.bos_id()});
+  EXPECT_NE(tok.decode(r.plan->jobs[0].prompt).find(content), std::string::npos);
 
   auto c = route(req("POST", "/v1/completions", json{{"prompt", content}, {"max_tokens", 1}}.dump()), *state_);
   ASSERT_TRUE(c.plan.has_value()) << c.response.body;
-  EXPECT_EQ(c.plan->job.prompt, tok.encode(content, true));
-  EXPECT_NE(std::find(c.plan->job.prompt.begin(), c.plan->job.prompt.end(), eos), c.plan->job.prompt.end());
+  EXPECT_EQ(c.plan->jobs[0].prompt, tok.encode(content, true));
+  EXPECT_NE(std::find(c.plan->jobs[0].prompt.begin(), c.plan->jobs[0].prompt.end(), eos), c.plan->jobs[0].prompt.end());
 }
 
 // Issue 28: a 6 MB prompt under the body limit cost 12 s of CPU before any limit applied. Prompt
@@ -593,6 +631,82 @@ TEST(CompletionWriter, NonStreamingBodies) {
   EXPECT_EQ(ev[1]["error"]["message"], "engine: boom");
 }
 
+// n = 3: choices interleave; each gets its role chunk, its own finish_reason when it ends, and
+// the usage counts the prompt once and every choice's tokens.
+TEST(CompletionWriter, ChoicesStreamInterleavedAndUsageCountsThePromptOnce) {
+  CompletionMeta m = meta(true, true, true);
+  m.n = 3;
+  CompletionWriter w(m, nullptr);
+  std::string s = w.begin();
+  s += w.on_event(0, token("A"));
+  s += w.on_event(2, token("C"));
+  s += w.on_event(1, token("B"));
+  s += w.on_event(2, done(FinishReason::stop_token, 10, 0, 1));
+  EXPECT_FALSE(w.done());
+  s += w.on_event(0, token("a"));
+  s += w.on_event(0, done(FinishReason::max_tokens, 10, 0, 2));
+  EXPECT_FALSE(w.done());
+  s += w.on_event(1, done(FinishReason::stop_token, 10, 8, 5));
+  EXPECT_TRUE(w.done());
+  s += w.on_event(1, token("late"));
+  bool saw_done = false;
+  auto ev = sse_events(s, &saw_done);
+  EXPECT_TRUE(saw_done);
+  std::map<int, std::string> text, finish;
+  std::map<int, int> roles;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    ASSERT_EQ(ev[i]["choices"].size(), 1u);
+    const auto& c = ev[i]["choices"][0];
+    const int idx = c["index"];
+    if (c["delta"].contains("role")) ++roles[idx];
+    text[idx] += c["delta"].value("content", "");
+    if (!c["finish_reason"].is_null()) {
+      EXPECT_EQ(finish.count(idx), 0u) << "one finish_reason per choice";
+      finish[idx] = c["finish_reason"];
+    }
+  }
+  EXPECT_EQ(roles, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}}));
+  EXPECT_EQ(text, (std::map<int, std::string>{{0, "Aa"}, {1, "B"}, {2, "C"}}));
+  EXPECT_EQ(finish, (std::map<int, std::string>{{0, "length"}, {1, "stop"}, {2, "stop"}}));
+  const json& usage = ev.back()["usage"];
+  EXPECT_TRUE(ev.back()["choices"].empty());
+  EXPECT_EQ(usage["prompt_tokens"], 10);
+  EXPECT_EQ(usage["completion_tokens"], 8);
+  EXPECT_EQ(usage["total_tokens"], 18);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 0) << "choice 0's prompt";
+  EXPECT_EQ(w.stats().n_generated, 8);
+}
+
+TEST(CompletionWriter, ChoicesInOneBodyAndAFailedChoiceFailsTheResponse) {
+  CompletionMeta m = meta(true, false, false, true);
+  m.n = 2;
+  CompletionWriter w(m, make_chat_template(parse_template_name("chatml"), {}));
+  w.on_event(1, token("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>"));
+  w.on_event(1, done(FinishReason::stop_string, 10, 0, 9));
+  EXPECT_FALSE(w.done());
+  w.on_event(0, token("Hello"));
+  w.on_event(0, done(FinishReason::stop_token, 10, 0, 2));
+  ASSERT_TRUE(w.done());
+  json j = json::parse(w.response().body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["choices"][1]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["choices"][1]["message"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 11);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 10);
+
+  CompletionMeta tm = meta(false, false);
+  tm.n = 2;
+  CompletionWriter t(tm, nullptr);
+  t.on_event(1, done(FinishReason::error));
+  EXPECT_TRUE(t.done()) << "one failed choice ends the response";
+  EXPECT_FALSE(t.choice_done(0));
+  EXPECT_EQ(t.response().status, 500);
+}
+
 // --- logprobs -------------------------------------------------------------------------------
 
 // Vocabulary: 0 "Once", 1 " upon", 2 "\xc3" (half a character), 3 "\xa9", 4 end of turn.
@@ -676,22 +790,22 @@ TEST(CompletionWriter, CompletionsLogprobsHaveOffsetsAfterTheEcho) {
 TEST_F(Router, LogprobsParametersAreCheckedAndReachTheJob) {
   auto chat = route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", true}, {"top_logprobs", 4}})), *state_);
   ASSERT_TRUE(chat.plan.has_value()) << chat.response.body;
-  EXPECT_EQ(chat.plan->job.top_logprobs, 4);
+  EXPECT_EQ(chat.plan->jobs[0].top_logprobs, 4);
   EXPECT_EQ(chat.plan->meta.top_logprobs, 4);
   ASSERT_NE(chat.plan->meta.vocab, nullptr);
   EXPECT_FALSE(chat.plan->meta.hidden_tokens.empty());
   chat.plan.reset();
   auto only = route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", true}})), *state_);
   ASSERT_TRUE(only.plan.has_value());
-  EXPECT_EQ(only.plan->job.top_logprobs, 0);
+  EXPECT_EQ(only.plan->jobs[0].top_logprobs, 0);
   only.plan.reset();
   auto none = route(req("POST", "/v1/chat/completions", chat_body({{"logprobs", false}})), *state_);
   ASSERT_TRUE(none.plan.has_value());
-  EXPECT_EQ(none.plan->job.top_logprobs, -1);
+  EXPECT_EQ(none.plan->jobs[0].top_logprobs, -1);
   none.plan.reset();
   auto c = route(req("POST", "/v1/completions", R"({"prompt":"x","logprobs":2})"), *state_);
   ASSERT_TRUE(c.plan.has_value()) << c.response.body;
-  EXPECT_EQ(c.plan->job.top_logprobs, 2);
+  EXPECT_EQ(c.plan->jobs[0].top_logprobs, 2);
   c.plan.reset();
   expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"top_logprobs", 2}})), *state_), 400,
                "invalid_request_error", "top_logprobs");

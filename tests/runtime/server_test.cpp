@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <boost/asio/connect.hpp>
@@ -267,6 +269,78 @@ int64_t generated_tokens_total(ServerState& st) {
   const std::string key = "\nexlagent:generation_tokens_total ";
   const size_t p = m.find(key);
   return p == std::string::npos ? -1 : std::stoll(m.substr(p + key.size()));
+}
+
+int64_t metric_total(ServerState& st, const std::string& name) {
+  const std::string m = st.metrics().render(0);
+  const std::string key = "\n" + name + " ";
+  const size_t p = m.find(key);
+  return p == std::string::npos ? -1 : std::stoll(m.substr(p + key.size()));
+}
+
+// n = 3 runs three jobs; choices 1 and 2 start after choice 0 has prefilled and take every full
+// page of the prompt from the prefix cache (the fixture's pages hold 16 tokens), so the prompt is
+// prefilled once. A seeded request is reproducible as a whole, and its choices differ.
+TEST_F(ServerFixture, NChoicesSharePromptPagesAndAreReproducibleWithASeed) {
+  json body = story_request(12, false);
+  body["messages"][0]["content"] = "You are the storyteller of a small seaside village school.";
+  body["messages"][1]["content"] = "Tell me a story about a brave little cat named Whiskers who lives by the sea.";
+  body["n"] = 3;
+  body["seed"] = 11;
+  body["temperature"] = 1.0;
+  const int64_t prompt_before = metric_total(*state_, "exlagent:prompt_tokens_total");
+  const int64_t hits_before = metric_total(*state_, "exlagent:prefix_cache_hit_tokens_total");
+  json a = chat(body);
+  const int64_t prompt = a["usage"]["prompt_tokens"];
+  ASSERT_GT(prompt, 48);
+  const int64_t cached0 = a["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_LE(cached0, 16) << "a prompt never seen but for the template's opening page";
+  EXPECT_EQ(metric_total(*state_, "exlagent:prompt_tokens_total") - prompt_before, 3 * prompt);
+  EXPECT_GE(metric_total(*state_, "exlagent:prefix_cache_hit_tokens_total") - hits_before,
+            cached0 + 2 * ((prompt - 1) / 16 * 16))
+      << "choices 1 and 2 reuse choice 0's full prompt pages";
+  ASSERT_EQ(a["choices"].size(), 3u);
+  int64_t completion = 0;
+  std::set<std::string> texts;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& c = a["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    texts.insert(c["message"]["content"].get<std::string>());
+    EXPECT_TRUE(c["finish_reason"] == "stop" || c["finish_reason"] == "length") << c;
+  }
+  EXPECT_EQ(texts.size(), 3u) << a;
+  completion = a["usage"]["completion_tokens"];
+  EXPECT_GE(completion, 3);
+  EXPECT_LE(completion, 36);
+  EXPECT_EQ(a["usage"]["total_tokens"], prompt + completion);
+
+  json b = chat(body);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(b["choices"][i]["message"], a["choices"][i]["message"]) << i;
+  EXPECT_EQ(b["usage"]["completion_tokens"], completion);
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  Reply r = request("POST", "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto data = sse_data(r.body);
+  ASSERT_EQ(data.back(), "[DONE]");
+  std::map<int, std::string> streamed, finish;
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    json c = json::parse(data[i]);
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const int idx = c["choices"][0]["index"];
+    streamed[idx] += c["choices"][0]["delta"].value("content", "");
+    if (!c["choices"][0]["finish_reason"].is_null()) finish[idx] = c["choices"][0]["finish_reason"];
+  }
+  ASSERT_EQ(streamed.size(), 3u);
+  ASSERT_EQ(finish.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(streamed[i], a["choices"][size_t(i)]["message"]["content"]) << i;
+    EXPECT_EQ(finish[i], a["choices"][size_t(i)]["finish_reason"]) << i;
+  }
+  json usage = json::parse(data[data.size() - 2])["usage"];
+  EXPECT_EQ(usage["completion_tokens"], completion);
+  EXPECT_EQ(usage["prompt_tokens"], prompt);
 }
 
 TEST_F(ServerFixture, ClientDisconnectCancelsItsGeneration) {

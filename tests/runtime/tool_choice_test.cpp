@@ -28,12 +28,13 @@ const json kTools = json::parse(R"([{"type":"function","function":{"name":"w","p
 
 // A sampler that wants to write `target`: at each step it takes the allowed token that continues
 // the target furthest, else a random allowed token. hook null = nothing is masked.
-std::string adversarial_walk(LogitsMaskHook* hook, const Tokenizer& tok, const std::string& target, uint32_t seed) {
+std::string adversarial_walk(LogitsMaskHook* hook, const Tokenizer& tok, const std::string& target, uint32_t seed,
+                             int max_steps = 80) {
   const auto index = shared_token_index(tok);
   std::mt19937 rng(seed);
   std::vector<uint32_t> mask(mask_words(size_t(tok.vocab_size())));
   std::string out;
-  for (int step = 0; step < 80 && (!hook || !hook->terminated()); ++step) {
+  for (int step = 0; step < max_steps && (!hook || !hook->terminated()); ++step) {
     std::fill(mask.begin(), mask.end(), hook ? 0u : ~0u);
     if (hook) hook->fill_mask(mask);
     int32_t best = -1;
@@ -91,6 +92,39 @@ TEST(ToolChoiceNone, AnAdversarialSamplerCannotWriteCallMarkup) {
   const ChatRequest plain = parse_chat_request(json{{"messages", {{{"role", "user"}, {"content", "x"}}}}}.dump(),
                                                tok->vocab_size());
   EXPECT_EQ(make_output_constraint(plain, *tok, ToolFormat::hermes), nullptr);
+}
+
+// parallel_tool_calls false with tool_choice auto: a sampler that steers toward two calls (or
+// text then a call, then another) gets at most one; true (the default) leaves auto unconstrained.
+TEST(ParallelToolCalls, FalseAllowsAtMostOneCallPerReply) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  auto tok = load_tokenizer(test::shared_dir() / kModel);
+  json body = {{"messages", {{{"role", "user"}, {"content", "Oslo?"}}}}, {"tools", kTools}};
+  EXPECT_EQ(make_output_constraint(parse_chat_request(body.dump(), tok->vocab_size()), *tok, ToolFormat::hermes), nullptr);
+  body["parallel_tool_calls"] = false;
+  const ChatRequest single = parse_chat_request(body.dump(), tok->vocab_size());
+  for (const char* name : {"chatml", "mistral", "llama2"}) {
+    auto tmpl = make_chat_template(parse_template_name(name), {});
+    const bool mistral = tmpl->tool_format() == ToolFormat::mistral;
+    const bool hermes = tmpl->tool_format() == ToolFormat::hermes;
+    const std::string call = mistral ? R"([TOOL_CALLS] [{"name": "w", "arguments": {"c": "x"}}, {"name": "w", "arguments": {"c": "y"}}])"
+                             : hermes ? "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"x\"}}\n</tool_call>\n"
+                                        "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": \"y\"}}\n</tool_call>"
+                                      : R"(<tool_call>{"name": "w", "arguments": {"c": "x"}}</tool_call>)"
+                                        "\n"
+                                        R"(<tool_call>{"name": "w", "arguments": {"c": "y"}}</tool_call>)";
+    const std::string free = adversarial_walk(nullptr, *tok, call, 1, 400);
+    EXPECT_NE(free.find("\"name\"", free.find("\"name\"") + 1), std::string::npos)
+        << name << ": the sampler writes two calls unconstrained: " << free;
+    for (const std::string& target : {call, "Sure. " + call}) {
+      for (uint32_t seed = 1; seed <= 3; ++seed) {
+        auto hook = make_output_constraint(single, *tok, tmpl->tool_format());
+        ASSERT_NE(hook, nullptr) << name;
+        const std::string text = adversarial_walk(hook.get(), *tok, target, seed, 400);
+        EXPECT_LE(tmpl->parse_reply(text, true).tool_calls.size(), 1u) << name << ": " << text;
+      }
+    }
+  }
 }
 
 // A server on the Llama 2 template, which has no tool format of its own.
@@ -165,7 +199,7 @@ TEST_F(GenericToolServer, NoneIsConstrainedAndNeverParsed) {
                   {"tool_choice", "none"}}.dump();
   RouteResult r = route(req, *state_);
   ASSERT_TRUE(r.plan.has_value()) << r.response.body;
-  EXPECT_NE(r.plan->job.mask, nullptr);
+  EXPECT_NE(r.plan->jobs[0].mask, nullptr);
   EXPECT_FALSE(r.plan->meta.tools_enabled);
 }
 

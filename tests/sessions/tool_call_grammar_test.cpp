@@ -85,6 +85,30 @@ ToolCallGrammarOptions spaced(ToolCallGrammarOptions o) {
   return o;
 }
 
+// parallel_tool_calls false with tool_choice auto: one call, or text with no call markup anywhere,
+// so no reply parses into two calls (text before a call would let a second one follow).
+TEST(ToolCallGrammar, CallOrPlainTextHoldsAtMostOneCall) {
+  const std::string one = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\":1,\"b\":2}}\n</tool_call>";
+  const Grammar cm = tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::call_or_plain_text, false));
+  EXPECT_TRUE(accepts(cm, "Hello there"));
+  EXPECT_TRUE(accepts(cm, one));
+  EXPECT_FALSE(accepts(cm, one + "\n" + one));
+  EXPECT_FALSE(accepts(cm, "Sure. " + one));
+  EXPECT_FALSE(accepts(cm, "Sure. " + one + "\n" + one));
+  EXPECT_FALSE(accepts(cm, ""));
+  const Grammar par = tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::call_or_plain_text, true));
+  EXPECT_TRUE(accepts(par, one + "\n" + one)) << "parallel calls stay possible when allowed";
+  const Grammar mi = tool_call_grammar(ToolFormat::mistral, tools(), opts(ToolCallMode::call_or_plain_text, false));
+  EXPECT_TRUE(accepts(mi, R"([TOOL_CALLS] [{"name": "add", "arguments": {"a":3,"b":4}}])"));
+  EXPECT_FALSE(accepts(mi, R"([TOOL_CALLS] [{"name": "add", "arguments": {"a":3,"b":4}}, {"name": "add", "arguments": {"a":0,"b":0}}])"));
+  EXPECT_FALSE(accepts(mi, R"(ok [TOOL_CALLS] [{"name": "add", "arguments": {"a":3,"b":4}}])"));
+  const Grammar ge = tool_call_grammar(ToolFormat::generic, tools(), spaced(opts(ToolCallMode::call_or_plain_text, false)));
+  const std::string g1 = R"(<tool_call>{"name": "add", "arguments": {"a": 3, "b": 4}}</tool_call>)";
+  EXPECT_TRUE(accepts(ge, g1));
+  EXPECT_FALSE(accepts(ge, g1 + "\n" + g1));
+  EXPECT_TRUE(accepts(ge, "Four."));
+}
+
 TEST(ToolCallGrammar, GenericFormatAcceptsOnlyCallsOfOfferedTools) {
   const Grammar g = tool_call_grammar(ToolFormat::generic, tools(), spaced(opts(ToolCallMode::required, true)));
   const std::string one = R"(<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}</tool_call>)";
