@@ -34,6 +34,7 @@ JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
   GeneratorOptions go;
   go.page_size = 64;
   go.max_batch_seqs = opts_.max_batch_seqs;
+  go.speculate = opts_.speculate;
   go.num_pages = int(int64_t(opts_.max_batch_seqs) * ((ctx_ + go.page_size - 1) / go.page_size) + 1);
   gen_ = host_->load_generator(go, ctx_);
 }

@@ -29,6 +29,7 @@ struct JobEngineOptions {
   std::string backend = "cpu";
   int cpu_threads = 0;           // 0 = all
   int max_batch_seqs = 16;       // jobs decoding at once
+  Speculation speculate = Speculation::auto_;  // engine/generate/speculation.h
   int64_t max_context = 4096;    // tokens one job may hold (capped by the model's context)
   std::string chat_template;     // override name; empty = detect
 };

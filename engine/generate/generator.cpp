@@ -481,14 +481,17 @@ bool Generator::step() {
   };
   std::vector<Planned> plan;
   int64_t budget = opts_.max_step_tokens;
+  const auto decoding = std::count_if(active_.begin(), active_.end(), [](const auto& a) { return !a->prefilling(); });
+  const bool auto_drafts = decoding <= opts_.speculate_max_seqs;
   for (auto& a : active_)
     if (!a->prefilling() && budget > 0) {
       int64_t n = std::min<int64_t>(budget, int64_t(a->tokens.size()) - a->n_done);
       a->draft.clear();
-      if (n == 1 && int64_t(a->tokens.size()) == a->n_done + 1 && a->speculates()) {
+      if (n == 1 && int64_t(a->tokens.size()) == a->n_done + 1 && a->speculates() &&
+          (auto_drafts || a->job.speculate == Speculation::ngram)) {
         const int64_t room = std::min<int64_t>(
             {budget - 1, a->draft_len.cur, int64_t(a->job.max_new_tokens) - a->stats.n_generated - 1});
-        a->draft = ngram_draft(a->tokens, int(room));
+        a->draft = ngram_draft(a->tokens, int(room), 3, 1);
         n += int64_t(a->draft.size());
       }
       plan.push_back({a.get(), n});

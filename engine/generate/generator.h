@@ -126,6 +126,10 @@ struct GeneratorOptions {
   bool pipelined = true;
   // Speculative decoding for jobs that do not choose (GenerationJob::speculate).
   Speculation speculate = Speculation::none;
+  // `auto` drafts only in steps where at most this many jobs decode: a pass of several positions
+  // per job costs about one position's time only while the pass is not compute-bound (CPU,
+  // demo model: faster at 1-2 jobs, slower from 4; BENCHMARKS.md session 17).
+  int speculate_max_seqs = 2;
 };
 
 class Generator {

@@ -117,6 +117,7 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 #include <fstream>
 #include <iostream>
 
+#include "engine/generate/speculation.h"
 #include "runtime/model_host.h"
 #include "tools/mcp/mcp_client.h"
 
@@ -160,6 +161,13 @@ std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a) {
       }
     }
   return out;
+}
+
+Speculation speculation_flag(const ParsedArgs& a) {
+  const std::string v = a.get_or("--speculate", "auto");
+  const auto s = parse_speculation(v);
+  if (!s) throw UsageError(cat("--speculate must be none, ngram or auto, not '", v, "'"));
+  return *s;
 }
 
 ModelHostOptions model_host_options(const ParsedArgs& a) {

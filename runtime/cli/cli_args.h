@@ -1,6 +1,7 @@
 // Command-line parsing for `exlagent <command>`: declared flags and positionals, `--help`,
 // and usage errors (unknown flags, missing values or arguments) as exl::UsageError.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <span>
@@ -78,5 +79,13 @@ struct ModelHostOptions;
 // The model flags of the commands that load one (--model, --backend, --threads, --cache) as
 // ModelHostOptions (runtime/model_host.h); a bad --cache throws exl::Error.
 ModelHostOptions model_host_options(const ParsedArgs& a);
+
+enum class Speculation : uint8_t;
+// --speculate none|ngram|auto (default auto); anything else is a UsageError.
+Speculation speculation_flag(const ParsedArgs& a);
+// The --speculate line of a command's flag table.
+inline constexpr const char* k_speculate_help =
+    "speculative decoding: none, ngram or auto (default auto: prompt lookup for greedy jobs; the same "
+    "output in fewer forward passes)";
 
 }  // namespace exl

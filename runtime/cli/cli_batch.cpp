@@ -45,6 +45,7 @@ const CommandSpec& batch_spec() {
        {"--concurrency", "N", "requests generated at once (default 16)"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
+       {"--speculate", "MODE", k_speculate_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
        {"--quiet", "", "no progress lines (the summary is still printed)"}}};
   return s;
@@ -76,7 +77,7 @@ BatchForm guess_form(const std::vector<std::pair<size_t, std::string>>& lines) {
 
 struct Progress {
   size_t total = 0, resumed = 0, done = 0, ok = 0, errors = 0;
-  int64_t tokens = 0;
+  int64_t tokens = 0, passes = 0, drafted = 0, accepted = 0;
   Clock::time_point start = Clock::now(), last;
   bool quiet = false;
   bool tty = isatty(STDERR_FILENO);
@@ -128,6 +129,7 @@ int cli_batch(std::span<const std::string> args) {
     eo.model_dir = *a.get("--model");
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
+    eo.speculate = speculation_flag(a);
     eo.max_batch_seqs = int(conc);
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);
@@ -154,7 +156,7 @@ int cli_batch(std::span<const std::string> args) {
     // Runs inside engine.step(), so it must not throw: after a failed write it records nothing more
     // (no result is buffered) and the loop below stops the job.
     std::string write_error;
-    auto record = [&](const std::string& line, bool ok, int64_t tokens) {
+    auto record = [&](const std::string& line, bool ok, const GenerationStats& stats) {
       if (!write_error.empty()) return;
       try {
         out.append(line);
@@ -164,7 +166,10 @@ int cli_batch(std::span<const std::string> args) {
       }
       ++pg.done;
       (ok ? pg.ok : pg.errors) += 1;
-      pg.tokens += tokens;
+      pg.tokens += stats.n_generated;
+      pg.passes += stats.n_decode_passes;
+      pg.drafted += stats.n_drafted;
+      pg.accepted += stats.n_accepted;
       pg.show(false);
     };
     size_t next = 0;
@@ -172,11 +177,11 @@ int cli_batch(std::span<const std::string> args) {
       while (next < todo.size() && engine.in_flight() < conc && write_error.empty()) {
         BatchItem& it = todo[next++];
         if (it.error) {
-          record(batch_error_line(it), false, 0);
+          record(batch_error_line(it), false, GenerationStats{});
           continue;
         }
         engine.submit(it.spec, [&, item = &it](JobOutcome o) {
-          record(batch_result_line(*item, o, engine.model_id(), engine.chat_template()), o.ok, o.stats.n_generated);
+          record(batch_result_line(*item, o, engine.model_id(), engine.chat_template()), o.ok, o.stats);
         });
       }
       if (engine.in_flight() > 0) engine.step();
@@ -187,6 +192,9 @@ int cli_batch(std::span<const std::string> args) {
     std::cerr << "batch: " << pg.total << " requests: " << pg.ok << " ok, " << pg.errors << " errors, " << pg.resumed
               << " already done; " << pg.tokens << " tokens in " << t << " s ("
               << (t > 0 ? double(pg.tokens) / t : 0.0) << " tokens/s)\n";
+    if (pg.drafted > 0)
+      std::cerr << "batch: speculation: " << pg.accepted << " of " << pg.drafted << " drafted tokens accepted, "
+                << (pg.passes > 0 ? double(pg.tokens) / double(pg.passes) : 0.0) << " tokens per forward pass\n";
     if (!write_error.empty())
       fail("runtime: batch: stopped: ", write_error, "; the output keeps its ", out.existing_lines().size() + pg.done,
            " complete result lines, ", pg.total - pg.resumed - pg.done,

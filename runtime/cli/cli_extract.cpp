@@ -31,6 +31,7 @@ const CommandSpec& extract_spec() {
        {"--concurrency", "N", "documents generated at once (default 16)"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
+       {"--speculate", "MODE", k_speculate_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
       1};
   return s;
@@ -77,6 +78,7 @@ int cli_extract(std::span<const std::string> args) {
     eo.model_dir = *a.get("--model");
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
+    eo.speculate = speculation_flag(a);
     eo.max_batch_seqs = int(std::min<long long>(conc, std::max<size_t>(docs.size(), 1)));
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

@@ -28,6 +28,7 @@ const CommandSpec& mcp_serve_spec() {
       {{"--model", "DIR", "model directory (default: the embedded demo model of the checkout the binary was built in)"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
+       {"--speculate", "MODE", k_speculate_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
        {"--read-root", "DIR", "offer the read_file tool to `agent`, reading only under DIR"},
        {"--max-tokens", "N", "tokens per agent generation (default 512)"},
@@ -70,6 +71,7 @@ int cli_mcp_serve(std::span<const std::string> args) {
     eo.model_dir = a.has("--model") ? *a.get("--model") : mcp_serve_default_model();
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
+    eo.speculate = speculation_flag(a);
     eo.max_batch_seqs = 1;
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

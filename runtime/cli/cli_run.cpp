@@ -32,6 +32,7 @@ const CommandSpec& run_spec() {
        {"--concurrency", "N", "generations at once within a for_each step (default 16)"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
+       {"--speculate", "MODE", k_speculate_help},
        {"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
        {"--mcp", "NAME=COMMAND ARGS...",
         "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
@@ -230,6 +231,7 @@ int cli_run(std::span<const std::string> args) {
     eo.model_dir = model;
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
+    eo.speculate = speculation_flag(a);
     eo.max_batch_seqs = int(conc);
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

@@ -52,6 +52,7 @@ const CommandSpec& serve_spec() {
        {"--metrics-public", "", "serve GET /metrics without the API key"},
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
+       {"--speculate", "MODE", k_speculate_help},
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
        {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
@@ -110,6 +111,7 @@ int cli_serve(std::span<const std::string> args) {
     o.metrics_public = a.has("--metrics-public");
     o.backend = a.get_or("--backend", o.backend);
     o.cpu_threads = int(a.get_int("--threads", 0));
+    o.speculate = speculation_flag(a);
     o.cache_pages = int(a.get_int("--cache-pages", o.cache_pages));
     o.max_sessions = int(a.get_int("--max-sessions", o.max_sessions));
     const long long body = a.get_int("--max-body", (long long)o.max_body_bytes);

@@ -30,6 +30,7 @@ ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend
   go.page_size = opts_.page_size;
   go.num_pages = opts_.cache_pages;
   go.max_batch_seqs = opts_.max_batch_seqs;
+  go.speculate = opts_.speculate;
   gen_ = host_->load_generator(go);
   AgentEnv model;
   model.generator = gen_.get();

@@ -267,6 +267,18 @@ TEST(CliExtract, PrintsOneValidObjectPerInputInOrder) {
   // The demo model reads these right (it scores ~97% field exact match on its held-out set).
   EXPECT_EQ(got[0]["name"], "Keiko Tanaka");
   EXPECT_EQ(got[1]["age"], 51);
+  // Speculation changes how many forward passes, never the output.
+  for (const char* mode : {"none", "ngram"}) {
+    auto s = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
+                                         "--speculate", mode, (dir / "a.txt").string(), (dir / "b.txt").string()});
+    ASSERT_EQ(s.code, 0) << s.error << s.err;
+    EXPECT_EQ(s.out, r.out) << mode;
+  }
+  auto bad = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
+                                         "--speculate", "draft", (dir / "a.txt").string()});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE((bad.err + bad.error).find("--speculate must be none, ngram or auto, not 'draft'"), std::string::npos)
+      << bad.err;
 }
 
 TEST(CliExtract, BadSchemaAndInputsAreClearErrors) {
