@@ -160,7 +160,7 @@ TEST(Speculation, BatchedWithOtherJobsEachGetsItsSoloTokens) {
   for (size_t i = 0; i < prompts.size(); ++i) s.solo(s.job(prompts[i], Speculation::none, &solo[i], 0, 96), &solo[i]);
   Generator g(*s.model, *s.tok, {});
   for (size_t i = 0; i < prompts.size(); ++i)
-    g.submit(s.job(prompts[i], i % 2 ? Speculation::auto_ : Speculation::none, &batched[i], 0, 96));
+    g.submit(s.job(prompts[i], i % 2 ? Speculation::ngram : Speculation::none, &batched[i], 0, 96));
   g.run_until_idle();
   int64_t accepted = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -169,6 +169,28 @@ TEST(Speculation, BatchedWithOtherJobsEachGetsItsSoloTokens) {
     accepted += batched[i].stats.n_accepted;
   }
   EXPECT_GT(accepted, 0);
+}
+
+TEST(Speculation, AutoDraftsOnlyWhileFewJobsDecode) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Stories s;
+  for (int max_seqs : {2, 4}) {
+    GeneratorOptions go;
+    go.speculate = Speculation::auto_;
+    go.speculate_max_seqs = max_seqs;
+    Generator g(*s.model, *s.tok, go);
+    std::vector<Outcome> out(4);
+    for (auto& o : out) {
+      GenerationJob j = s.job(k_story, Speculation::none, &o, 0, 48);
+      j.speculate.reset();  // the generator's default
+      g.submit(std::move(j));
+    }
+    g.run_until_idle();
+    int64_t drafted = 0;
+    for (const auto& o : out) drafted += o.stats.n_drafted;
+    if (max_seqs == 2) EXPECT_EQ(drafted, 0) << "four jobs decode together";
+    else EXPECT_GT(drafted, 0);
+  }
 }
 
 }  // namespace speculation_test
