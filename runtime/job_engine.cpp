@@ -35,6 +35,9 @@ JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
   go.page_size = 64;
   go.max_batch_seqs = opts_.max_batch_seqs;
   go.speculate = opts_.speculate;
+  // On a GPU a pass of a few positions per job costs about one's: grammar jobs gained at every
+  // concurrency on the H200 (BENCHMARKS.md session 17).
+  if (opts_.backend == "cuda") go.speculate_max_seqs = go.max_batch_seqs;
   go.num_pages = int(int64_t(opts_.max_batch_seqs) * ((ctx_ + go.page_size - 1) / go.page_size) + 1);
   gen_ = host_->load_generator(go, ctx_);
 }

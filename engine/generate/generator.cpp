@@ -453,6 +453,9 @@ void Generator::admit() {
     }
     a->submitted = submitted;
     if (!a->job.speculate) a->job.speculate = opts_.speculate;
+    // auto leaves alone the jobs that pipelined decoding serves (no mask hook, device sampling):
+    // drafting would give that up for little (H200, demo model: slower at every concurrency).
+    if (a->job.speculate == Speculation::auto_ && pipelined_ && !a->job.mask) a->job.speculate = Speculation::none;
     a->tokens = a->job.prompt;
     a->sampler.accept(a->job.prompt);
     a->seq = cache_->create_sequence();

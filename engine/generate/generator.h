@@ -128,7 +128,8 @@ struct GeneratorOptions {
   Speculation speculate = Speculation::none;
   // `auto` drafts only in steps where at most this many jobs decode: a pass of several positions
   // per job costs about one position's time only while the pass is not compute-bound (CPU,
-  // demo model: faster at 1-2 jobs, slower from 4; BENCHMARKS.md session 17).
+  // demo model: faster at 1-2 jobs, slower from 4; BENCHMARKS.md session 17). `auto` never
+  // drafts for jobs that pipelined decoding would serve (no mask hook, device sampling).
   int speculate_max_seqs = 2;
 };
 

@@ -85,7 +85,7 @@ enum class Speculation : uint8_t;
 Speculation speculation_flag(const ParsedArgs& a);
 // The --speculate line of a command's flag table.
 inline constexpr const char* k_speculate_help =
-    "speculative decoding: none, ngram or auto (default auto: prompt lookup for greedy jobs; the same "
-    "output in fewer forward passes)";
+    "speculative decoding: none, ngram or auto (default auto: prompt lookup for greedy jobs that are "
+    "not pipelined, e.g. under a grammar; the same output in fewer forward passes)";
 
 }  // namespace exl

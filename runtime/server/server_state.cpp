@@ -31,6 +31,9 @@ ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend
   go.num_pages = opts_.cache_pages;
   go.max_batch_seqs = opts_.max_batch_seqs;
   go.speculate = opts_.speculate;
+  // On a GPU a pass of a few positions per job costs about one's: grammar jobs gained at every
+  // concurrency on the H200 (BENCHMARKS.md session 17).
+  if (opts_.backend == "cuda") go.speculate_max_seqs = go.max_batch_seqs;
   gen_ = host_->load_generator(go);
   AgentEnv model;
   model.generator = gen_.get();
