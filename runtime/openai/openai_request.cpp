@@ -13,15 +13,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-ojson parse_body(std::string_view body) {
-  ojson j = ojson::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_discarded())
-    throw ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request: it is not valid JSON.",
-                   {}, "invalid_json");
-  if (!j.is_object()) bad_request("The request body must be a JSON object.", {}, "invalid_json");
-  if (json_too_deep(j)) bad_request(cat("The request body nests deeper than ", kMaxJsonDepth, " levels."), {}, "invalid_json");
-  return j;
-}
 
 const ojson* field(const ojson& j, const char* name) {
   auto it = j.find(name);
@@ -172,8 +163,18 @@ std::optional<uint64_t> choice_seed(std::optional<uint64_t> seed, int32_t index)
   return z == 0 ? 1 : z;
 }
 
+ojson parse_request_body(std::string_view body) {
+  ojson j = ojson::parse(body.begin(), body.end(), nullptr, false);
+  if (j.is_discarded())
+    throw ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request: it is not valid JSON.",
+                   {}, "invalid_json");
+  if (!j.is_object()) bad_request("The request body must be a JSON object.", {}, "invalid_json");
+  if (json_too_deep(j)) bad_request(cat("The request body nests deeper than ", kMaxJsonDepth, " levels."), {}, "invalid_json");
+  return j;
+}
+
 ChatRequest parse_chat_request(std::string_view body, int64_t vocab_size) {
-  const ojson j = parse_body(body);
+  const ojson j = parse_request_body(body);
   ChatRequest r;
   r.gen = parse_common(j, vocab_size);
   auto* msgs = field(j, "messages");
@@ -250,7 +251,7 @@ ChatRequest parse_chat_request(std::string_view body, int64_t vocab_size) {
 }
 
 CompletionRequest parse_completion_request(std::string_view body, int64_t vocab_size) {
-  const ojson j = parse_body(body);
+  const ojson j = parse_request_body(body);
   CompletionRequest r;
   r.gen = parse_common(j, vocab_size);
   auto* p = field(j, "prompt");

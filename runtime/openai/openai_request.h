@@ -59,6 +59,10 @@ struct CompletionRequest {
   bool echo = false;
 };
 
+// A request body as a JSON object (key order kept); ApiError 400 invalid_json when it is not JSON,
+// not an object, or nests deeper than kMaxJsonDepth.
+nlohmann::ordered_json parse_request_body(std::string_view body);
+
 // vocab_size bounds logit_bias token ids. Throws ApiError.
 ChatRequest parse_chat_request(std::string_view body, int64_t vocab_size);
 CompletionRequest parse_completion_request(std::string_view body, int64_t vocab_size);

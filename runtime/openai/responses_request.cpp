@@ -2,6 +2,7 @@
 
 #include "runtime/json_depth.h"
 #include "runtime/openai/api_error.h"
+#include "runtime/openai/openai_request.h"
 
 namespace exl {
 
@@ -114,12 +115,7 @@ ojson responses_format(const ojson& text) {
 }  // namespace
 
 ResponsesRequest parse_responses_request(std::string_view body, int64_t vocab_size) {
-  ojson j = ojson::parse(body.begin(), body.end(), nullptr, false);
-  if (j.is_discarded())
-    throw ApiError(400, "invalid_request_error", "We could not parse the JSON body of your request: it is not valid JSON.",
-                   {}, "invalid_json");
-  if (!j.is_object()) bad_request("The request body must be a JSON object.", {}, "invalid_json");
-  if (json_too_deep(j)) bad_request(cat("The request body nests deeper than ", kMaxJsonDepth, " levels."), {}, "invalid_json");
+  ojson j = parse_request_body(body);
   for (const char* name : {"previous_response_id", "conversation"})
     if (responses_field(j, name))
       bad_request(cat("'", name, "' is not supported: this server keeps no responses; send the whole conversation as 'input'."),
