@@ -14,6 +14,7 @@
 #include "kernels/error.h"
 #include "runtime/server/server_state.h"
 #include "sessions/agent_session.h"
+#include "scripted_agent_fixture.h"
 #include "test_support.h"
 
 namespace exl {
@@ -22,47 +23,7 @@ namespace agent_session_test {
 using json = nlohmann::json;
 constexpr const char* kCall = "[TOOL_CALLS] [{\"name\": \"echo\", \"arguments\": {\"x\": 1}}]";
 
-// Collects events; wait_done blocks until a "done" arrives.
-struct Events {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<AgentEvent> all;
-  AgentSink sink() {
-    return [this](const AgentEvent& e) {
-      std::lock_guard lk(mu);
-      all.push_back(e);
-      cv.notify_all();
-    };
-  }
-  std::string errors() {
-    std::lock_guard lk(mu);
-    std::string s;
-    for (const auto& e : all)
-      if (e.type == "error") s += e.data.dump() + "\n";
-    return s;
-  }
-  json wait_done(size_t nth = 1) {
-    std::unique_lock lk(mu);
-    json out;
-    cv.wait_for(lk, std::chrono::seconds(30), [&] {
-      size_t k = 0;
-      for (const auto& e : all)
-        if (e.type == "done" && ++k == nth) {
-          out = e.data;
-          return true;
-        }
-      return false;
-    });
-    return out;
-  }
-  std::vector<AgentEvent> of(const std::string& type) {
-    std::lock_guard lk(mu);
-    std::vector<AgentEvent> v;
-    for (const auto& e : all)
-      if (e.type == type) v.push_back(e);
-    return v;
-  }
-};
+using Events = test::AgentEventLog;
 
 // A tool that answers with its arguments, or never (to be cancelled or time out).
 class EchoTool : public Tool {
@@ -82,51 +43,13 @@ class EchoTool : public Tool {
   bool hang_;
 };
 
-class AgentSessionTest : public testing::Test {
+class AgentSessionTest : public test::ScriptedAgentTest {
  protected:
-  static void SetUpTestSuite() {
-    const auto dir = test::shared_dir() / "models/stories260K-hf";
-    if (!std::filesystem::exists(dir / "model.safetensors")) return;
-    ServerOptions o;
-    o.model_dir = dir.string();
-    o.page_size = 16;
-    o.cache_pages = 128;
-    o.cpu_threads = 1;
-    o.chat_template = "mistral";  // compact tool format: stories260K's context is 512 tokens
-    state_ = std::make_unique<ServerState>(o);
-    state_->generator().start();
-  }
-  static void TearDownTestSuite() { state_.reset(); }
-  void SetUp() override {
-    if (!state_) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
-    dir_ = std::filesystem::temp_directory_path() /
-           ("exl-agent-" + std::to_string(::getpid()) + "-" + testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   AgentEnv env(std::vector<std::string> replies, std::shared_ptr<Tool> tool) {
-    AgentEnv e;
-    e.generator = &state_->generator();
-    e.tokenizer = &state_->tokenizer();
-    e.chat_template = state_->chat_template();
-    e.encode_prompt = [](const RenderedPrompt& p) { return state_->encode_prompt(p); };
-    e.find_tool = [tool](const std::string& name) { return tool && tool->spec().name == name ? tool : nullptr; };
-    const Tokenizer* tok = e.tokenizer;
-    e.constraint = [tok, replies](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
-      return ForcedTextHook::for_text(*tok, replies[std::min<size_t>(size_t(c.turn), replies.size()) - 1]);
-    };
-    e.executor = pool_.get_executor();
-    e.dir = dir_;
-    e.context_length = state_->context_length();
-    return e;
+    return scripted_env(std::move(replies),
+                        [tool](const std::string& name) { return tool && tool->spec().name == name ? tool : nullptr; });
   }
-
-  static std::unique_ptr<ServerState> state_;
-  boost::asio::thread_pool pool_{1};
-  std::filesystem::path dir_;
 };
-std::unique_ptr<ServerState> AgentSessionTest::state_;
 
 TEST_F(AgentSessionTest, StopsAtMaxTurns) {
   auto tool = std::make_shared<EchoTool>(false);

@@ -12,6 +12,7 @@
 
 #include "runtime/server/server_state.h"
 #include "sessions/agent_session.h"
+#include "scripted_agent_fixture.h"
 #include "test_support.h"
 #include "tools/mcp/mcp_client.h"
 #include "tools/tool_registry.h"
@@ -21,60 +22,13 @@ namespace mcp_agent_session_test {
 
 using json = nlohmann::json;
 
-struct McpEvents {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<AgentEvent> all;
-  AgentSink sink() {
-    return [this](const AgentEvent& e) {
-      std::lock_guard lk(mu);
-      all.push_back(e);
-      cv.notify_all();
-    };
-  }
-  json wait_done() {
-    std::unique_lock lk(mu);
-    json out;
-    cv.wait_for(lk, std::chrono::seconds(60), [&] {
-      for (const auto& e : all)
-        if (e.type == "done") {
-          out = e.data;
-          return true;
-        }
-      return false;
-    });
-    return out;
-  }
-  std::vector<AgentEvent> of(const std::string& type) {
-    std::lock_guard lk(mu);
-    std::vector<AgentEvent> v;
-    for (const auto& e : all)
-      if (e.type == type) v.push_back(e);
-    return v;
-  }
-};
+using McpEvents = test::AgentEventLog;
 
-class McpAgentSessionTest : public testing::Test {
+class McpAgentSessionTest : public test::ScriptedAgentTest {
  protected:
-  static void SetUpTestSuite() {
-    const auto dir = test::shared_dir() / "models/stories260K-hf";
-    if (!std::filesystem::exists(dir / "model.safetensors")) return;
-    ServerOptions o;
-    o.model_dir = dir.string();
-    o.page_size = 16;
-    o.cache_pages = 128;
-    o.cpu_threads = 1;
-    o.chat_template = "mistral";  // compact tool format: stories260K's context is 512 tokens
-    state_ = std::make_unique<ServerState>(o);
-    state_->generator().start();
-  }
-  static void TearDownTestSuite() { state_.reset(); }
   void SetUp() override {
-    if (!state_) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
-    dir_ = std::filesystem::temp_directory_path() /
-           ("exl-mcp-agent-" + std::to_string(::getpid()) + "-" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    ScriptedAgentTest::SetUp();
+    if (IsSkipped()) return;
     McpServerConfig c;
     c.name = "fake";
     c.argv = {"python3", std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_server.py"};
@@ -84,33 +38,15 @@ class McpAgentSessionTest : public testing::Test {
   }
   void TearDown() override {
     client_.reset();
-    std::filesystem::remove_all(dir_);
+    ScriptedAgentTest::TearDown();
   }
-
   AgentEnv env(std::vector<std::string> replies) {
-    AgentEnv e;
-    e.generator = &state_->generator();
-    e.tokenizer = &state_->tokenizer();
-    e.chat_template = state_->chat_template();
-    e.encode_prompt = [](const RenderedPrompt& p) { return state_->encode_prompt(p); };
-    e.find_tool = [this](const std::string& name) { return registry_.find(name); };
-    const Tokenizer* tok = e.tokenizer;
-    e.constraint = [tok, replies](const AgentTurnContext& c) -> std::shared_ptr<LogitsMaskHook> {
-      return ForcedTextHook::for_text(*tok, replies[std::min<size_t>(size_t(c.turn), replies.size()) - 1]);
-    };
-    e.executor = pool_.get_executor();
-    e.dir = dir_;
-    e.context_length = state_->context_length();
-    return e;
+    return scripted_env(std::move(replies), [this](const std::string& name) { return registry_.find(name); });
   }
 
-  static std::unique_ptr<ServerState> state_;
-  boost::asio::thread_pool pool_{1};
-  std::filesystem::path dir_;
   ToolRegistry registry_;
   std::shared_ptr<McpClient> client_;  // after registry_: stops before it goes
 };
-std::unique_ptr<ServerState> McpAgentSessionTest::state_;
 
 TEST_F(McpAgentSessionTest, TheSessionCallsAnMcpToolAndGetsItsResult) {
   AgentConfig cfg;
