@@ -26,6 +26,9 @@ void Metrics::observe_generation(const GenerationStats& s) {
   prompt_tokens_ += uint64_t(s.n_prompt_tokens);
   generated_tokens_ += uint64_t(s.n_generated);
   cached_tokens_ += uint64_t(s.n_cached_tokens);
+  decode_passes_ += uint64_t(s.n_decode_passes);
+  drafted_tokens_ += uint64_t(s.n_drafted);
+  accepted_tokens_ += uint64_t(s.n_accepted);
   std::lock_guard lk(mu_);
   if (s.n_generated > 0) ttft_.observe(s.ttft_s);
   if (s.n_generated > 1) itl_.observe(s.decode_s / double(s.n_generated - 1), uint64_t(s.n_generated - 1));
@@ -47,6 +50,9 @@ std::string Metrics::render(int64_t running_generations) const {
   counter("exlagent:prompt_tokens_total", "Prompt tokens of finished generations.", prompt_tokens_);
   counter("exlagent:generation_tokens_total", "Generated tokens.", generated_tokens_);
   counter("exlagent:prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.", cached_tokens_);
+  counter("exlagent:decode_passes_total", "Forward passes that gave a generation logits to sample from.", decode_passes_);
+  counter("exlagent:spec_draft_tokens_total", "Tokens drafted by speculative decoding and checked.", drafted_tokens_);
+  counter("exlagent:spec_accepted_tokens_total", "Drafted tokens emitted as drafted.", accepted_tokens_);
   ttft_.render(out, "exlagent:time_to_first_token_seconds", "Submit to first sampled token.");
   itl_.render(out, "exlagent:inter_token_latency_seconds", "Mean time between generated tokens, per token.");
   gauge("exlagent:requests_running", "Generations admitted and not finished (queued or running).", running_generations);

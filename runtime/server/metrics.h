@@ -1,6 +1,7 @@
 // Server metrics in Prometheus text format (exposition 0.0.4), names prefixed "exlagent:" after
 // vLLM's families: requests by endpoint and status, prompt / generated / prefix-cache-hit tokens,
-// time-to-first-token and inter-token latency histograms, running generations (queue depth) and
+// time-to-first-token and inter-token latency histograms, speculative decoding (decode passes,
+// drafted and accepted tokens: tokens per pass = generated / passes), running generations (queue depth) and
 // open connections. Any thread: counters are atomics, histograms take a mutex.
 #pragma once
 #include <array>
@@ -40,6 +41,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // guarded by mu_
   Histogram ttft_, itl_;                                      // guarded by mu_
   std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0}, cached_tokens_{0};
+  std::atomic<uint64_t> decode_passes_{0}, drafted_tokens_{0}, accepted_tokens_{0};
 };
 
 }  // namespace exl

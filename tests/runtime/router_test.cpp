@@ -476,6 +476,9 @@ TEST_F(Router, MetricsCountRequests) {
   s.n_generated = 11;
   s.ttft_s = 0.02;
   s.decode_s = 0.1;
+  s.n_decode_passes = 6;
+  s.n_drafted = 9;
+  s.n_accepted = 5;
   st->metrics().observe_generation(s);
   auto m = route(req("GET", "/metrics"), *st);
   ASSERT_EQ(m.response.status, 200);
@@ -485,7 +488,8 @@ TEST_F(Router, MetricsCountRequests) {
                            "exlagent:requests_total{endpoint=\"/v1/models\",code=\"401\"} 1\n",
                            "exlagent:requests_total{endpoint=\"other\",code=\"404\"} 1\n",
                            "exlagent:prompt_tokens_total 100\n", "exlagent:prefix_cache_hit_tokens_total 64\n",
-                           "exlagent:generation_tokens_total 11\n",
+                           "exlagent:generation_tokens_total 11\n", "exlagent:decode_passes_total 6\n",
+                           "exlagent:spec_draft_tokens_total 9\n", "exlagent:spec_accepted_tokens_total 5\n",
                            "exlagent:time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n",
                            "exlagent:time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n",
                            "exlagent:inter_token_latency_seconds_count 10\n", "exlagent:requests_running 0\n"})
