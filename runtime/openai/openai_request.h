@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate/sampler.h"
+#include "engine/generate/speculation.h"
 #include "sessions/chat_template.h"
 
 namespace exl {
@@ -29,6 +30,8 @@ struct GenerationRequest {
   // Choices to generate (1..kMaxChoices), each its own job on the generator; choice i > 0 samples
   // with choice_seed(sampling.seed, i).
   int32_t n = 1;
+  // exlagent's extension "speculate": "none" | "ngram" | "auto"; unset: the server's --speculate.
+  std::optional<Speculation> speculate;
 };
 
 inline constexpr int64_t kMaxTopLogprobs = 20;        // OpenAI's limits

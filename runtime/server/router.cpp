@@ -130,6 +130,7 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
   job.stop_tokens.assign(state.tokenizer().eos_ids().begin(), state.tokenizer().eos_ids().end());
   job.stop_strings = g.stop;
   job.top_logprobs = g.top_logprobs;
+  job.speculate = g.speculate;
   if (g.top_logprobs >= 0) {
     meta.top_logprobs = g.top_logprobs;
     meta.vocab = shared_token_index(state.tokenizer());

@@ -257,6 +257,18 @@ TEST_F(Router, ValidationNamesTheField) {
                "n");
   expect_error(route(req("POST", "/v1/completions", R"({"prompt":"x","n":2.5})"), *state_), 400, "invalid_request_error",
                "n");
+  for (const json bad : {json("draft"), json(1)})
+    expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"speculate", bad}})), *state_), 400,
+                 "invalid_request_error", "speculate");
+}
+
+TEST_F(Router, SpeculateReachesTheJobOrIsLeftToTheServer) {
+  auto plain = route(req("POST", "/v1/completions", R"({"prompt":"x"})"), *state_);
+  ASSERT_TRUE(plain.plan.has_value()) << plain.response.body;
+  EXPECT_FALSE(plain.plan->jobs[0].speculate.has_value()) << "the server's --speculate decides";
+  auto ngram = route(req("POST", "/v1/chat/completions", chat_body({{"speculate", "ngram"}, {"n", 2}})), *state_);
+  ASSERT_TRUE(ngram.plan.has_value()) << ngram.response.body;
+  for (const auto& job : ngram.plan->jobs) EXPECT_EQ(job.speculate, Speculation::ngram);
 }
 
 // n choices are n jobs: the same prompt and settings, each with its own mask hook, choice 0 with
