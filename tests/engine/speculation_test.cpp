@@ -171,6 +171,36 @@ TEST(Speculation, BatchedWithOtherJobsEachGetsItsSoloTokens) {
   EXPECT_GT(accepted, 0);
 }
 
+TEST(Speculation, JobsThatWaitForPagesOrArePreemptedKeepTheirSoloTokens) {
+  // Too few pages for four growing jobs: a draft is dropped when its pages run short, and the
+  // youngest job gives its pages back and prefills again.
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Stories s;
+  GeneratorOptions o;
+  o.page_size = 8;
+  o.num_pages = 16;
+  o.max_batch_seqs = 4;
+  const std::vector<std::string> prompts{k_story, "Tom had a red ball. Tom had a red", "Once upon a time", "The cat"};
+  std::vector<Outcome> solo(prompts.size()), run(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Generator g(*s.model, *s.tok, o);
+    g.submit(s.job(prompts[i], Speculation::none, &solo[i], 0, 40));
+    g.run_until_idle();
+    ASSERT_EQ(solo[i].reason, FinishReason::max_tokens) << solo[i].error;
+  }
+  Generator g(*s.model, *s.tok, o);
+  for (size_t i = 0; i < prompts.size(); ++i) g.submit(s.job(prompts[i], Speculation::ngram, &run[i], 0, 40));
+  g.run_until_idle();
+  int64_t drafted = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(run[i].reason, FinishReason::max_tokens) << i << ": " << run[i].error;
+    EXPECT_EQ(run[i].tokens, solo[i].tokens) << prompts[i];
+    drafted += run[i].stats.n_drafted;
+  }
+  EXPECT_GT(g.n_preempted(), 0);
+  EXPECT_GT(drafted, 0);
+}
+
 TEST(Speculation, AutoDraftsOnlyWhileFewJobsDecode) {
   EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   Stories s;
