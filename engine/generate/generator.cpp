@@ -47,8 +47,9 @@ struct Generator::Active {
   GenerationStats stats;
   Clock::time_point submitted, first_token;
   bool finished = false;
-  std::vector<int32_t> draft;  // this step's speculated tokens after the pending one
-  std::vector<int32_t> feed;   // the pending token, then the draft: the positions of the pass
+  std::vector<int32_t> draft;  // this step's speculated tokens after the pending ones
+  std::vector<bool> guessed;   // per draft token: a prompt-lookup guess, else forced by the mask
+  std::vector<int32_t> feed;   // the pending tokens, then the draft: the positions of the pass
   DraftLength draft_len;
 
   Active(uint64_t id_, GenerationJob j, const Tokenizer& tok)
@@ -267,30 +268,91 @@ void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint
   emit_sampled(a, token, token_logprobs(raw, token, a.job.top_logprobs));
 }
 
+void Generator::build_draft(Active& a, int64_t room) {
+  // Guesses come from prompt lookup; under a hook that can draft, each is kept only while the
+  // constraint allows it, and the tokens the constraint forces after it join the draft as the
+  // job would emit them (forced_tokens asked until it has none, as sample_next does), so they
+  // cost no guess and are accepted whenever the guess before them is.
+  a.draft.clear();
+  a.guessed.clear();
+  int guesses = int(std::min<int64_t>(a.draft_len.cur, room));
+  if (lookup_classes_.empty()) lookup_classes_ = lookup_classes(tok_);
+  LogitsMaskHook* hook = a.job.mask && a.job.mask->can_draft() ? a.job.mask.get() : nullptr;
+  if (!hook) {
+    a.draft = ngram_draft(a.tokens, guesses, 3, 1, lookup_classes_);
+    a.guessed.assign(a.draft.size(), true);
+    return;
+  }
+  std::vector<int32_t> ctx = a.tokens;
+  const size_t gen0 = a.job.prompt.size();
+  size_t walked = 0;
+  auto take = [&](int32_t t, bool guess) {
+    if (int64_t(a.draft.size()) >= room || hook->terminated() || !hook->try_accept(t)) return false;
+    ++walked;
+    a.draft.push_back(t);
+    a.guessed.push_back(guess);
+    ctx.push_back(t);
+    return true;
+  };
+  try {
+    for (bool more = true; more;) {
+      const std::span<const int32_t> generated = std::span<const int32_t>(ctx).subspan(gen0);
+      if (const std::vector<int32_t> forced = hook->forced_tokens(generated); !forced.empty()) {
+        for (int32_t t : forced) more = more && take(t, false);
+        continue;
+      }
+      more = false;
+      if (const std::vector<int32_t> likely = hook->likely_tokens(generated); !likely.empty()) {
+        more = true;
+        for (int32_t t : likely) more = more && take(t, true);
+        continue;
+      }
+      for (int32_t t : ngram_draft(ctx, guesses, 3, 1, lookup_classes_)) {
+        if (!take(t, true)) break;
+        --guesses;
+        if (!hook->forced_tokens(std::span<const int32_t>(ctx).subspan(gen0)).empty()) {
+          more = true;
+          break;
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    hook->rollback(walked);
+    a.draft.clear();
+    a.guessed.clear();
+    return;
+  }
+  hook->rollback(walked);
+}
+
 void Generator::verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask) {
-  // Row j holds the logits after the pending token and draft[0, j): usable while what the job has
-  // emitted since is exactly that much of the draft. Positions are committed to the cache before
-  // each sampling, as without speculation (a job that ends keeps, and may pin, the same pages).
+  // The pass fed the m pending tokens, then the draft: row m - 1 + j holds the logits after the
+  // pending tokens and draft[0, j), usable while what the job has emitted since is exactly that
+  // much of the draft. Positions are committed to the cache before each sampling, as without
+  // speculation (a job that ends keeps, and may pin, the same pages).
   const int64_t V = model_.vocab_size(), k = int64_t(a.draft.size());
+  const size_t m = a.feed.size() - a.draft.size();
   const size_t base = a.tokens.size();
   size_t committed = 0;
   ++a.stats.n_decode_passes;
-  a.stats.n_drafted += k;
   while (!a.finished) {
     const size_t n_new = a.tokens.size() - base;
     if (int64_t(n_new) > k || !std::equal(a.tokens.begin() + ptrdiff_t(base), a.tokens.end(), a.draft.begin())) break;
-    cache_->append_tokens(a.seq, std::span<const int32_t>(a.feed).subspan(committed, 1 + n_new - committed));
-    a.n_done += int64_t(1 + n_new - committed);
-    committed = 1 + n_new;
+    cache_->append_tokens(a.seq, std::span<const int32_t>(a.feed).subspan(committed, m + n_new - committed));
+    a.n_done += int64_t(m + n_new - committed);
+    committed = m + n_new;
     try {
-      sample_next(a, logits.subspan(size_t((first_row + int64_t(n_new)) * V), size_t(V)), mask);
+      sample_next(a, logits.subspan(size_t((first_row + int64_t(m - 1 + n_new)) * V), size_t(V)), mask);
     } catch (const std::exception& e) {
       finish(a, FinishReason::error, generator_failure_text(e));
     }
   }
-  const int64_t accepted = int64_t(committed) - 1;
-  a.stats.n_accepted += accepted;
-  a.draft_len.update(int(k), int(accepted));
+  const size_t accepted = committed - m;
+  const auto n_guessed = std::count(a.guessed.begin(), a.guessed.end(), true);
+  const auto n_hit = std::count(a.guessed.begin(), a.guessed.begin() + ptrdiff_t(accepted), true);
+  a.stats.n_drafted += n_guessed;
+  a.stats.n_accepted += n_hit;
+  a.draft_len.update(int(n_guessed), int(n_hit));
 }
 
 bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
@@ -488,13 +550,11 @@ bool Generator::step() {
   const bool auto_drafts = decoding <= opts_.speculate_max_seqs;
   for (auto& a : active_)
     if (!a->prefilling() && budget > 0) {
-      int64_t n = std::min<int64_t>(budget, int64_t(a->tokens.size()) - a->n_done);
+      const int64_t pending = int64_t(a->tokens.size()) - a->n_done;
+      int64_t n = std::min<int64_t>(budget, pending);
       a->draft.clear();
-      if (n == 1 && int64_t(a->tokens.size()) == a->n_done + 1 && a->speculates() &&
-          (auto_drafts || a->job.speculate == Speculation::ngram)) {
-        const int64_t room = std::min<int64_t>(
-            {budget - 1, a->draft_len.cur, int64_t(a->job.max_new_tokens) - a->stats.n_generated - 1});
-        a->draft = ngram_draft(a->tokens, int(room), 3, 1);
+      if (n == pending && a->speculates() && (auto_drafts || a->job.speculate == Speculation::ngram)) {
+        build_draft(*a, std::min<int64_t>(budget - n, int64_t(a->job.max_new_tokens) - a->stats.n_generated - 1));
         n += int64_t(a->draft.size());
       }
       plan.push_back({a.get(), n});
@@ -547,7 +607,7 @@ bool Generator::step() {
     ForwardSeq s;
     s.tokens = std::span<const int32_t>(p.a->tokens).subspan(size_t(p.a->n_done), size_t(p.n));
     if (!p.a->draft.empty()) {
-      p.a->feed.assign(1, p.a->tokens.back());
+      p.a->feed.assign(p.a->tokens.begin() + p.a->n_done, p.a->tokens.end());
       p.a->feed.insert(p.a->feed.end(), p.a->draft.begin(), p.a->draft.end());
       s.tokens = p.a->feed;
       s.all_logits = true;

@@ -42,6 +42,16 @@ namespace exl {
 // sampled token) returns tokens to append without sampling, given the tokens generated so far;
 // the generator emits them like sampled ones (events, stats, max_new_tokens). Once terminated()
 // the job ends with reason stop_token. A mask that allows no token ends the job with an error.
+//
+// Drafting (engine/generate/speculation.h) walks the constraint ahead of the job: a hook whose
+// can_draft() is true answers try_accept (advance over the token and return true when it is
+// allowed next; return false and change nothing otherwise) and rollback(n) (undo the last n
+// successful try_accepts), and its forced_tokens and terminated answer for the state so reached;
+// likely_tokens (asked where nothing is forced) may name tokens it expects next without forcing
+// them (the draft guesses them).
+// The generator always rolls a walk back before it calls fill_mask or accept again. Drafts of
+// jobs whose hook cannot draft are not checked against it (the target still samples under
+// fill_mask, so the output is the same; only the draft is longer than it could be).
 class LogitsMaskHook {
  public:
   virtual ~LogitsMaskHook() = default;
@@ -49,6 +59,10 @@ class LogitsMaskHook {
   virtual void accept(int32_t token) = 0;
   virtual std::vector<int32_t> forced_tokens(std::span<const int32_t> /*generated*/) { return {}; }
   virtual bool terminated() const { return false; }
+  virtual bool can_draft() const { return false; }
+  virtual std::vector<int32_t> likely_tokens(std::span<const int32_t> /*generated*/) { return {}; }
+  virtual bool try_accept(int32_t /*token*/) { return false; }
+  virtual void rollback(size_t /*n*/) {}
 };
 
 enum class FinishReason : uint8_t { stop_token, stop_string, max_tokens, cancelled, error };
@@ -164,6 +178,7 @@ class Generator {
   void sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask);
   bool prepare_sample(Active& a, std::vector<uint32_t>& mask);
   void emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs = {});
+  void build_draft(Active& a, int64_t room);
   void verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask);
   bool use_device_sampling(std::span<Active* const> sampling) const;
   void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
@@ -193,6 +208,7 @@ class Generator {
 
   std::vector<std::unique_ptr<Active>> active_;  // stepping thread only
   std::vector<std::pair<uint64_t, SeqId>> pins_;  // stepping thread only; oldest first
+  std::vector<int32_t> lookup_classes_;           // stepping thread only; built at the first draft
   // Pipelining (stepping thread only): the jobs of the deferred sampling not collected yet, in
   // entry order, and of the fed step queued after it (batch order = entry order; empty: none).
   std::vector<Active*> deferred_, fed_;

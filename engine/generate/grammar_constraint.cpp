@@ -113,6 +113,14 @@ void GrammarConstraint::accept(int32_t token) {
   EXL_CHECK(ok, "engine: grammar constraint: token ", token, " is not allowed by the grammar here");
 }
 
+bool GrammarConstraint::try_accept(int32_t token) {
+  try {
+    return matcher_.accept(token);
+  } catch (const GrammarError&) {
+    return false;
+  }
+}
+
 // Whether, after `forced`, the grammar accepts and allows nothing but EOS.
 bool GrammarConstraint::complete_after(std::string_view forced) {
   if (!matcher_.accept_bytes(forced)) return false;
@@ -129,6 +137,14 @@ bool GrammarConstraint::complete_after(std::string_view forced) {
 }
 
 std::vector<int32_t> GrammarConstraint::forced_tokens(std::span<const int32_t> generated) {
+  return tokens_of_forced_bytes(generated, true);
+}
+
+std::vector<int32_t> GrammarConstraint::likely_tokens(std::span<const int32_t> generated) {
+  return tokens_of_forced_bytes(generated, false);
+}
+
+std::vector<int32_t> GrammarConstraint::tokens_of_forced_bytes(std::span<const int32_t> generated, bool certain) {
   if (matcher_.is_terminated()) return {};
   std::string forced = matcher_.forced_bytes();
   forced.resize(whole_chars(forced));
@@ -153,7 +169,7 @@ std::vector<int32_t> GrammarConstraint::forced_tokens(std::span<const int32_t> g
   const size_t shift = encoded == text ? 0 : encoded == " " + text ? 1 : std::string::npos;
   if (shift == std::string::npos) return {};  // normalization changed the text: force nothing
   const size_t f_begin = shift + context.size(), f_end = f_begin + forced.size();
-  const bool complete = complete_after(forced);
+  const bool complete = certain && complete_after(forced);
   std::vector<int32_t> out;
   size_t pos = 0;
   bool at_boundary = f_begin == 0;
@@ -162,7 +178,7 @@ std::vector<int32_t> GrammarConstraint::forced_tokens(std::span<const int32_t> g
     const size_t end = pos + b.size();
     if (pos == f_begin) at_boundary = true;
     if (pos >= f_begin && at_boundary) {
-      if (end > f_end || (end == f_end && !complete)) break;
+      if (end > f_end || (certain && end == f_end && !complete)) break;
       if (b.empty() || tok_.is_special(t)) break;
       out.push_back(t);
     }

@@ -78,11 +78,18 @@ class GrammarConstraint : public LogitsMaskHook {
   void accept(int32_t token) override;
   std::vector<int32_t> forced_tokens(std::span<const int32_t> generated) override;
   bool terminated() const override { return matcher_.is_terminated(); }
+  // The tokens of the forced text F under the same rule, but up to the end of F: the last piece,
+  // which what follows F may still merge with, is only likely. Empty where nothing is forced.
+  std::vector<int32_t> likely_tokens(std::span<const int32_t> generated) override;
+  bool can_draft() const override { return true; }
+  bool try_accept(int32_t token) override;
+  void rollback(size_t n) override { matcher_.rollback(n); }
 
   const Matcher& matcher() const { return matcher_; }
 
  private:
   bool complete_after(std::string_view forced);
+  std::vector<int32_t> tokens_of_forced_bytes(std::span<const int32_t> generated, bool certain);
 
   std::shared_ptr<const CompiledGrammar> grammar_;
   const Tokenizer& tok_;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include "engine/generate/generator.h"
 #include "engine/generate/grammar_constraint.h"
 #include "test_support.h"
@@ -28,6 +30,39 @@ TEST(NgramDraft, NothingWithoutARepeatOrRoom) {
   EXPECT_TRUE(ngram_draft(std::vector<int32_t>{}, 4).empty());
   EXPECT_TRUE(ngram_draft(std::vector<int32_t>{7}, 4).empty());
   EXPECT_EQ(ngram_draft(std::vector<int32_t>{5, 5, 5}, 4, 3, 1), (std::vector<int32_t>{5})) << "1-grams when allowed";
+}
+
+TEST(NgramDraft, MatchesByClassWhenGiven) {
+  // Token 10 is " Ghent", 11 is "Ghent" (class 11 for both); the document said " Ghent" then 4, 5.
+  std::vector<int32_t> classes(12);
+  std::iota(classes.begin(), classes.end(), 0);
+  classes[10] = 11;
+  const std::vector<int32_t> t{1, 10, 4, 5, 2, 11};
+  EXPECT_TRUE(ngram_draft(t, 3, 3, 1).empty()) << "by id, 11 never occurred before";
+  EXPECT_EQ(ngram_draft(t, 3, 3, 1, classes), (std::vector<int32_t>{4, 5, 2}));
+}
+
+TEST(LookupClasses, AWordWithALeadingSpaceJoinsTheWordWithout) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  const auto tok = load_tokenizer(test::shared_dir() / "models/stories260K-hf");
+  const std::vector<int32_t> classes = lookup_classes(*tok);
+  ASSERT_EQ(classes.size(), size_t(tok->vocab_size()));
+  auto id_of = [&](std::string_view bytes) {
+    for (int32_t t = 0; t < tok->vocab_size(); ++t)
+      if (!tok->is_special(t) && tok->token_bytes(t) == bytes) return t;
+    return int32_t(-1);
+  };
+  int pairs = 0;
+  for (const char* w : {"the", "was", "he", "on", "in"}) {
+    const int32_t spaced = id_of(std::string(" ") + w), bare = id_of(w);
+    if (spaced < 0 || bare < 0) continue;
+    ++pairs;
+    EXPECT_EQ(classes[size_t(spaced)], bare) << w;
+    EXPECT_EQ(classes[size_t(bare)], bare) << w;
+  }
+  EXPECT_GT(pairs, 0) << "the vocabulary has some word both with and without a leading space";
+  const int32_t space = id_of(" ");
+  if (space >= 0) EXPECT_EQ(classes[size_t(space)], space) << "a lone space stays itself";
 }
 
 TEST(DraftLength, GrowsOnFullAcceptanceAndHalvesOnImmediateRejection) {
@@ -150,6 +185,49 @@ TEST(Speculation, UnderAGrammarWithForcedStretchesTheTokensAreTheSame) {
   EXPECT_EQ(spec.tokens, plain.tokens);
   EXPECT_EQ(spec.reason, plain.reason);
   EXPECT_GT(spec.stats.n_accepted, 0);
+}
+
+// The grammar constraint without its drafting side: drafts go unchecked.
+struct BlindDraftHook : LogitsMaskHook {
+  std::shared_ptr<LogitsMaskHook> inner;
+  explicit BlindDraftHook(std::shared_ptr<LogitsMaskHook> h) : inner(std::move(h)) {}
+  void fill_mask(std::span<uint32_t> mask) override { inner->fill_mask(mask); }
+  void accept(int32_t token) override { inner->accept(token); }
+  std::vector<int32_t> forced_tokens(std::span<const int32_t> generated) override { return inner->forced_tokens(generated); }
+  bool terminated() const override { return inner->terminated(); }
+};
+
+TEST(Speculation, DraftsWalkTheGrammarTakingItsForcedTokensAndDroppingIllegalGuesses) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Stories s;
+  // The story says "a little girl named Lily" twice; the grammar wants "big" and other names, so
+  // prompt lookup guesses tokens the grammar forbids, and the grammar forces the words between.
+  const char* pattern = "( there was a big (dog|cat|boy) named [A-Z][a-z]{2,8}, and a (dog|cat|boy)\.){3}";
+  Outcome plain, walked, blind;
+  GenerationJob a = s.job(k_story, Speculation::none, &plain, 0, 120);
+  a.mask = make_grammar_constraint(compile_regex_for(pattern, *s.tok), *s.tok);
+  GenerationJob b = s.job(k_story, Speculation::ngram, &walked, 0, 120);
+  b.mask = make_grammar_constraint(compile_regex_for(pattern, *s.tok), *s.tok);
+  GenerationJob c = s.job(k_story, Speculation::ngram, &blind, 0, 120);
+  c.mask = std::make_shared<BlindDraftHook>(make_grammar_constraint(compile_regex_for(pattern, *s.tok), *s.tok));
+  s.solo(std::move(a), &plain);
+  s.solo(std::move(b), &walked);
+  s.solo(std::move(c), &blind);
+  ASSERT_TRUE(plain.done && walked.done && blind.done) << plain.error << walked.error << blind.error;
+  EXPECT_EQ(plain.reason, FinishReason::stop_token) << "the grammar completes";
+  EXPECT_EQ(walked.tokens, plain.tokens);
+  EXPECT_EQ(blind.tokens, plain.tokens);
+  const int64_t walked_rejected = walked.stats.n_drafted - walked.stats.n_accepted;
+  const int64_t blind_rejected = blind.stats.n_drafted - blind.stats.n_accepted;
+  EXPECT_LT(walked_rejected, blind_rejected) << "guesses the grammar forbids are never drafted";
+  EXPECT_LT(walked.stats.n_decode_passes, blind.stats.n_decode_passes)
+      << "forced tokens ride in the draft instead of waiting for the next pass";
+  EXPECT_LT(walked.stats.n_decode_passes, plain.stats.n_decode_passes);
+  std::printf("passes: plain %lld, blind %lld (drafted %lld, accepted %lld), walked %lld (drafted %lld, accepted %lld); tokens %lld\n",
+              (long long)plain.stats.n_decode_passes, (long long)blind.stats.n_decode_passes,
+              (long long)blind.stats.n_drafted, (long long)blind.stats.n_accepted,
+              (long long)walked.stats.n_decode_passes, (long long)walked.stats.n_drafted,
+              (long long)walked.stats.n_accepted, (long long)plain.stats.n_generated);
 }
 
 TEST(Speculation, BatchedWithOtherJobsEachGetsItsSoloTokens) {
