@@ -124,7 +124,7 @@ MemoryPlan plan_memory(const ModelDir& dir, const MemoryRequest& req, const std:
       pages = std::min<int64_t>(p.max_pages, req.cpu_default_pages);
     } else {
       const int64_t left = int64_t(device->free_bytes) - p.weight_bytes - p.scratch_bytes - p.margin_bytes;
-      pages = std::clamp<int64_t>(left / p.page_bytes, 0, p.max_pages);
+      pages = std::clamp<int64_t>(left / (p.page_bytes + req.companion_page_bytes), 0, p.max_pages);
       if (pages < min_pages) {
         pages = min_pages;
         p.fits = false;
@@ -133,7 +133,7 @@ MemoryPlan plan_memory(const ModelDir& dir, const MemoryRequest& req, const std:
   }
   p.cache_pages = int(pages);
   p.cache_tokens = pages * req.page_size;
-  p.cache_bytes = pages * p.page_bytes;
+  p.cache_bytes = pages * (p.page_bytes + req.companion_page_bytes);
   if (device && p.total_bytes() + p.margin_bytes > int64_t(device->free_bytes)) p.fits = false;
   if (!p.fits)
     p.error = cat("engine: memory plan: model '", p.model, "' needs ", format_bytes(p.weight_bytes), " of weights + ",
@@ -178,7 +178,8 @@ std::string describe(const MemoryPlan& p) {
            ", norms ", format_bytes(p.norm_bytes), ", linears ", format_bytes(p.linear_bytes), ")\n");
   s += cat("scratch        ", format_bytes(p.scratch_bytes), " (", dims_text(p.request), ")\n");
   s += cat("kv cache       ", format_bytes(p.cache_bytes), ": ", p.cache_pages, " pages of ", p.request.page_size,
-           " tokens = ", p.cache_tokens, " tokens, ", to_string(p.cache_format));
+           " tokens = ", p.cache_tokens, " tokens, ", to_string(p.cache_format),
+           p.request.companion_page_bytes > 0 ? ", with the draft model's" : "");
   if (p.cache_auto)
     s += cat(p.device ? " (automatic: the free memory left" : " (automatic: the host default",
              ", at most ", p.max_pages, " pages)");

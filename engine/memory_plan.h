@@ -67,6 +67,9 @@ struct MemoryRequest {
   int max_step_tokens = 512;
   int64_t max_seq_len = 0;   // positions one sequence may reach; 0: config max_position_embeddings
   int cpu_default_pages = 512;
+  // Bytes per page of caches kept beside this one for the same tokens (a draft model's K/V):
+  // planned with each page, so an automatic cache leaves room for them.
+  int64_t companion_page_bytes = 0;
 };
 
 // The plan; every byte count is device bytes. `fits` is false only with a device and a cache

@@ -32,6 +32,7 @@ struct JobEngineOptions {
   Speculation speculate = Speculation::auto_;  // engine/generate/speculation.h
   int64_t max_context = 4096;    // tokens one job may hold (capped by the model's context)
   std::string chat_template;     // override name; empty = detect
+  std::string draft_model;       // a draft model directory (ModelHostOptions::draft_model_dir); empty = none
 };
 
 struct ChatJobSpec {

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "engine/generate/draft_model.h"
 #include "kernels/error.h"
 #include "runtime/backend_select.h"
 
@@ -17,6 +18,14 @@ ModelHost::ModelHost(const ModelHostOptions& options, std::unique_ptr<Backend> b
     if (tok_->bos_id()) tt.bos = tok_->token_bytes(*tok_->bos_id());
     if (!tok_->eos_ids().empty()) tt.eos = tok_->token_bytes(*tok_->eos_ids().begin());
     tmpl_ = make_chat_template(choose_template(dir_->path(), options.chat_template), tt);
+  }
+  if (!options.draft_model_dir.empty()) {
+    draft_dir_ = std::make_unique<ModelDir>(options.draft_model_dir);
+    try {
+      check_same_vocabulary(*tok_, *load_tokenizer(draft_dir_->path()));
+    } catch (const Error& e) {
+      fail("runtime: draft model '", options.draft_model_dir, "': ", e.what());
+    }
   }
   if (!backend_) backend_ = make_backend(options.backend, options.cpu_threads);
   cache_format_ = options.cache_format.value_or(default_cache_format(options.backend));
@@ -34,6 +43,12 @@ Model& ModelHost::model() {
 void ModelHost::load(MemoryRequest req) {
   EXL_CHECK(model_ == nullptr, "runtime: model host: '", dir_->path().string(), "' is already loaded");
   req.cache_format = cache_format_;
+  if (draft_dir_ && !draft_model_) {
+    MemoryRequest dreq = req;
+    dreq.cache_pages = 1;  // its pages are planned with the model's (companion_page_bytes)
+    draft_model_ = load_planned_model(*draft_dir_, *backend_, dreq, draft_plan_);
+    req.companion_page_bytes = int64_t(draft_model_->kv_layout(cache_format_, req.page_size).page_bytes());
+  }
   model_ = load_planned_model(*dir_, *backend_, req, plan_);
 }
 
@@ -45,6 +60,7 @@ std::unique_ptr<Generator> ModelHost::load_generator(GeneratorOptions go, int64_
 
 std::unique_ptr<Generator> ModelHost::make_generator(GeneratorOptions go) {
   go.cache_format = cache_format_;
+  go.draft_model = draft_model_.get();
   return std::make_unique<Generator>(model(), *tok_, go);
 }
 

@@ -31,6 +31,10 @@ struct ModelHostOptions {
   std::optional<KvFormat> cache_format;     // unset: the backend's default (f32 cpu, fp16 cuda)
   bool chat = false;                        // load the chat template (commands that render conversations)
   std::string chat_template;                // with chat: a template name; empty = detect from the directory
+  // A draft model for speculative decoding (GeneratorOptions::draft_model): a directory whose
+  // tokenizer is the model's (checked at construction); loaded first, and its K/V planned with
+  // each page of the model's cache.
+  std::string draft_model_dir;
 };
 
 class ModelHost {
@@ -66,6 +70,8 @@ class ModelHost {
   bool loaded() const { return model_ != nullptr; }
   Model& model();
   const MemoryPlan& plan() const { return plan_; }
+  // Null unless options.draft_model_dir (and, after loading, the loaded draft model).
+  Model* draft_model() { return draft_model_.get(); }
 
   // A rendered conversation -> prompt tokens (tokenize_prompt: special tokens only from the
   // template's markup, never from message content; BOS once).
@@ -77,6 +83,9 @@ class ModelHost {
   std::unique_ptr<Tokenizer> tok_;
   std::shared_ptr<const ChatTemplate> tmpl_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ModelDir> draft_dir_;
+  std::unique_ptr<Model> draft_model_;
+  MemoryPlan draft_plan_;
   KvFormat cache_format_;
   MemoryPlan plan_;
   std::unique_ptr<Model> model_;  // after backend_: destroyed first

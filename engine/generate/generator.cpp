@@ -7,6 +7,7 @@
 
 #include "engine/tokenizer/detokenizer.h"
 #include "engine/generate/device_sampling.h"
+#include "engine/generate/draft_model.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -51,6 +52,7 @@ struct Generator::Active {
   std::vector<bool> guessed;   // per draft token: a prompt-lookup guess, else forced by the mask
   std::vector<int32_t> feed;   // the pending tokens, then the draft: the positions of the pass
   DraftLength draft_len;
+  DraftModel::Slot draft_slot = 0;  // its K/V in the draft model, when it drafts with one
 
   Active(uint64_t id_, GenerationJob j, const Tokenizer& tok)
       : id(id_), job(std::move(j)), sampler(job.sampling), detok(tok, !has_text(tok, job.prompt), true) {}
@@ -62,7 +64,7 @@ struct Generator::Active {
   }
   bool prefilling() const { return n_done < int64_t(job.prompt.size()); }
   bool speculates() const {  // job.speculate is resolved at admission
-    return job.speculate == Speculation::ngram ||
+    return job.speculate == Speculation::ngram || job.speculate == Speculation::draft ||
            (job.speculate == Speculation::auto_ && job.sampling.temperature == 0.0f && job.top_logprobs < 0);
   }
 };
@@ -85,6 +87,12 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions 
   device_sampler_ = opts_.device_sampling && model.can_sample_on_device();
   pipelined_ = device_sampler_ && opts_.pipelined && model.can_sample_deferred();
   cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.backend().kv_copy(*pool_, from, to, n); });
+  if (opts_.draft_model) {
+    EXL_CHECK(opts_.draft_model->vocab_size() == model.vocab_size(), "engine: generator: the draft model's vocabulary has ",
+              opts_.draft_model->vocab_size(), " tokens, the target's ", model.vocab_size());
+    draft_ = std::make_unique<DraftModel>(*opts_.draft_model, opts_.draft_num_pages > 0 ? opts_.draft_num_pages : opts_.num_pages,
+                                          opts_.page_size, opts_.cache_format);
+  }
 }
 
 Generator::~Generator() {
@@ -149,6 +157,8 @@ void Generator::finish(Active& a, FinishReason r, std::string error) {
   }
   if (a.job.pin && r != FinishReason::error) pin_pages(a);
   cache_->release(a.seq);
+  if (draft_ && a.draft_slot) draft_->close(a.draft_slot);
+  a.draft_slot = 0;
   GenerationEvent e;
   e.type = GenerationEvent::Type::done;
   e.job = a.id;
@@ -268,6 +278,65 @@ void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint
   emit_sampled(a, token, token_logprobs(raw, token, a.job.top_logprobs));
 }
 
+namespace {
+
+// A draft being built for one job: guesses (prompt lookup or a draft model) and, under a mask
+// hook that can draft, the walk of the constraint over them (see build_draft). rollback() must
+// be called once the draft is complete.
+struct DraftWalk {
+  std::vector<int32_t>& draft;
+  std::vector<bool>& guessed;
+  LogitsMaskHook* hook;  // null: guesses are not checked
+  std::vector<int32_t> ctx;
+  size_t gen0;
+  int64_t room;
+  int guesses;
+  size_t walked = 0;
+
+  std::span<const int32_t> generated() const { return std::span<const int32_t>(ctx).subspan(gen0); }
+  bool take(int32_t t, bool guess) {
+    if (int64_t(draft.size()) >= room) return false;
+    if (hook && (hook->terminated() || !hook->try_accept(t))) return false;
+    if (hook) ++walked;
+    draft.push_back(t);
+    guessed.push_back(guess);
+    ctx.push_back(t);
+    if (guess) --guesses;
+    return true;
+  }
+  // Appends what the constraint forces, then the tokens it makes likely (not counted as
+  // guesses), until it has neither; false when the draft cannot grow further.
+  bool extend() {
+    if (!hook) return guesses > 0 && int64_t(draft.size()) < room;
+    for (;;) {
+      if (const std::vector<int32_t> forced = hook->forced_tokens(generated()); !forced.empty()) {
+        for (int32_t t : forced)
+          if (!take(t, false)) return false;
+        continue;
+      }
+      if (const std::vector<int32_t> likely = hook->likely_tokens(generated()); !likely.empty()) {
+        for (int32_t t : likely) {
+          if (!take(t, true)) return false;
+          ++guesses;
+        }
+        continue;
+      }
+      return guesses > 0 && int64_t(draft.size()) < room && !hook->terminated();
+    }
+  }
+  void rollback() {
+    if (hook) hook->rollback(walked);
+    walked = 0;
+  }
+  void abandon() {
+    rollback();
+    draft.clear();
+    guessed.clear();
+  }
+};
+
+}  // namespace
+
 void Generator::build_draft(Active& a, int64_t room) {
   // Guesses come from prompt lookup; under a hook that can draft, each is kept only while the
   // constraint allows it, and the tokens the constraint forces after it join the draft as the
@@ -275,54 +344,79 @@ void Generator::build_draft(Active& a, int64_t room) {
   // cost no guess and are accepted whenever the guess before them is.
   a.draft.clear();
   a.guessed.clear();
-  int guesses = int(std::min<int64_t>(a.draft_len.cur, room));
   if (lookup_classes_.empty()) lookup_classes_ = lookup_classes(tok_);
   LogitsMaskHook* hook = a.job.mask && a.job.mask->can_draft() ? a.job.mask.get() : nullptr;
-  if (!hook) {
-    a.draft = ngram_draft(a.tokens, guesses, 3, 1, lookup_classes_);
-    a.guessed.assign(a.draft.size(), true);
-    return;
-  }
-  std::vector<int32_t> ctx = a.tokens;
-  const size_t gen0 = a.job.prompt.size();
-  size_t walked = 0;
-  auto take = [&](int32_t t, bool guess) {
-    if (int64_t(a.draft.size()) >= room || hook->terminated() || !hook->try_accept(t)) return false;
-    ++walked;
-    a.draft.push_back(t);
-    a.guessed.push_back(guess);
-    ctx.push_back(t);
-    return true;
-  };
+  DraftWalk w{a.draft, a.guessed, hook, a.tokens, a.job.prompt.size(), room, int(std::min<int64_t>(a.draft_len.cur, room))};
   try {
-    for (bool more = true; more;) {
-      const std::span<const int32_t> generated = std::span<const int32_t>(ctx).subspan(gen0);
-      if (const std::vector<int32_t> forced = hook->forced_tokens(generated); !forced.empty()) {
-        for (int32_t t : forced) more = more && take(t, false);
-        continue;
-      }
-      more = false;
-      if (const std::vector<int32_t> likely = hook->likely_tokens(generated); !likely.empty()) {
-        more = true;
-        for (int32_t t : likely) more = more && take(t, true);
-        continue;
-      }
-      for (int32_t t : ngram_draft(ctx, guesses, 3, 1, lookup_classes_)) {
-        if (!take(t, true)) break;
-        --guesses;
-        if (!hook->forced_tokens(std::span<const int32_t>(ctx).subspan(gen0)).empty()) {
+    while (w.extend()) {
+      bool more = false;
+      for (int32_t t : ngram_draft(w.ctx, w.guesses, 3, 1, lookup_classes_)) {
+        if (!w.take(t, true)) break;
+        if (hook && !hook->forced_tokens(w.generated()).empty()) {
           more = true;
           break;
         }
       }
+      if (!more) break;
     }
   } catch (const std::exception&) {
-    hook->rollback(walked);
-    a.draft.clear();
-    a.guessed.clear();
+    w.abandon();
     return;
   }
-  hook->rollback(walked);
+  w.rollback();
+}
+
+void Generator::build_model_drafts(std::span<Active* const> jobs, std::span<const int64_t> rooms) {
+  // One round per guessed position: the draft model's forward for every job still drafting, then
+  // its most likely token the constraint allows. The walk is build_draft's.
+  std::vector<DraftWalk> walks;
+  walks.reserve(jobs.size());
+  std::vector<bool> open(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Active& a = *jobs[i];
+    a.draft.clear();
+    a.guessed.clear();
+    LogitsMaskHook* hook = a.job.mask && a.job.mask->can_draft() ? a.job.mask.get() : nullptr;
+    walks.push_back({a.draft, a.guessed, hook, a.tokens, a.job.prompt.size(), rooms[i],
+                     int(std::min<int64_t>(a.draft_len.cur, rooms[i]))});
+  }
+  const int64_t V = model_.vocab_size();
+  std::vector<uint32_t> mask;
+  try {
+    for (size_t i = 0; i < jobs.size(); ++i) open[i] = walks[i].extend();
+    for (;;) {
+      std::vector<DraftModel::Slot> slots;
+      std::vector<std::span<const int32_t>> ctxs;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < jobs.size(); ++i)
+        if (open[i]) {
+          slots.push_back(jobs[i]->draft_slot);
+          ctxs.push_back(walks[i].ctx);
+          which.push_back(i);
+        }
+      if (slots.empty()) break;
+      const DraftModel::Logits out = draft_->next_logits(slots, ctxs, opts_.max_step_tokens);
+      for (size_t j = 0; j < which.size(); ++j) {
+        const size_t i = which[j];
+        DraftWalk& w = walks[i];
+        open[i] = false;
+        if (!out.ready[j]) continue;
+        const float* row = out.rows.data() + j * size_t(V);
+        if (w.hook) {
+          mask.assign(mask_words(size_t(V)), 0u);
+          w.hook->fill_mask(mask);
+        }
+        int32_t best = -1;
+        for (int32_t t = 0; t < int32_t(V); ++t)
+          if ((!w.hook || (mask[size_t(t) / 32] >> (t % 32) & 1u)) && (best < 0 || row[t] > row[best])) best = t;
+        open[i] = best >= 0 && w.take(best, true) && w.extend();
+      }
+    }
+  } catch (const std::exception&) {
+    for (auto& w : walks) w.abandon();
+    return;
+  }
+  for (auto& w : walks) w.rollback();
 }
 
 void Generator::verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask) {
@@ -518,6 +612,17 @@ void Generator::admit() {
     // auto leaves alone the jobs that pipelined decoding serves (no mask hook, device sampling):
     // drafting would give that up for little (H200, demo model: slower at every concurrency).
     if (a->job.speculate == Speculation::auto_ && pipelined_ && !a->job.mask) a->job.speculate = Speculation::none;
+    if (a->job.speculate == Speculation::draft && !draft_) {
+      a->finished = true;
+      GenerationEvent ev;
+      ev.type = GenerationEvent::Type::done;
+      ev.job = id;
+      ev.reason = FinishReason::error;
+      ev.error = cat("engine: generator: job ", id, ": speculate 'draft' needs a draft model, and none is loaded");
+      if (a->job.on_event) a->job.on_event(ev);
+      continue;
+    }
+    if (draft_ && a->speculates() && a->job.speculate != Speculation::ngram) a->draft_slot = draft_->open();
     a->tokens = a->job.prompt;
     a->sampler.accept(a->job.prompt);
     a->seq = cache_->create_sequence();
@@ -548,18 +653,37 @@ bool Generator::step() {
   int64_t budget = opts_.max_step_tokens;
   const auto decoding = std::count_if(active_.begin(), active_.end(), [](const auto& a) { return !a->prefilling(); });
   const bool auto_drafts = decoding <= opts_.speculate_max_seqs;
+  std::vector<Active*> model_drafting;
+  std::vector<int64_t> model_rooms;
+  std::vector<size_t> model_plan;
   for (auto& a : active_)
     if (!a->prefilling() && budget > 0) {
       const int64_t pending = int64_t(a->tokens.size()) - a->n_done;
       int64_t n = std::min<int64_t>(budget, pending);
       a->draft.clear();
-      if (n == pending && a->speculates() && (auto_drafts || a->job.speculate == Speculation::ngram)) {
-        build_draft(*a, std::min<int64_t>(budget - n, int64_t(a->job.max_new_tokens) - a->stats.n_generated - 1));
-        n += int64_t(a->draft.size());
+      if (n == pending && a->speculates() && (auto_drafts || a->job.speculate != Speculation::auto_)) {
+        const int64_t room = std::min<int64_t>(budget - n, int64_t(a->job.max_new_tokens) - a->stats.n_generated - 1);
+        if (a->draft_slot) {  // drafted below, with the model, in one batch; its room reserved meanwhile
+          model_drafting.push_back(a.get());
+          model_rooms.push_back(std::min<int64_t>(room, k_max_model_draft));
+          model_plan.push_back(plan.size());
+          n += model_rooms.back();
+        } else {
+          build_draft(*a, room);
+          n += int64_t(a->draft.size());
+        }
       }
       plan.push_back({a.get(), n});
       budget -= n;
     }
+  if (!model_drafting.empty()) {
+    build_model_drafts(model_drafting, model_rooms);
+    for (size_t i = 0; i < model_drafting.size(); ++i) {
+      const int64_t unused = model_rooms[i] - int64_t(model_drafting[i]->draft.size());
+      plan[model_plan[i]].n -= unused;
+      budget += unused;
+    }
+  }
   for (auto& a : active_)
     if (a->prefilling() && budget > 0) {
       const int64_t n = std::min<int64_t>(budget, int64_t(a->job.prompt.size()) - a->n_done);

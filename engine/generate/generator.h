@@ -35,6 +35,8 @@
 
 namespace exl {
 
+class DraftModel;
+
 // Constrains sampling for one job (the grammar engine implements it: engine/generate/grammar_constraint.h).
 // fill_mask sets the bit of every token allowed next (mask has mask_words(vocab) words, all bits
 // clear on entry); accept is told every token the job emits, sampled or forced, and throws
@@ -145,6 +147,12 @@ struct GeneratorOptions {
   // demo model: faster at 1-2 jobs, slower from 4; BENCHMARKS.md session 17). `auto` never
   // drafts for jobs that pipelined decoding would serve (no mask hook, device sampling).
   int speculate_max_seqs = 2;
+  // A draft model for Speculation::draft (and `auto`, which then drafts with it): a smaller
+  // model of the same vocabulary (check_same_vocabulary, engine/generate/draft_model.h) on the
+  // same backend, outliving the Generator; its K/V in draft_num_pages pages (0: num_pages) of
+  // page_size tokens in cache_format.
+  Model* draft_model = nullptr;
+  int draft_num_pages = 0;
 };
 
 class Generator {
@@ -179,6 +187,8 @@ class Generator {
   bool prepare_sample(Active& a, std::vector<uint32_t>& mask);
   void emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs = {});
   void build_draft(Active& a, int64_t room);
+  void build_model_drafts(std::span<Active* const> jobs, std::span<const int64_t> rooms);
+  static constexpr int64_t k_max_model_draft = 32;  // tokens a model draft may hold, forced ones included
   void verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask);
   bool use_device_sampling(std::span<Active* const> sampling) const;
   void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
@@ -209,6 +219,7 @@ class Generator {
   std::vector<std::unique_ptr<Active>> active_;  // stepping thread only
   std::vector<std::pair<uint64_t, SeqId>> pins_;  // stepping thread only; oldest first
   std::vector<int32_t> lookup_classes_;           // stepping thread only; built at the first draft
+  std::unique_ptr<DraftModel> draft_;             // with options.draft_model
   // Pipelining (stepping thread only): the jobs of the deferred sampling not collected yet, in
   // entry order, and of the fed step queued after it (batch order = entry order; empty: none).
   std::vector<Active*> deferred_, fed_;

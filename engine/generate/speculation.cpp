@@ -10,6 +10,7 @@ std::string_view to_string(Speculation s) {
   switch (s) {
     case Speculation::none: return "none";
     case Speculation::ngram: return "ngram";
+    case Speculation::draft: return "draft";
     case Speculation::auto_: return "auto";
   }
   return "?";
@@ -18,6 +19,7 @@ std::string_view to_string(Speculation s) {
 std::optional<Speculation> parse_speculation(std::string_view text) {
   if (text == "none") return Speculation::none;
   if (text == "ngram") return Speculation::ngram;
+  if (text == "draft") return Speculation::draft;
   if (text == "auto") return Speculation::auto_;
   return std::nullopt;
 }

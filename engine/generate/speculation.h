@@ -33,10 +33,12 @@ namespace exl {
 enum class Speculation : uint8_t {
   none,   // one token per forward pass
   ngram,  // prompt-lookup drafts, whatever the sampling settings
-  auto_,  // ngram for greedy jobs (temperature 0) without log-probabilities; none otherwise
+  draft,  // a draft model's greedy drafts (GeneratorOptions::draft_model), whatever the sampling
+  auto_,  // for greedy jobs (temperature 0) without log-probabilities: the draft model when one is
+          // loaded, else ngram; none otherwise
 };
 std::string_view to_string(Speculation s);
-// "none" | "ngram" | "auto"; nullopt for anything else.
+// "none" | "ngram" | "draft" | "auto"; nullopt for anything else.
 std::optional<Speculation> parse_speculation(std::string_view text);
 
 // The draft for the context `tokens` (prompt and generated so far): for n from max_ngram down to

@@ -163,6 +163,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--tokenizer", default="", help="reuse this SentencePiece model instead of training one "
+                    "(e.g. model/tokenizer.model, for a larger model the demo model can draft for)")
     ap.add_argument("--tok-examples", type=int, default=30000)
     ap.add_argument("--hidden", type=int, default=384)
     ap.add_argument("--intermediate", type=int, default=1024)
@@ -194,7 +196,13 @@ def main():
     t0 = time.time()
     texts = ["".join(t for t, _ in gen_data.render_chatml(ex["messages"], ex["tools"]))
              for ex in gen_data.generate(a.seed + 7919, a.tok_examples)]
-    sp = tok.train_tokenizer(texts, out + "/tokenizer", a.vocab)
+    if a.tokenizer:  # a model sharing another's tokenizer (a draft/target pair)
+        import shutil
+        import sentencepiece as spm
+        shutil.copyfile(a.tokenizer, out + "/tokenizer.model")
+        sp = spm.SentencePieceProcessor(model_file=out + "/tokenizer.model")
+    else:
+        sp = tok.train_tokenizer(texts, out + "/tokenizer", a.vocab)
     enc = tok.Encoder(sp)
     log(f"tokenizer: {sp.get_piece_size()} pieces in {time.time() - t0:.1f}s; control ids {enc.control}")
     cfg = llama.Config(vocab_size=sp.get_piece_size(), hidden_size=a.hidden, intermediate_size=a.intermediate,
@@ -203,7 +211,8 @@ def main():
     dev = torch.device(a.device)
     model, steps, secs, n_params = train(a, out, cfg, enc, dev, log)
     log(f"trained {steps} steps in {secs:.0f}s")
-    os.remove(out + "/tokenizer.vocab")
+    if os.path.exists(out + "/tokenizer.vocab"):
+        os.remove(out + "/tokenizer.vocab")
     llama.export_hf(model, out, enc.bos, [enc.im_end, 2])
     write_tokenizer_files(out, enc)
     del model

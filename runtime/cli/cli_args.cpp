@@ -166,7 +166,8 @@ std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a) {
 Speculation speculation_flag(const ParsedArgs& a) {
   const std::string v = a.get_or("--speculate", "auto");
   const auto s = parse_speculation(v);
-  if (!s) throw UsageError(cat("--speculate must be none, ngram or auto, not '", v, "'"));
+  if (!s) throw UsageError(cat("--speculate must be none, ngram, draft or auto, not '", v, "'"));
+  if (*s == Speculation::draft && !a.has("--draft-model")) throw UsageError("--speculate draft needs --draft-model DIR");
   return *s;
 }
 

@@ -81,11 +81,16 @@ struct ModelHostOptions;
 ModelHostOptions model_host_options(const ParsedArgs& a);
 
 enum class Speculation : uint8_t;
-// --speculate none|ngram|auto (default auto); anything else is a UsageError.
+// --speculate none|ngram|draft|auto (default auto); anything else, or draft without
+// --draft-model, is a UsageError.
 Speculation speculation_flag(const ParsedArgs& a);
 // The --speculate line of a command's flag table.
 inline constexpr const char* k_speculate_help =
-    "speculative decoding: none, ngram or auto (default auto: prompt lookup for greedy jobs that are "
-    "not pipelined, e.g. under a grammar; the same output in fewer forward passes)";
+    "speculative decoding: none, ngram, draft or auto (default auto: for greedy jobs that are not "
+    "pipelined, e.g. under a grammar, the draft model when one is given, else prompt lookup; the same "
+    "output in fewer forward passes)";
+// The --draft-model line of a command's flag table.
+inline constexpr const char* k_draft_model_help =
+    "a smaller model with the same tokenizer that drafts tokens for --speculate draft/auto";
 
 }  // namespace exl

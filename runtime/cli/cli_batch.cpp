@@ -46,6 +46,7 @@ const CommandSpec& batch_spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
+       {"--draft-model", "DIR", k_draft_model_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
        {"--quiet", "", "no progress lines (the summary is still printed)"}}};
   return s;
@@ -130,6 +131,7 @@ int cli_batch(std::span<const std::string> args) {
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
     eo.speculate = speculation_flag(a);
+    eo.draft_model = a.get_or("--draft-model", "");
     eo.max_batch_seqs = int(conc);
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

@@ -32,6 +32,7 @@ const CommandSpec& extract_spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
+       {"--draft-model", "DIR", k_draft_model_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
       1};
   return s;
@@ -79,6 +80,7 @@ int cli_extract(std::span<const std::string> args) {
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
     eo.speculate = speculation_flag(a);
+    eo.draft_model = a.get_or("--draft-model", "");
     eo.max_batch_seqs = int(std::min<long long>(conc, std::max<size_t>(docs.size(), 1)));
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

@@ -29,6 +29,7 @@ const CommandSpec& mcp_serve_spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
+       {"--draft-model", "DIR", k_draft_model_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
        {"--read-root", "DIR", "offer the read_file tool to `agent`, reading only under DIR"},
        {"--max-tokens", "N", "tokens per agent generation (default 512)"},
@@ -72,6 +73,7 @@ int cli_mcp_serve(std::span<const std::string> args) {
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
     eo.speculate = speculation_flag(a);
+    eo.draft_model = a.get_or("--draft-model", "");
     eo.max_batch_seqs = 1;
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

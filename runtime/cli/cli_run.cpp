@@ -33,6 +33,7 @@ const CommandSpec& run_spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
+       {"--draft-model", "DIR", k_draft_model_help},
        {"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
        {"--mcp", "NAME=COMMAND ARGS...",
         "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
@@ -232,6 +233,7 @@ int cli_run(std::span<const std::string> args) {
     eo.backend = a.get_or("--backend", "cpu");
     eo.cpu_threads = int(a.get_int("--threads", 0));
     eo.speculate = speculation_flag(a);
+    eo.draft_model = a.get_or("--draft-model", "");
     eo.max_batch_seqs = int(conc);
     eo.chat_template = a.get_or("--chat-template", "");
     JobEngine engine(eo);

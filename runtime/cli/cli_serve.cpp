@@ -53,6 +53,7 @@ const CommandSpec& serve_spec() {
        {"--backend", "NAME", "cpu (default) or cuda"},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
+       {"--draft-model", "DIR", k_draft_model_help},
        {"--cache-pages", "N", "KV cache pages of 64 tokens (default: what fits in free device memory; 512 on cpu)"},
        {"--max-sessions", "N", "generations in flight before 503, and live agent sessions (default 64)"},
        {"--max-body", "BYTES", "request body limit (default 8388608)"},
@@ -112,6 +113,7 @@ int cli_serve(std::span<const std::string> args) {
     o.backend = a.get_or("--backend", o.backend);
     o.cpu_threads = int(a.get_int("--threads", 0));
     o.speculate = speculation_flag(a);
+    o.draft_model = a.get_or("--draft-model", "");
     o.cache_pages = int(a.get_int("--cache-pages", o.cache_pages));
     o.max_sessions = int(a.get_int("--max-sessions", o.max_sessions));
     const long long body = a.get_int("--max-body", (long long)o.max_body_bytes);

@@ -90,7 +90,7 @@ GenerationRequest parse_common(const ojson& j, int64_t vocab_size) {
   if (auto* v = field(j, "n")) g.n = int32_t(integer(*v, "n", 1, kMaxChoices));
   if (auto* v = field(j, "speculate")) {
     g.speculate = v->is_string() ? parse_speculation(v->get<std::string>()) : std::nullopt;
-    if (!g.speculate) bad_request("'speculate' must be one of none, ngram, auto.", "speculate");
+    if (!g.speculate) bad_request("'speculate' must be one of none, ngram, draft, auto.", "speculate");
   }
   return g;
 }

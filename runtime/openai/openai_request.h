@@ -30,7 +30,8 @@ struct GenerationRequest {
   // Choices to generate (1..kMaxChoices), each its own job on the generator; choice i > 0 samples
   // with choice_seed(sampling.seed, i).
   int32_t n = 1;
-  // exlagent's extension "speculate": "none" | "ngram" | "auto"; unset: the server's --speculate.
+  // exlagent's extension "speculate": "none" | "ngram" | "draft" | "auto"; unset: the server's
+  // --speculate ("draft" needs the server's --draft-model).
   std::optional<Speculation> speculate;
 };
 

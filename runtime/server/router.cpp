@@ -131,6 +131,8 @@ GenerationPlan plan_generation(ServerState& state, const GenerationRequest& g, s
   job.stop_strings = g.stop;
   job.top_logprobs = g.top_logprobs;
   job.speculate = g.speculate;
+  if (g.speculate == Speculation::draft && state.options().draft_model.empty())
+    bad_request("'speculate': 'draft' needs a server started with --draft-model.", "speculate");
   if (g.top_logprobs >= 0) {
     meta.top_logprobs = g.top_logprobs;
     meta.vocab = shared_token_index(state.tokenizer());

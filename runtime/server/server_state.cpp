@@ -24,7 +24,8 @@ ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend
   EXL_CHECK(opts_.ws_message_timeout.count() > 0, "runtime: serve: the WebSocket message timeout must be positive");
   created_ = int64_t(std::time(nullptr));
   host_ = std::make_unique<ModelHost>(
-      ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template},
+      ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template,
+                       opts_.draft_model},
       std::move(backend));
   GeneratorOptions go;
   go.page_size = opts_.page_size;

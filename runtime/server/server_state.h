@@ -39,6 +39,7 @@ struct ServerOptions {
   int max_sessions = 64;                     // generations in flight (queued + running)
   int max_batch_seqs = 16;
   Speculation speculate = Speculation::auto_;  // for requests (engine/generate/speculation.h)
+  std::string draft_model;  // a draft model directory (ModelHostOptions::draft_model_dir); empty = none
   size_t max_body_bytes = 8u << 20;
   int64_t max_prompt_tokens = 0;             // 0 = context_length(); more is a 400 context_length_exceeded
   size_t max_prompt_bytes = 1u << 20;        // bytes of prompt text (message contents, tool-call arguments,

@@ -7,6 +7,9 @@
 
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/generate/draft_model.h"
 #include "engine/generate/generator.h"
 #include "engine/generate/grammar_constraint.h"
 #include "test_support.h"
@@ -298,6 +301,110 @@ TEST(Speculation, AutoDraftsOnlyWhileFewJobsDecode) {
     for (const auto& o : out) drafted += o.stats.n_drafted;
     if (max_seqs == 2) EXPECT_EQ(drafted, 0) << "four jobs decode together";
     else EXPECT_GT(drafted, 0);
+  }
+}
+
+// A draft model drafting for its own model: under greedy decoding every guess is the target's
+// choice, so all are accepted; a K/V slot fed out of step would show as rejections.
+TEST(DraftModelSpeculation, ADraftOfTheSameModelIsAlwaysAcceptedUnderAGrammarToo) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Stories s;
+  const char* pattern = "( there was a (little|big) (girl|boy|dog) named [A-Z][a-z]{2,8}\\.){3}";
+  GeneratorOptions go;
+  go.draft_model = s.model.get();
+  for (bool grammar : {false, true}) {
+    Outcome plain, drafted;
+    GenerationJob a = s.job(k_story, Speculation::none, &plain, 0, 100);
+    GenerationJob b = s.job(k_story, Speculation::draft, &drafted, 0, 100);
+    if (grammar) {
+      a.mask = make_grammar_constraint(compile_regex_for(pattern, *s.tok), *s.tok);
+      b.mask = make_grammar_constraint(compile_regex_for(pattern, *s.tok), *s.tok);
+    }
+    s.solo(std::move(a), &plain);
+    Generator g(*s.model, *s.tok, go);
+    g.submit(std::move(b));
+    g.run_until_idle();
+    ASSERT_TRUE(plain.done && drafted.done) << drafted.error;
+    EXPECT_EQ(drafted.tokens, plain.tokens) << grammar;
+    EXPECT_EQ(drafted.reason, plain.reason);
+    EXPECT_GT(drafted.stats.n_drafted, 10) << grammar;
+    EXPECT_EQ(drafted.stats.n_accepted, drafted.stats.n_drafted) << grammar;
+    EXPECT_LT(drafted.stats.n_decode_passes * 2, drafted.stats.n_generated) << grammar;
+  }
+}
+
+// A quantized copy drafting for the FP16 model (exl2-ref llama-gqa, random weights): the output
+// is the target's, greedy and sampled, alone and batched with jobs that do not draft.
+TEST(DraftModelSpeculation, AQuantizedDraftLeavesTheTargetsTokensUnchanged) {
+  EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/exl2-4.0bpw/output.safetensors");
+  const auto root = test::shared_dir() / "data/exl2-ref/llama-gqa";
+  auto be = make_cpu_backend(2);
+  ModelDir tdir(root / "hf"), ddir(root / "exl2-4.0bpw");
+  auto ttok = load_tokenizer(tdir.path()), dtok = load_tokenizer(ddir.path());
+  check_same_vocabulary(*ttok, *dtok);
+  Model target(tdir, *be), draft(ddir, *be);
+  const auto ids = nlohmann::json::parse(test::read_file(test::shared_dir() / "data/exl2-ref/input_ids.json"))["input_ids"];
+  std::vector<int32_t> prompt;
+  for (const auto& row : ids.is_array() && ids[0].is_array() ? ids[0] : ids) prompt.push_back(row.get<int32_t>());
+  auto job = [&](Speculation sp, Outcome* r, float temperature) {
+    GenerationJob j;
+    j.prompt = prompt;
+    j.sampling.temperature = temperature;
+    j.sampling.seed = 5;
+    j.max_new_tokens = 40;
+    j.speculate = sp;
+    j.on_event = [r](const GenerationEvent& e) {
+      if (e.type == GenerationEvent::Type::token) return r->tokens.push_back(e.token);
+      r->stats = e.stats, r->reason = e.reason, r->error = e.error, r->done = true;
+    };
+    return j;
+  };
+  GeneratorOptions go;
+  go.draft_model = &draft;
+  for (float temperature : {0.0f, 0.8f}) {
+    Outcome plain, alone, batched, other;
+    {
+      Generator g(target, *ttok, {});
+      g.submit(job(Speculation::none, &plain, temperature));
+      g.run_until_idle();
+    }
+    {
+      Generator g(target, *ttok, go);
+      g.submit(job(Speculation::draft, &alone, temperature));
+      g.run_until_idle();
+    }
+    {
+      Generator g(target, *ttok, go);
+      g.submit(job(Speculation::none, &other, temperature));
+      g.submit(job(Speculation::draft, &batched, temperature));
+      g.run_until_idle();
+    }
+    ASSERT_TRUE(plain.done && alone.done && batched.done && other.done) << alone.error << batched.error;
+    EXPECT_EQ(alone.tokens, plain.tokens) << temperature;
+    EXPECT_EQ(batched.tokens, plain.tokens) << temperature;
+    EXPECT_EQ(other.tokens, plain.tokens) << temperature;
+    EXPECT_GT(alone.stats.n_drafted, 0);
+    EXPECT_EQ(other.stats.n_drafted, 0);
+    if (temperature == 0.0f) EXPECT_GT(alone.stats.n_accepted, 0) << "the quantized copy agrees sometimes";
+  }
+}
+
+TEST(DraftModelSpeculation, DraftWithoutADraftModelIsAJobErrorAndVocabulariesAreChecked) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Stories s;
+  Outcome r;
+  s.solo(s.job("Once", Speculation::draft, &r), &r);
+  ASSERT_TRUE(r.done);
+  EXPECT_EQ(r.reason, FinishReason::error);
+  EXPECT_NE(r.error.find("needs a draft model"), std::string::npos) << r.error;
+  EXPECT_NO_THROW(check_same_vocabulary(*s.tok, *s.tok));
+  EXL_REQUIRE_SHARED("models/llama2-tokenizer/tokenizer.model");
+  const auto other = load_tokenizer(test::shared_dir() / "models/llama2-tokenizer");
+  try {
+    check_same_vocabulary(*s.tok, *other);
+    ADD_FAILURE() << "different vocabularies accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("same tokenizer"), std::string::npos) << e.what();
   }
 }
 

@@ -267,18 +267,30 @@ TEST(CliExtract, PrintsOneValidObjectPerInputInOrder) {
   // The demo model reads these right (it scores ~97% field exact match on its held-out set).
   EXPECT_EQ(got[0]["name"], "Keiko Tanaka");
   EXPECT_EQ(got[1]["age"], 51);
-  // Speculation changes how many forward passes, never the output.
-  for (const char* mode : {"none", "ngram"}) {
-    auto s = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
-                                         "--speculate", mode, (dir / "a.txt").string(), (dir / "b.txt").string()});
+  // Speculation changes how many forward passes, never the output; the demo model drafting for
+  // itself is the draft-model path.
+  for (const char* mode : {"none", "ngram", "draft"}) {
+    std::vector<std::string> args{"--model", demo.string(), "--schema", (dir / "schema.json").string(), "--speculate", mode};
+    if (std::string(mode) == "draft") args.insert(args.end(), {"--draft-model", demo.string()});
+    args.insert(args.end(), {(dir / "a.txt").string(), (dir / "b.txt").string()});
+    auto s = test::run_cli(cli_extract, args);
     ASSERT_EQ(s.code, 0) << s.error << s.err;
     EXPECT_EQ(s.out, r.out) << mode;
   }
   auto bad = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
-                                         "--speculate", "draft", (dir / "a.txt").string()});
+                                         "--speculate", "medusa", (dir / "a.txt").string()});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE((bad.err + bad.error).find("--speculate must be none, ngram or auto, not 'draft'"), std::string::npos)
+  EXPECT_NE((bad.err + bad.error).find("--speculate must be none, ngram, draft or auto, not 'medusa'"), std::string::npos)
       << bad.err;
+  auto no_draft = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
+                                              "--speculate", "draft", (dir / "a.txt").string()});
+  EXPECT_EQ(no_draft.code, 2);
+  EXPECT_NE((no_draft.err + no_draft.error).find("--speculate draft needs --draft-model"), std::string::npos) << no_draft.err;
+  auto wrong_vocab = test::run_cli(cli_extract, {"--model", demo.string(), "--schema", (dir / "schema.json").string(),
+                                                 "--draft-model", (test::shared_dir() / "models/stories260K-hf").string(),
+                                                 (dir / "a.txt").string()});
+  EXPECT_NE(wrong_vocab.code, 0);
+  EXPECT_NE((wrong_vocab.err + wrong_vocab.error).find("same tokenizer"), std::string::npos) << wrong_vocab.err;
 }
 
 TEST(CliExtract, BadSchemaAndInputsAreClearErrors) {
