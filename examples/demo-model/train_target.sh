@@ -7,4 +7,4 @@ set -e
 here=$(dirname "$0")
 python3 "$here/train.py" --out "$1" --tokenizer "$here/model/tokenizer.model" --seed 1 \
   --hidden 768 --intermediate 2048 --layers 10 --heads 12 --kv-heads 4 --lr 1e-3 --warmup 100 \
-  --steps 0 --minutes "${2:-4.5}" --eval-count 100
+  --steps 0 --minutes "${2:-4.5}" --eval-count 30
