@@ -225,8 +225,12 @@ int64_t Model::run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool
       else layer_apart(layers_[l], int(l), l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : nullptr);
     }
     // Final norm and head only for the rows whose logits are wanted.
-    for (int64_t r = 0; r < R; ++r)
-      be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, 1, H, eps);
+    for (int64_t r = 0; r < R;) {  // runs of consecutive rows in one call
+      int64_t n = 1;
+      while (r + n < R && logit_rows[size_t(r + n)] == logit_rows[size_t(r)] + n) ++n;
+      be.rms_norm(x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last.f32() + r * H, n, H, eps);
+      r += n;
+    }
     linear(*head_, last.f32(), logits.f32(), R);
   };
   if (T == int64_t(batch.size())) {  // decode: one token per sequence, a step the backend may replay

@@ -84,9 +84,10 @@ TEST(DraftLength, GrowsOnFullAcceptanceAndHalvesOnImmediateRejection) {
 }
 
 TEST(Speculation, ParsesItsNames) {
-  for (Speculation s : {Speculation::none, Speculation::ngram, Speculation::auto_})
+  for (Speculation s : {Speculation::none, Speculation::ngram, Speculation::draft, Speculation::auto_})
     EXPECT_EQ(parse_speculation(to_string(s)), s);
-  EXPECT_FALSE(parse_speculation("draft").has_value());
+  EXPECT_FALSE(parse_speculation("medusa").has_value());
+  EXPECT_FALSE(parse_speculation("Draft").has_value());
 }
 
 struct Outcome {
