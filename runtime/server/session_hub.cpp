@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -220,6 +221,20 @@ std::vector<std::string> SessionHub::tool_names() const {
   std::lock_guard lk(mu_);
   std::vector<std::string> out;
   for (const auto& [name, r] : tools_) out.push_back(name);
+  return out;
+}
+
+std::vector<ToolSpec> SessionHub::mcp_tools() const {
+  std::vector<std::shared_ptr<McpClient>> clients;
+  {
+    std::lock_guard lk(mu_);
+    clients = mcp_;
+  }
+  std::vector<ToolSpec> out;
+  for (const auto& c : clients)
+    for (const auto& t : c->tools())
+      if (auto registered = builtins_.find(t->spec().name)) out.push_back(registered->spec());
+  std::sort(out.begin(), out.end(), [](const ToolSpec& a, const ToolSpec& b) { return a.name < b.name; });
   return out;
 }
 

@@ -71,7 +71,10 @@ class SessionHub {
   // Throws exl::Error when the server cannot be started.
   std::vector<std::string> add_mcp_server(McpServerConfig config);
   std::shared_ptr<Tool> find_tool(const std::string& name) const;
+  // The names of the tools WebSocket clients registered.
   std::vector<std::string> tool_names() const;
+  // The tools of the --mcp servers that sessions may name (NAME__tool), sorted by name.
+  std::vector<ToolSpec> mcp_tools() const;
 
   // Test and benchmark hook: scripts every turn's output (see ForcedTextHook) instead of the
   // grammar seam.

@@ -122,7 +122,10 @@ std::optional<Json> peer_method(const std::string& method, const Json& params, S
   if (method == "tools/register") return register_tools(params, state, peer);
   if (method == "tools/list") {
     Json names = state.sessions().tool_names();
-    return Json{{"tools", names}};
+    Json mcp = Json::array();
+    for (const auto& t : state.sessions().mcp_tools())
+      mcp.push_back({{"name", t.name}, {"description", t.description}, {"inputSchema", t.input_schema}});
+    return Json{{"tools", names}, {"mcp", std::move(mcp)}};
   }
   return std::nullopt;
 }
