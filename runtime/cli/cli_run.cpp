@@ -34,9 +34,7 @@ const CommandSpec& run_spec() {
        {"--threads", "N", "CPU threads (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
        {"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
-       {"--mcp", "NAME=COMMAND ARGS...",
-        "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
-        "spaces, '...' and \"...\" group words (tools/mcp/README.md); repeatable", false, true},
+       {"--mcp", k_mcp_flag, k_mcp_help, false, true},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
       1};
   return s;

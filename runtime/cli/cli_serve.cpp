@@ -73,9 +73,7 @@ const CommandSpec& serve_spec() {
        {"--session-retain", "N", "transcripts kept, oldest deleted first (default 1000; 0 = no limit)"},
        {"--session-retain-bytes", "BYTES", "bytes of transcripts kept (default 268435456; 0 = no limit)"},
        {"--read-root", "DIR", "offer the read_file tool to agent sessions, reading only under DIR"},
-       {"--mcp", "NAME=COMMAND ARGS...",
-        "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
-        "spaces, '...' and \"...\" group words (tools/mcp/README.md); repeatable", false, true},
+       {"--mcp", k_mcp_flag, k_mcp_help, false, true},
        {"--agent-script", "FILE", "tests/benchmarks only: JSON array of replies forced on agent turns 1, 2, ..."}}};
   return s;
 }

@@ -199,7 +199,7 @@ TEST(CliRun, BadToolsAndInvalidFilesAreClearErrors) {
   EXPECT_NE(r.error.find("MCP tools are NAME__tool"), std::string::npos) << r.error;
   r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir(), "--mcp", "nope"});
   EXPECT_EQ(r.code, 2) << r.error;
-  EXPECT_NE(r.err.find("--mcp wants NAME=COMMAND ARGS..., got 'nope'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--mcp wants NAME=COMMAND ARGS... or NAME=URL, got 'nope'"), std::string::npos) << r.err;
   test::write_file(dir / "read.json", R"({"steps":[{"name":"a","prompt":"p","tools":["read_file"]}]})");
   r = test::run_cli(cli_run, {(dir / "read.json").string(), "--model", model_dir()});
   EXPECT_NE(r.error.find("read_file needs --read-root"), std::string::npos) << r.error;

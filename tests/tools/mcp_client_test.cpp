@@ -171,6 +171,26 @@ TEST_F(McpClientTest, ATimeoutSendsCancelledAndTheServerStaysUsable) {
   EXPECT_TRUE(cancelled) << "notifications/cancelled for request 4 (initialize, 2 pages, the call)";
 }
 
+TEST_F(McpClientTest, ACancelledCallSendsCancelled) {
+  auto c = McpClient::start(config());
+  auto cancel = std::make_shared<CancelToken>();
+  std::promise<ToolResult> p;
+  auto f = p.get_future();
+  c->call("sleep", {{"ms", 3000}}, ToolClock::now() + std::chrono::seconds(30),
+          [&p](ToolResult r) { p.set_value(std::move(r)); }, cancel);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cancel->cancel();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(2)), std::future_status::ready) << "the cancel is not seen";
+  const ToolResult r = f.get();
+  EXPECT_TRUE(r.is_error);
+  EXPECT_EQ(r.content, "MCP server 'fake': tool 'sleep' was cancelled (notifications/cancelled sent)");
+  EXPECT_EQ(call(*c, "echo", {{"text", "after"}}).content, "echo: after");
+  json cancelled;
+  for (const auto& j : recorded())
+    if (j.value("notification", "") == "notifications/cancelled") cancelled = j["params"];
+  EXPECT_EQ(cancelled, (json{{"requestId", 4}, {"reason", "cancelled by the caller"}}));
+}
+
 TEST_F(McpClientTest, ACrashMidCallIsAToolErrorThenOneRestart) {
   auto c = McpClient::start(config());
   ToolResult r = call(*c, "crash", json::object());
