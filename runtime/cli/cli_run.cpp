@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "runtime/cli/cli_args.h"
 #include "runtime/cli/cli_commands.h"
@@ -212,7 +213,15 @@ int cli_run(std::span<const std::string> args) {
     ToolRegistry tools;
     for (auto& t : make_builtin_tools(tool_opts)) tools.add(std::move(t));
     std::vector<std::shared_ptr<McpClient>> mcp_servers;  // after `tools`: stopped before it goes
-    for (const auto& m : mcp_server_flags(a)) {
+    std::vector<McpServerConfig> mcp = wf.mcp;
+    std::set<std::string> mcp_names;
+    for (const auto& m : wf.mcp) mcp_names.insert(m.name);
+    for (auto& m : mcp_server_flags(a)) {
+      if (!mcp_names.insert(m.name).second)
+        throw UsageError(cat("--mcp ", m.name, ": the workflow's \"mcp\" already names a server '", m.name, "'"));
+      mcp.push_back(std::move(m));
+    }
+    for (const auto& m : mcp) {
       mcp_servers.push_back(McpClient::start(m));
       for (const auto& note : register_mcp_tools(tools, mcp_servers.back()))
         std::cerr << "exlagent: warning: " << note << "\n";
