@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "kernels/error.h"
 #include "test_support.h"
+#include "tools/mcp/child_process.h"
 #include "tools/mcp/mcp_client.h"
 #include "tools/tool_registry.h"
 #include "tools/tool_test_util.h"
@@ -98,6 +100,25 @@ TEST(McpResult, ContentBlocksBecomeText) {
   EXPECT_EQ(r.content, "a\n[audio: audio/wav]\n[resource link: file:///x]\n[resource: file:///b]");
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(mcp_tool_result(json::array()).is_error);
+}
+
+// A descriptor opened without O_CLOEXEC (as Asio opens sockets) must not reach the server: an
+// inherited WebSocket connection stayed open while the child ran, so closing it never ended it.
+TEST(McpChildProcess, TheChildInheritsOnlyItsThreePipes) {
+  int leak[2];
+  ASSERT_EQ(::pipe(leak), 0);
+  auto p = ChildProcess::spawn({"sh", "-c", "ls /proc/$$/fd"});
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = ::read(p->stdout_fd(), buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+  EXPECT_EQ(p->stop(std::chrono::milliseconds(1000)), "exit status 0");
+  ::close(leak[0]);
+  ::close(leak[1]);
+  std::istringstream fds(out);
+  std::vector<int> seen;
+  for (int fd; fds >> fd;) seen.push_back(fd);
+  EXPECT_FALSE(seen.empty()) << out;
+  for (int fd : seen) EXPECT_TRUE(fd <= 2 || (fd != leak[0] && fd != leak[1])) << "inherited fd " << fd << ": " << out;
 }
 
 TEST_F(McpClientTest, ListsEveryPageAndCallsThroughTheRegistry) {
