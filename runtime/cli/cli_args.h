@@ -72,9 +72,9 @@ int run_command(const CommandSpec& spec, std::span<const std::string> args,
 nlohmann::ordered_json read_schema_file(const std::string& path, std::string_view command);
 
 struct McpServerConfig;
-// The --mcp NAME=COMMAND ARGS... and NAME=URL values (tools/mcp/mcp_client.h); a malformed one is
-// a UsageError.
-std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a);
+// The --mcp (or `flag`'s) NAME=COMMAND ARGS... and NAME=URL values (tools/mcp/mcp_client.h); a
+// malformed one is a UsageError.
+std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a, const std::string& flag = "--mcp");
 // The --mcp line of a command's flag table.
 inline constexpr const char* k_mcp_flag = "NAME=COMMAND ARGS... | NAME=URL";
 inline constexpr const char* k_mcp_help =

@@ -61,11 +61,15 @@ Json create_session(const Json& params, ServerState& state, WsPeer& peer) {
   } catch (const Error& e) {
     throw RpcError(rpc_code::invalid_params, cat("Invalid params: ", e.what()));
   }
-  for (const auto& name : config.tools)
-    if (!state.sessions().find_tool(name))
-      throw RpcError(rpc_code::invalid_params, cat("Invalid params: unknown tool '", name, "'"));
+  std::vector<std::string> mcp_servers;
+  if (params.contains("mcpServers") && !params["mcpServers"].is_null()) {
+    const Json& m = params["mcpServers"];
+    const bool ok = m.is_array() && std::all_of(m.begin(), m.end(), [](const Json& n) { return n.is_string(); });
+    if (!ok) throw RpcError(rpc_code::invalid_params, "Invalid params: 'mcpServers' must be an array of names");
+    for (const auto& n : m) mcp_servers.push_back(n.get<std::string>());
+  }
   auto sid = std::make_shared<std::string>();
-  auto session = state.sessions().create(std::move(config), event_sink(peer, sid), peer.id);
+  auto session = state.sessions().create(std::move(config), event_sink(peer, sid), peer.id, mcp_servers);
   *sid = session->id();
   return {{"sessionId", session->id()}, {"tools", session->config().tools}};
 }
@@ -125,7 +129,7 @@ std::optional<Json> peer_method(const std::string& method, const Json& params, S
     Json mcp = Json::array();
     for (const auto& t : state.sessions().mcp_tools())
       mcp.push_back({{"name", t.name}, {"description", t.description}, {"inputSchema", t.input_schema}});
-    return Json{{"tools", names}, {"mcp", std::move(mcp)}};
+    return Json{{"tools", names}, {"mcp", std::move(mcp)}, {"mcpSession", state.sessions().session_mcp_servers()}};
   }
   return std::nullopt;
 }
