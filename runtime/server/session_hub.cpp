@@ -280,6 +280,15 @@ std::vector<std::string> SessionHub::tool_names() const {
   return out;
 }
 
+std::vector<ToolSpec> SessionHub::server_tools() const { return builtins_.list(); }
+
+bool SessionHub::call_server_tool(const std::string& name, const nlohmann::json& arguments,
+                                  std::chrono::milliseconds timeout, ToolDone done) {
+  if (!builtins_.contains(name)) return false;
+  builtins_.call(name, arguments, timeout, nullptr, std::move(done));
+  return true;
+}
+
 void SessionHub::add_session_mcp_server(McpServerConfig config) {
   std::lock_guard lk(mu_);
   for (const auto& c : mcp_)

@@ -82,6 +82,12 @@ class SessionHub {
   std::vector<std::string> tool_names() const;
   // The tools of the --mcp servers that sessions may name (NAME__tool), sorted by name.
   std::vector<ToolSpec> mcp_tools() const;
+  // The server's own tools (built-ins and --mcp servers' tools, not the WebSocket clients'), sorted.
+  std::vector<ToolSpec> server_tools() const;
+  // Calls one of them through the registry (arguments validated, timeout); false, without calling
+  // `done`, when there is no such tool.
+  bool call_server_tool(const std::string& name, const nlohmann::json& arguments, std::chrono::milliseconds timeout,
+                        ToolDone done);
   // Declares an MCP server that a session may start for itself (`serve --mcp-session`). Throws
   // exl::Error when its name is already an --mcp or --mcp-session server's.
   void add_session_mcp_server(McpServerConfig config);

@@ -8,6 +8,7 @@
 #include "runtime/json_depth.h"
 #include "runtime/server/router.h"
 #include "runtime/server/session_hub.h"
+#include "runtime/server/ws_mcp.h"
 
 namespace exl {
 
@@ -25,7 +26,7 @@ std::string rpc_result(const Json& id, Json result) {
   return dump({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
 }
 
-bool offers_subprotocol(const std::string& header) {
+bool offers_subprotocol(std::string_view header, std::string_view wanted) {
   size_t pos = 0;
   while (pos <= header.size()) {
     size_t end = header.find(',', pos);
@@ -33,7 +34,7 @@ bool offers_subprotocol(const std::string& header) {
     std::string_view item(header.data() + pos, end - pos);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item == kWsSubprotocol) return true;
+    if (item == wanted) return true;
     pos = end + 1;
   }
   return false;
@@ -172,6 +173,7 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     if (peer && peer->link) peer->link->on_response(msg);
     return std::nullopt;
   }
+
   if (state.draining() && has_id)
     return rpc_error(id, rpc_code::shutting_down, "Server shutting down: running sessions finish, no new requests");
   if (!msg["method"].is_string())
@@ -181,6 +183,12 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     return has_id ? std::optional(rpc_error(id, rpc_code::invalid_params, "Invalid params: must be an object"))
                   : std::nullopt;
   const Json params = msg.value("params", Json::object());
+  if (peer && peer->mcp) {
+    if (!params.is_object())
+      return has_id ? std::optional(rpc_error(id, rpc_code::invalid_params, "Invalid params: must be an object"))
+                    : std::nullopt;
+    return handle_ws_mcp_message(method, id, has_id, params, state, *peer);
+  }
   if (!has_id) {
     if (method == "notifications/progress" && peer && peer->link) peer->link->on_progress(params);
     return std::nullopt;
@@ -213,6 +221,12 @@ void close_ws_peer(WsPeer& peer, ServerState& state) {
   if (peer.link) peer.link->disconnect();
 }
 
+std::string_view choose_ws_subprotocol(std::string_view header) {
+  if (offers_subprotocol(header, kWsSubprotocol)) return kWsSubprotocol;
+  if (offers_subprotocol(header, kWsMcpSubprotocol)) return kWsMcpSubprotocol;
+  return {};
+}
+
 std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState& state) {
   auto reject = [](int status, const char* code, const std::string& message) {
     return error_response(ApiError(status, "invalid_request_error", message, {}, code));
@@ -224,8 +238,9 @@ std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState
   } catch (const ApiError& e) {
     return error_response(e);
   }
-  if (!offers_subprotocol(req.header("sec-websocket-protocol")))
-    return reject(400, "subprotocol_required", cat("WebSocket subprotocol '", kWsSubprotocol, "' is required."));
+  if (choose_ws_subprotocol(req.header("sec-websocket-protocol")).empty())
+    return reject(400, "subprotocol_required",
+                  cat("WebSocket subprotocol '", kWsSubprotocol, "' (or '", kWsMcpSubprotocol, "') is required."));
   return std::nullopt;
 }
 
