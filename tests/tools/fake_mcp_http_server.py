@@ -7,7 +7,8 @@ without a known session id is 404 (400 without one); notifications and replies g
 tools/list answers application/json; tools/call answers text/event-stream: a notifications/progress
 event, a ping request (its reply comes back as a POST), then the result. Tools: echo, add, sleep
 (answers after ms milliseconds), forget (drops every session), http500, garbage (a JSON body that
-is not JSON), exit (the process ends mid-call). DELETE /mcp ends the session.
+is not JSON), exit (the process ends mid-call), change (adds the tool `extra`; its stream carries
+notifications/tools/list_changed instead of progress and ping). DELETE /mcp ends the session.
 --record FILE appends one JSON line per notification, reply, DELETE and tools/call received,
 with the session and MCP-Protocol-Version headers it carried.
 """
@@ -40,7 +41,7 @@ def tool(name, props=None, required=None):
 
 TOOLS = [tool("echo", {"text": {"type": "string"}}, ["text"]),
          tool("add", {"a": {"type": "integer"}, "b": {"type": "integer"}}, ["a", "b"]),
-         tool("sleep", {"ms": {"type": "integer"}})] + [tool(n) for n in ("forget", "http500", "garbage", "exit")]
+         tool("sleep", {"ms": {"type": "integer"}})] + [tool(n) for n in ("forget", "http500", "garbage", "exit", "change")]
 
 
 def text(t):
@@ -124,15 +125,23 @@ class Handler(BaseHTTPRequestHandler):
         if name == "sleep":
             time.sleep(a.get("ms", 2000) / 1000)
             return self.rpc(rid, text("late"))
+        if name == "change":
+            with lock:
+                if not any(t["name"] == "extra" for t in TOOLS):
+                    TOOLS.append(tool("extra"))
+            return self.stream(rid, text("changed"), {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result = text("echo: " + a["text"]) if name == "echo" else text(str(a["a"] + a["b"]))
+        self.stream(rid, result, {"jsonrpc": "2.0", "method": "notifications/progress",
+                                  "params": {"progressToken": rid, "progress": 1, "total": 2}},
+                    {"jsonrpc": "2.0", "id": "srv-ping", "method": "ping"})
+
+    def stream(self, rid, result, *before):
+        """Answers on an event stream: the messages `before`, then the result."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
-        events = [{"jsonrpc": "2.0", "method": "notifications/progress",
-                   "params": {"progressToken": rid, "progress": 1, "total": 2}},
-                  {"jsonrpc": "2.0", "id": "srv-ping", "method": "ping"},
-                  {"jsonrpc": "2.0", "id": rid, "result": result}]
+        events = list(before) + [{"jsonrpc": "2.0", "id": rid, "result": result}]
         for e in events:
             # split over two writes and two data lines, as a stream may
             data = json.dumps(e)

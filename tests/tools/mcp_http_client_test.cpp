@@ -1,7 +1,7 @@
 // McpClient over Streamable HTTP (--mcp NAME=http://...) against tests/tools/fake_mcp_http_server.py
-// (JSON and event-stream answers, Mcp-Session-Id, the server's ping and progress on a call's
-// stream, a call past its timeout, a cancelled call, a session the server forgot, HTTP 500, a body
-// that is not JSON, a server that exits mid-call, the DELETE at the end) and against the real
+// (JSON and event-stream answers, Mcp-Session-Id, the server's ping, progress and list_changed on
+// a call's stream, a call past its timeout, a cancelled call, a session the server forgot, HTTP
+// 500, a body that is not JSON, a server that exits mid-call, the DELETE at the end) and the real
 // @modelcontextprotocol/server-everything in streamableHttp mode (skipped when `npm ci` has not
 // been run in tests/node).
 #include <gtest/gtest.h>
@@ -194,6 +194,17 @@ TEST_F(McpHttpClientTest, AServerThatGoesAwayGivesToolErrorsNotHangs) {
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "could not be reached at http://127.0.0.1:")) << r.content;
   EXPECT_TRUE(contains(r.content, "connect: Connection refused")) << r.content;
+}
+
+TEST_F(McpHttpClientTest, ListChangedOnACallsStreamReRegistersTheTools) {
+  auto c = McpClient::start(config());
+  ToolRegistry reg;
+  register_mcp_tools(reg, c);
+  EXPECT_FALSE(reg.contains("web__extra"));
+  EXPECT_EQ(test::call_now(reg, "web__change", json::object()).content, "changed");
+  for (int i = 0; i < 1000 && !reg.contains("web__extra"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(reg.contains("web__extra"));
+  EXPECT_TRUE(reg.contains("web__echo"));
 }
 
 TEST_F(McpHttpClientTest, DestroyingTheClientDeletesTheSession) {
