@@ -64,7 +64,8 @@ struct McpHttpExchange {
   explicit McpHttpExchange(net::io_context& ioc) : resolver(ioc), stream(ioc), timer(ioc) {}
   http::verb verb = http::verb::post;
   std::string body;      // the JSON-RPC message; empty for the DELETE
-  int64_t id = 0;        // the request's id; 0: no answer expected (a notification, a reply, the DELETE)
+  int64_t id = 0;        // the request's id (set on the link's thread); 0: no answer expected
+  bool notification = false;  // a notification or a reply to the server: requests wait for it
   std::string method;
   McpReply reply;        // may be empty
   ToolClock::time_point deadline, sent;
@@ -97,24 +98,28 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
   void request(const std::string& method, json params, ToolClock::time_point deadline,
                std::shared_ptr<CancelToken> cancel, McpReply reply) override {
     auto x = std::make_shared<McpHttpExchange>(ioc_);
+    x->method = method;
+    x->deadline = deadline;
+    x->cancel = std::move(cancel);
+    x->reply = std::move(reply);  // set before x is live: stop() may complete it at once
+    int64_t id = 0;
     std::string ended;
     {
       std::lock_guard lk(mu_);
       if (ended_) {
         ended = end_reason_;
       } else {
-        x->id = next_id_++;
+        id = next_id_++;
         live_.insert(x);
       }
     }
-    if (!ended.empty()) return reply({{}, {}, ended});
-    x->method = method;
-    x->body = json{{"jsonrpc", "2.0"}, {"id", x->id}, {"method", method}, {"params", std::move(params)}}.dump(
-        -1, ' ', false, json::error_handler_t::replace);
-    x->deadline = deadline;
-    x->cancel = std::move(cancel);
-    x->reply = std::move(reply);
-    net::post(ioc_, [self = shared_from_this(), x] { self->launch(x); });
+    if (!ended.empty()) return x->reply({{}, {}, ended});
+    net::post(ioc_, [self = shared_from_this(), x, id, params = std::move(params)]() mutable {
+      x->id = id;
+      x->body = json{{"jsonrpc", "2.0"}, {"id", id}, {"method", x->method}, {"params", std::move(params)}}.dump(
+          -1, ' ', false, json::error_handler_t::replace);
+      self->launch(x);
+    });
   }
 
   void notify(const std::string& method, json params) override {
@@ -164,14 +169,15 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
   // A message that expects no answer (a notification, our reply to a server request).
   void post_message(const json& msg, const std::string& what) {
     auto x = std::make_shared<McpHttpExchange>(ioc_);
+    x->notification = true;
+    x->method = what;
+    x->body = msg.dump(-1, ' ', false, json::error_handler_t::replace);
+    x->deadline = ToolClock::now() + std::max(grace_, std::chrono::milliseconds(10000));
     {
       std::lock_guard lk(mu_);
       if (ended_) return;
       live_.insert(x);
     }
-    x->method = what;
-    x->body = msg.dump(-1, ' ', false, json::error_handler_t::replace);
-    x->deadline = ToolClock::now() + std::max(grace_, std::chrono::milliseconds(10000));
     net::post(ioc_, [self = shared_from_this(), x] { self->launch(x); });
   }
 
@@ -181,7 +187,7 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
     // A request waits for the notifications sent before it (notifications/initialized before the
     // first tools/list), as each message travels on its own connection.
     if (x->id > 0 && notifying_ > 0) return deferred_.push_back(x);
-    if (x->id == 0 && x->verb == http::verb::post) ++notifying_;
+    if (x->notification) ++notifying_;
     x->sent = ToolClock::now();
     watch(x);
     x->resolver.async_resolve(target_.host, target_.port,
@@ -418,7 +424,7 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
       live_.erase(x);
     }
     if (x->reply) x->reply(std::move(a));
-    if (x->id == 0 && x->verb == http::verb::post)
+    if (x->notification)
       net::post(ioc_, [self = shared_from_this()] {
         if (--self->notifying_ > 0) return;
         auto later = std::move(self->deferred_);
