@@ -8,8 +8,10 @@ tools/list answers application/json; tools/call answers text/event-stream: a not
 event, a ping request (its reply comes back as a POST), then the result. Tools: echo, add, sleep
 (answers after ms milliseconds), forget (drops every session), http500, garbage (a JSON body that
 is not JSON), exit (the process ends mid-call), change (adds the tool `extra`; its stream carries
-notifications/tools/list_changed instead of progress and ping). DELETE /mcp ends the session.
---record FILE appends one JSON line per notification, reply, DELETE and tools/call received,
+notifications/tools/list_changed instead of progress and ping), change_later (adds `extra2` and
+sends list_changed on the GET streams, answering how many got it). GET /mcp opens a session's event
+stream. DELETE /mcp ends the session.
+--record FILE appends one JSON line per notification, reply, GET, DELETE and tools/call received,
 with the session and MCP-Protocol-Version headers it carried.
 """
 import json
@@ -24,6 +26,7 @@ record = args[args.index("--record") + 1] if "--record" in args else None
 lock = threading.Lock()
 sessions = set()
 counter = [0]
+listeners = []  # the GET streams' wfiles
 
 
 def note(obj):
@@ -41,7 +44,7 @@ def tool(name, props=None, required=None):
 
 TOOLS = [tool("echo", {"text": {"type": "string"}}, ["text"]),
          tool("add", {"a": {"type": "integer"}, "b": {"type": "integer"}}, ["a", "b"]),
-         tool("sleep", {"ms": {"type": "integer"}})] + [tool(n) for n in ("forget", "http500", "garbage", "exit", "change")]
+         tool("sleep", {"ms": {"type": "integer"}})] + [tool(n) for n in ("forget", "http500", "garbage", "exit", "change", "change_later")]
 
 
 def text(t):
@@ -67,6 +70,23 @@ class Handler(BaseHTTPRequestHandler):
 
     def rpc(self, rid, result, headers=()):
         self.reply(200, json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode(), headers=headers)
+
+    def do_GET(self):
+        sid = self.headers.get("Mcp-Session-Id")
+        with lock:
+            known = sid in sessions
+        if not known:
+            return self.reply(404)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b": open\n\n")
+        self.wfile.flush()
+        with lock:
+            listeners.append(self.wfile)
+        note({"get": sid})
+        threading.Event().wait()  # held open; the tools write to it
 
     def do_DELETE(self):
         sid = self.headers.get("Mcp-Session-Id")
@@ -125,6 +145,19 @@ class Handler(BaseHTTPRequestHandler):
         if name == "sleep":
             time.sleep(a.get("ms", 2000) / 1000)
             return self.rpc(rid, text("late"))
+        if name == "change_later":
+            with lock:
+                if not any(t["name"] == "extra2" for t in TOOLS):
+                    TOOLS.append(tool("extra2"))
+                n = 0
+                for w in listeners:
+                    try:
+                        w.write(b'data: {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}\n\n')
+                        w.flush()
+                        n += 1
+                    except OSError:
+                        pass
+            return self.rpc(rid, text("notified %d" % n))
         if name == "change":
             with lock:
                 if not any(t["name"] == "extra" for t in TOOLS):

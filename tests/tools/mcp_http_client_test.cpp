@@ -1,9 +1,9 @@
 // McpClient over Streamable HTTP (--mcp NAME=http://...) against tests/tools/fake_mcp_http_server.py
 // (JSON and event-stream answers, Mcp-Session-Id, the server's ping, progress and list_changed on
-// a call's stream, a call past its timeout, a cancelled call, a session the server forgot, HTTP
-// 500, a body that is not JSON, a server that exits mid-call, the DELETE at the end) and the real
-// @modelcontextprotocol/server-everything in streamableHttp mode (skipped when `npm ci` has not
-// been run in tests/node).
+// a call's stream, list_changed on the GET stream, a call past its timeout, a cancelled call, a
+// session the server forgot, HTTP 500, a body that is not JSON, a server that exits mid-call, the
+// DELETE at the end) and the real @modelcontextprotocol/server-everything in streamableHttp mode
+// (skipped when `npm ci` has not been run in tests/node).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <unistd.h>
@@ -205,6 +205,20 @@ TEST_F(McpHttpClientTest, ListChangedOnACallsStreamReRegistersTheTools) {
   for (int i = 0; i < 1000 && !reg.contains("web__extra"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(reg.contains("web__extra"));
   EXPECT_TRUE(reg.contains("web__echo"));
+}
+
+TEST_F(McpHttpClientTest, ListChangedOnTheGetStreamReRegistersTheTools) {
+  auto c = McpClient::start(config());
+  ToolRegistry reg;
+  register_mcp_tools(reg, c);
+  for (int i = 0; i < 500 && recorded_with("get").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto gets = recorded_with("get");
+  ASSERT_EQ(gets.size(), 1u) << "the GET stream is opened once initialized";
+  EXPECT_EQ(gets[0]["get"], "sess-1");
+  EXPECT_FALSE(reg.contains("web__extra2"));
+  EXPECT_EQ(test::call_now(reg, "web__change_later", json::object()).content, "notified 1");
+  for (int i = 0; i < 1000 && !reg.contains("web__extra2"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(reg.contains("web__extra2"));
 }
 
 TEST_F(McpHttpClientTest, DestroyingTheClientDeletesTheSession) {

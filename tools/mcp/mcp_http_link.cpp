@@ -12,8 +12,9 @@
 //  - a server that cannot be reached, resets the connection or answers other statuses fails that
 //    request only (the next call tries again); a request past its deadline or cancelled is given
 //    up: its connection is closed and `notifications/cancelled` POSTed.
-// There is no GET stream: the server's messages arrive on the streams of our POSTs only (a
-// list_changed it sends elsewhere is not seen). No TLS: http:// only.
+//  - once initialized, a GET opens the server's own event stream (its list_changed and requests
+//    outside any call), read until the link stops; a server without one (405) is left alone.
+// No TLS: http:// only; no resumption of a broken stream (Last-Event-ID).
 #include <atomic>
 #include <deque>
 #include <optional>
@@ -126,6 +127,7 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
     json msg = {{"jsonrpc", "2.0"}, {"method", method}};
     if (!params.is_null()) msg["params"] = std::move(params);
     post_message(msg, method);
+    if (method == "notifications/initialized") listen();
   }
 
   void stop() override {
@@ -173,6 +175,21 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
     x->method = what;
     x->body = msg.dump(-1, ' ', false, json::error_handler_t::replace);
     x->deadline = ToolClock::now() + std::max(grace_, std::chrono::milliseconds(10000));
+    {
+      std::lock_guard lk(mu_);
+      if (ended_) return;
+      live_.insert(x);
+    }
+    net::post(ioc_, [self = shared_from_this(), x] { self->launch(x); });
+  }
+
+  // The GET stream for the server's own messages (list_changed, ...), opened once the session is
+  // initialized and read until the link stops; a server that offers none (405) is left alone.
+  void listen() {
+    auto x = std::make_shared<McpHttpExchange>(ioc_);
+    x->verb = http::verb::get;
+    x->method = "GET";
+    x->deadline = ToolClock::time_point::max();
     {
       std::lock_guard lk(mu_);
       if (ended_) return;
@@ -231,7 +248,7 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
     req.version(11);
     req.set(http::field::host, target_.host_header);
     req.set(http::field::user_agent, "exlagent");
-    req.set(http::field::accept, "application/json, text/event-stream");
+    req.set(http::field::accept, x->verb == http::verb::get ? "text/event-stream" : "application/json, text/event-stream");
     {
       std::lock_guard lk(mu_);
       if (!session_id_.empty()) req.set("Mcp-Session-Id", session_id_);
@@ -284,6 +301,12 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
                                        mcp_excerpt(r.body()), "'")});
       });
     }
+    if (x->verb == http::verb::get) {
+      if (std::string_view(res[http::field::content_type]).substr(0, 17) != "text/event-stream") return fail_now(x, "");
+      log_->note("listening on the server's GET event stream");
+      x->parser->body_limit(boost::none);
+      return read_events(x);
+    }
     if (x->id == 0) {  // 202 Accepted (or any 2xx) for a message without an answer
       abort(x);
       return complete(x, {});
@@ -325,7 +348,9 @@ class McpHttpLink : public McpLink, public std::enable_shared_from_this<McpHttpL
         return self->fail_now(x, cat("sent an event longer than ", self->max_bytes_, " bytes"));
       if (ec) return self->fail_transport(x, ec, "read");
       if (x->parser->is_done())
-        return self->fail_now(x, cat("closed its event stream without answering request ", x->id));
+        return self->fail_now(x, x->verb == http::verb::get
+                                     ? std::string("closed its GET event stream")
+                                     : cat("closed its event stream without answering request ", x->id));
       self->read_events(x);
     });
   }
