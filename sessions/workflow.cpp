@@ -137,6 +137,15 @@ Workflow parse_workflow(const ojson& doc, const std::filesystem::path& base_dir,
         wf.inputs[k] = v;
     }
   for (const auto& [k, v] : overrides) wf.inputs[k] = v;
+  if (auto m = doc.find("mcp"); m != doc.end())
+    for (const auto& [k, v] : m->items()) {
+      try {
+        EXL_CHECK(k.find('=') == std::string::npos, "--mcp: the server name '", k, "' must be 1 to 32 letters, digits or '-'");
+        wf.mcp.push_back(parse_mcp_server_flag(cat(k, "=", v.get<std::string>())));
+      } catch (const Error& e) {
+        problems.push_back(cat("/mcp/", k, ": ", e.what()));
+      }
+    }
   const ojson defaults = doc.value("defaults", ojson::object());
   for (const auto& s : doc["steps"]) wf.steps.push_back(parse_step(s, defaults, where));
 

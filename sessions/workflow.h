@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/mcp/mcp_client.h"
+
 namespace exl {
 
 struct WorkflowCondition {
@@ -47,12 +49,14 @@ struct Workflow {
   std::string name;
   std::string model;                        // resolved against the file's directory; may be empty
   nlohmann::ordered_json inputs = nlohmann::ordered_json::object();  // file inputs read
+  std::vector<McpServerConfig> mcp;         // the file's "mcp" servers (tools/mcp/mcp_client.h)
   std::vector<WorkflowStep> steps;
 };
 
 // Validates `doc` against the workflow schema, then checks what a schema cannot: unique step
 // names, template and path references to known inputs and to earlier steps only, item/index only
-// in for_each steps, continue only from an earlier single (not for_each) step. Reads
+// in for_each steps, continue only from an earlier single (not for_each) step, "mcp" entries that
+// parse as the --mcp flag's NAME=VALUE (the servers are not started here). Reads
 // {"file": PATH} inputs relative to base_dir. `overrides` replace inputs (as strings).
 // Throws exl::Error "sessions: workflow: 'WHERE': ..." listing the problems.
 Workflow parse_workflow(const nlohmann::ordered_json& doc, const std::filesystem::path& base_dir,

@@ -32,6 +32,11 @@ std::string_view workflow_schema_text() {
       "description": "Named input values; {\"file\": PATH} reads a text file relative to the workflow file. --input KEY=VALUE overrides.",
       "additionalProperties": {"$ref": "#/$defs/input"}
     },
+    "mcp": {
+      "type": "object",
+      "description": "MCP servers whose tools steps may name as NAME__tool: NAME (1-32 letters, digits or '-') -> \"COMMAND ARGS...\" (started over stdio; split as --mcp splits it) or \"http://HOST:PORT/PATH\" (Streamable HTTP). exlagent run --mcp adds more; a NAME given twice is an error.",
+      "additionalProperties": {"type": "string", "minLength": 1}
+    },
     "defaults": {"$ref": "#/$defs/settings"},
     "steps": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/step"}}
   },

@@ -148,9 +148,9 @@ nlohmann::ordered_json read_schema_file(const std::string& path, std::string_vie
   }
 }
 
-std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a) {
+std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a, const std::string& flag) {
   std::vector<McpServerConfig> out;
-  if (auto it = a.values.find("--mcp"); it != a.values.end())
+  if (auto it = a.values.find(flag); it != a.values.end())
     for (const auto& v : it->second) {
       try {
         out.push_back(parse_mcp_server_flag(v));

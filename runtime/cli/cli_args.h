@@ -72,8 +72,15 @@ int run_command(const CommandSpec& spec, std::span<const std::string> args,
 nlohmann::ordered_json read_schema_file(const std::string& path, std::string_view command);
 
 struct McpServerConfig;
-// The --mcp NAME=COMMAND ARGS... values (tools/mcp/mcp_client.h); a malformed one is a UsageError.
-std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a);
+// The --mcp (or `flag`'s) NAME=COMMAND ARGS... and NAME=URL values (tools/mcp/mcp_client.h); a
+// malformed one is a UsageError.
+std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a, const std::string& flag = "--mcp");
+// The --mcp line of a command's flag table.
+inline constexpr const char* k_mcp_flag = "NAME=COMMAND ARGS... | NAME=URL";
+inline constexpr const char* k_mcp_help =
+    "offer an MCP server's tools as NAME__tool: COMMAND ARGS... starts it (stdio; split on spaces,\n"
+    "'...' and \"...\" group words), http://HOST:PORT/PATH connects to it (Streamable HTTP);\n"
+    "tools/mcp/README.md; repeatable";
 
 struct ModelHostOptions;
 // The model flags of the commands that load one (--model, --backend, --threads, --cache) as

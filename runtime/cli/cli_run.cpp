@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include "runtime/cli/cli_args.h"
 #include "runtime/cli/cli_commands.h"
@@ -35,9 +36,7 @@ const CommandSpec& run_spec() {
        {"--speculate", "MODE", k_speculate_help},
        {"--draft-model", "DIR", k_draft_model_help},
        {"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
-       {"--mcp", "NAME=COMMAND ARGS...",
-        "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
-        "spaces, '...' and \"...\" group words (tools/mcp/README.md); repeatable", false, true},
+       {"--mcp", k_mcp_flag, k_mcp_help, false, true},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
       1};
   return s;
@@ -215,7 +214,15 @@ int cli_run(std::span<const std::string> args) {
     ToolRegistry tools;
     for (auto& t : make_builtin_tools(tool_opts)) tools.add(std::move(t));
     std::vector<std::shared_ptr<McpClient>> mcp_servers;  // after `tools`: stopped before it goes
-    for (const auto& m : mcp_server_flags(a)) {
+    std::vector<McpServerConfig> mcp = wf.mcp;
+    std::set<std::string> mcp_names;
+    for (const auto& m : wf.mcp) mcp_names.insert(m.name);
+    for (auto& m : mcp_server_flags(a)) {
+      if (!mcp_names.insert(m.name).second)
+        throw UsageError(cat("--mcp ", m.name, ": the workflow's \"mcp\" already names a server '", m.name, "'"));
+      mcp.push_back(std::move(m));
+    }
+    for (const auto& m : mcp) {
       mcp_servers.push_back(McpClient::start(m));
       for (const auto& note : register_mcp_tools(tools, mcp_servers.back()))
         std::cerr << "exlagent: warning: " << note << "\n";

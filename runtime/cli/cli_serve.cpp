@@ -74,9 +74,10 @@ const CommandSpec& serve_spec() {
        {"--session-retain", "N", "transcripts kept, oldest deleted first (default 1000; 0 = no limit)"},
        {"--session-retain-bytes", "BYTES", "bytes of transcripts kept (default 268435456; 0 = no limit)"},
        {"--read-root", "DIR", "offer the read_file tool to agent sessions, reading only under DIR"},
-       {"--mcp", "NAME=COMMAND ARGS...",
-        "start an MCP server (stdio) and offer its tools as NAME__tool; COMMAND ARGS... is split on\n"
-        "spaces, '...' and \"...\" group words (tools/mcp/README.md); repeatable", false, true},
+       {"--mcp", k_mcp_flag, k_mcp_help, false, true},
+       {"--mcp-session", k_mcp_flag,
+        "an MCP server that a WebSocket session may start for itself (sessions/create \"mcpServers\":\n"
+        "[NAME]): its own process or HTTP session, stopped when the session closes; repeatable", false, true},
        {"--agent-script", "FILE", "tests/benchmarks only: JSON array of replies forced on agent turns 1, 2, ..."}}};
   return s;
 }
@@ -149,6 +150,10 @@ int cli_serve(std::span<const std::string> args) {
     o.session_retain_bytes = uint64_t(retain_bytes);
     o.read_root = a.get_or("--read-root", "");
     o.mcp_servers = mcp_server_flags(a);
+    o.session_mcp_servers = mcp_server_flags(a, "--mcp-session");
+    for (const auto& s : o.session_mcp_servers)
+      for (const auto& m : o.mcp_servers)
+        if (s.name == m.name) throw UsageError(cat("--mcp-session ", s.name, ": an --mcp server has that name"));
     if (a.has("--cache-pages") && o.cache_pages <= 0) throw UsageError("--cache-pages must be positive");
     if (o.max_sessions <= 0) throw UsageError("--max-sessions must be positive");
     if (std::string problem = bind_address_problem(o); !problem.empty()) throw UsageError(problem);

@@ -48,6 +48,7 @@ ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend
                                       TranscriptRetention{opts_.session_retain_files, opts_.session_retain_bytes});
   for (const auto& m : opts_.mcp_servers)
     for (const auto& note : hub_->add_mcp_server(m)) std::cerr << "exlagent: warning: " << note << "\n";
+  for (const auto& m : opts_.session_mcp_servers) hub_->add_session_mcp_server(m);
 }
 
 ServerState::~ServerState() {

@@ -55,6 +55,7 @@ struct ServerOptions {
   uint64_t session_retain_bytes = uint64_t(256) << 20;  // bytes of transcripts kept; 0 = no limit
   std::string read_root;                     // directory the read_file tool may read; empty = no read_file
   std::vector<McpServerConfig> mcp_servers;  // MCP servers whose tools agent sessions get (NAME__tool)
+  std::vector<McpServerConfig> session_mcp_servers;  // started per session that names it (sessions/create mcpServers)
 };
 
 // True for 127.0.0.0/8, ::1 and "localhost".

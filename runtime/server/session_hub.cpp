@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 
@@ -68,15 +70,51 @@ SessionHub::~SessionHub() {
   pool_.join();
 }
 
-std::shared_ptr<AgentSession> SessionHub::adopt(std::shared_ptr<AgentSession> s, uint64_t owner) {
+std::shared_ptr<AgentSession> SessionHub::adopt(std::shared_ptr<AgentSession> s, uint64_t owner,
+                                              std::shared_ptr<SessionMcp> mcp) {
   std::lock_guard lk(mu_);
   if (int(sessions_.size()) >= max_sessions_) {
     s->close();
     throw RpcError(rpc_code::session_limit, cat("Too many sessions: the server allows ", max_sessions_,
                                                " at once (--max-sessions); close one first"));
   }
-  sessions_[s->id()] = {s, owner};
+  sessions_[s->id()] = {s, owner, std::move(mcp)};
   return s;
+}
+
+std::shared_ptr<SessionHub::SessionMcp> SessionHub::start_session_mcp(const std::vector<std::string>& names) {
+  if (names.size() > kMaxSessionMcpServers)
+    throw RpcError(rpc_code::invalid_params, cat("Invalid params: a session may start at most ", kMaxSessionMcpServers,
+                                                 " MCP servers"));
+  std::vector<McpServerConfig> configs;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& n : names) {
+      auto it = session_mcp_.find(n);
+      if (it == session_mcp_.end()) {
+        std::string known;
+        for (const auto& [k, c] : session_mcp_) known += (known.empty() ? "" : ", ") + k;
+        throw RpcError(rpc_code::invalid_params,
+                       cat("Invalid params: 'mcpServers': no MCP server '", n, "' for sessions (",
+                           known.empty() ? "the server declares none; serve --mcp-session NAME=..." : "declared: " + known, ")"));
+      }
+      for (const auto& c : configs)
+        if (c.name == n) throw RpcError(rpc_code::invalid_params, cat("Invalid params: 'mcpServers' names '", n, "' twice"));
+      configs.push_back(it->second);
+    }
+  }
+  auto out = std::make_shared<SessionMcp>();
+  for (auto& c : configs) {
+    const std::string name = c.name;
+    try {
+      out->clients.push_back(McpClient::start(std::move(c)));
+    } catch (const Error& e) {
+      throw RpcError(rpc_code::internal_error, cat("MCP server '", name, "' could not be started: ", e.what()));
+    }
+    for (const auto& note : register_mcp_tools(out->registry, out->clients.back()))
+      std::cerr << "exlagent: warning: " << note << "\n";
+  }
+  return out;
 }
 
 void SessionHub::settle() {
@@ -98,7 +136,8 @@ void SessionHub::prune() {
   prune_transcripts(env_.dir, retention_, live);
 }
 
-std::shared_ptr<AgentSession> SessionHub::create(AgentConfig config, AgentSink sink, uint64_t owner) {
+std::shared_ptr<AgentSession> SessionHub::create(AgentConfig config, AgentSink sink, uint64_t owner,
+                                               const std::vector<std::string>& mcp_servers) {
   prune();
   {
     std::lock_guard lk(mu_);
@@ -106,7 +145,17 @@ std::shared_ptr<AgentSession> SessionHub::create(AgentConfig config, AgentSink s
       throw RpcError(rpc_code::session_limit, cat("Too many sessions: the server allows ", max_sessions_,
                                                  " at once (--max-sessions); close one first"));
   }
-  return adopt(AgentSession::create(env_, new_session_id(), std::move(config), std::move(sink)), owner);
+  std::shared_ptr<SessionMcp> mcp = !mcp_servers.empty() ? start_session_mcp(mcp_servers) : nullptr;
+  AgentEnv env = env_;
+  if (mcp)
+    env.find_tool = [this, weak = std::weak_ptr<SessionMcp>(mcp)](const std::string& name) -> std::shared_ptr<Tool> {
+      if (auto m = weak.lock())
+        if (auto t = m->registry.find(name)) return t;
+      return find_tool(name);
+    };
+  for (const auto& name : config.tools)
+    if (!env.find_tool(name)) throw RpcError(rpc_code::invalid_params, cat("Invalid params: unknown tool '", name, "'"));
+  return adopt(AgentSession::create(env, new_session_id(), std::move(config), std::move(sink)), owner, std::move(mcp));
 }
 
 std::shared_ptr<AgentSession> SessionHub::resume(const std::string& id, AgentSink sink, uint64_t owner) {
@@ -137,22 +186,29 @@ std::shared_ptr<AgentSession> SessionHub::find(const std::string& id, uint64_t o
 
 void SessionHub::close(const std::string& id, uint64_t owner) {
   std::shared_ptr<AgentSession> s = find(id, owner);
+  std::shared_ptr<SessionMcp> mcp;
   {
     std::lock_guard lk(mu_);
-    sessions_.erase(id);
+    if (auto it = sessions_.find(id); it != sessions_.end()) {
+      mcp = std::move(it->second.mcp);
+      sessions_.erase(it);
+    }
   }
   s->close();
+  mcp.reset();  // stops the session's MCP servers
   prune();
 }
 
 void SessionHub::close_owner(uint64_t owner) {
   std::vector<std::shared_ptr<AgentSession>> gone;
   std::vector<std::shared_ptr<ToolClientLink>> links;
+  std::vector<std::shared_ptr<SessionMcp>> mcp;
   {
     std::lock_guard lk(mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();)
       if (it->second.owner == owner) {
         gone.push_back(it->second.session);
+        if (it->second.mcp) mcp.push_back(std::move(it->second.mcp));
         it = sessions_.erase(it);
       } else {
         ++it;
@@ -167,6 +223,7 @@ void SessionHub::close_owner(uint64_t owner) {
   }
   for (auto& s : gone) s->close();
   for (auto& l : links) l->disconnect();
+  mcp.clear();  // stops the sessions' MCP servers
 }
 
 size_t SessionHub::live_sessions() const {
@@ -220,6 +277,45 @@ std::vector<std::string> SessionHub::tool_names() const {
   std::lock_guard lk(mu_);
   std::vector<std::string> out;
   for (const auto& [name, r] : tools_) out.push_back(name);
+  return out;
+}
+
+std::vector<ToolSpec> SessionHub::server_tools() const { return builtins_.list(); }
+
+bool SessionHub::call_server_tool(const std::string& name, const nlohmann::json& arguments,
+                                  std::chrono::milliseconds timeout, ToolDone done) {
+  if (!builtins_.contains(name)) return false;
+  builtins_.call(name, arguments, timeout, nullptr, std::move(done));
+  return true;
+}
+
+void SessionHub::add_session_mcp_server(McpServerConfig config) {
+  std::lock_guard lk(mu_);
+  for (const auto& c : mcp_)
+    EXL_CHECK(c->name() != config.name, "runtime: --mcp-session ", config.name, ": an --mcp server has that name");
+  EXL_CHECK(!session_mcp_.count(config.name), "runtime: --mcp-session ", config.name, ": given twice");
+  const std::string name = config.name;
+  session_mcp_.emplace(name, std::move(config));
+}
+
+std::vector<std::string> SessionHub::session_mcp_servers() const {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, c] : session_mcp_) out.push_back(name);
+  return out;
+}
+
+std::vector<ToolSpec> SessionHub::mcp_tools() const {
+  std::vector<std::shared_ptr<McpClient>> clients;
+  {
+    std::lock_guard lk(mu_);
+    clients = mcp_;
+  }
+  std::vector<ToolSpec> out;
+  for (const auto& c : clients)
+    for (const auto& t : c->tools())
+      if (auto registered = builtins_.find(t->spec().name)) out.push_back(registered->spec());
+  std::sort(out.begin(), out.end(), [](const ToolSpec& a, const ToolSpec& b) { return a.name < b.name; });
   return out;
 }
 

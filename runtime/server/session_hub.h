@@ -28,6 +28,7 @@
 namespace exl {
 
 inline constexpr size_t kMaxToolsPerClient = 128;
+inline constexpr size_t kMaxSessionMcpServers = 8;  // MCP servers one session may start
 
 class SessionHub {
  public:
@@ -51,7 +52,13 @@ class SessionHub {
   // Used by the drain before connections are closed. Must not be called from a session strand.
   void settle();
 
-  std::shared_ptr<AgentSession> create(AgentConfig config, AgentSink sink, uint64_t owner);
+  // Starts the session's own MCP servers first (`mcp_servers`: names given to
+  // add_session_mcp_server; each session gets its own processes or HTTP sessions, stopped when the
+  // session is closed), then checks that every tool in config.tools exists for it. Throws RpcError:
+  // invalid_params for an unknown tool or server name, internal_error when a server cannot start.
+  // Blocks while the servers start (at most their start_timeout each).
+  std::shared_ptr<AgentSession> create(AgentConfig config, AgentSink sink, uint64_t owner,
+                                       const std::vector<std::string>& mcp_servers = {});
   // The live session `id` of this owner, else the saved transcript loaded under this owner.
   std::shared_ptr<AgentSession> resume(const std::string& id, AgentSink sink, uint64_t owner);
   // Throws RpcError session_gone when `id` is not a live session of `owner`.
@@ -71,7 +78,20 @@ class SessionHub {
   // Throws exl::Error when the server cannot be started.
   std::vector<std::string> add_mcp_server(McpServerConfig config);
   std::shared_ptr<Tool> find_tool(const std::string& name) const;
+  // The names of the tools WebSocket clients registered.
   std::vector<std::string> tool_names() const;
+  // The tools of the --mcp servers that sessions may name (NAME__tool), sorted by name.
+  std::vector<ToolSpec> mcp_tools() const;
+  // The server's own tools (built-ins and --mcp servers' tools, not the WebSocket clients'), sorted.
+  std::vector<ToolSpec> server_tools() const;
+  // Calls one of them through the registry (arguments validated, timeout); false, without calling
+  // `done`, when there is no such tool.
+  bool call_server_tool(const std::string& name, const nlohmann::json& arguments, std::chrono::milliseconds timeout,
+                        ToolDone done);
+  // Declares an MCP server that a session may start for itself (`serve --mcp-session`). Throws
+  // exl::Error when its name is already an --mcp or --mcp-session server's.
+  void add_session_mcp_server(McpServerConfig config);
+  std::vector<std::string> session_mcp_servers() const;
 
   // Test and benchmark hook: scripts every turn's output (see ForcedTextHook) instead of the
   // grammar seam.
@@ -80,15 +100,23 @@ class SessionHub {
   boost::asio::any_io_executor executor() { return pool_.get_executor(); }
 
  private:
+  // A session's own MCP servers and their tools; the clients go first, stopping the servers.
+  struct SessionMcp {
+    ToolRegistry registry;
+    std::vector<std::shared_ptr<McpClient>> clients;
+  };
   struct Owned {
     std::shared_ptr<AgentSession> session;
     uint64_t owner;
+    std::shared_ptr<SessionMcp> mcp;  // null when the session started none
   };
   struct Registered {
     std::shared_ptr<RemoteTool> tool;
     uint64_t owner;
   };
-  std::shared_ptr<AgentSession> adopt(std::shared_ptr<AgentSession> s, uint64_t owner);
+  std::shared_ptr<AgentSession> adopt(std::shared_ptr<AgentSession> s, uint64_t owner,
+                                      std::shared_ptr<SessionMcp> mcp = nullptr);
+  std::shared_ptr<SessionMcp> start_session_mcp(const std::vector<std::string>& names);
   void prune();
 
   boost::asio::thread_pool pool_{2};
@@ -101,6 +129,7 @@ class SessionHub {
   std::map<std::string, Registered> tools_;    // guarded by mu_
   ToolRegistry builtins_;                      // calculator, regex_extract, json_query, current_time, MCP tools
   std::vector<std::shared_ptr<McpClient>> mcp_;  // after builtins_: the servers stop before their registry goes
+  std::map<std::string, McpServerConfig> session_mcp_;  // guarded by mu_
   TurnConstraintFactory constraint_;           // guarded by mu_
 };
 

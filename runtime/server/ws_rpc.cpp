@@ -8,6 +8,7 @@
 #include "runtime/json_depth.h"
 #include "runtime/server/router.h"
 #include "runtime/server/session_hub.h"
+#include "runtime/server/ws_mcp.h"
 
 namespace exl {
 
@@ -25,7 +26,7 @@ std::string rpc_result(const Json& id, Json result) {
   return dump({{"jsonrpc", "2.0"}, {"id", id}, {"result", std::move(result)}});
 }
 
-bool offers_subprotocol(const std::string& header) {
+bool offers_subprotocol(std::string_view header, std::string_view wanted) {
   size_t pos = 0;
   while (pos <= header.size()) {
     size_t end = header.find(',', pos);
@@ -33,7 +34,7 @@ bool offers_subprotocol(const std::string& header) {
     std::string_view item(header.data() + pos, end - pos);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item == kWsSubprotocol) return true;
+    if (item == wanted) return true;
     pos = end + 1;
   }
   return false;
@@ -61,11 +62,15 @@ Json create_session(const Json& params, ServerState& state, WsPeer& peer) {
   } catch (const Error& e) {
     throw RpcError(rpc_code::invalid_params, cat("Invalid params: ", e.what()));
   }
-  for (const auto& name : config.tools)
-    if (!state.sessions().find_tool(name))
-      throw RpcError(rpc_code::invalid_params, cat("Invalid params: unknown tool '", name, "'"));
+  std::vector<std::string> mcp_servers;
+  if (params.contains("mcpServers") && !params["mcpServers"].is_null()) {
+    const Json& m = params["mcpServers"];
+    const bool ok = m.is_array() && std::all_of(m.begin(), m.end(), [](const Json& n) { return n.is_string(); });
+    if (!ok) throw RpcError(rpc_code::invalid_params, "Invalid params: 'mcpServers' must be an array of names");
+    for (const auto& n : m) mcp_servers.push_back(n.get<std::string>());
+  }
   auto sid = std::make_shared<std::string>();
-  auto session = state.sessions().create(std::move(config), event_sink(peer, sid), peer.id);
+  auto session = state.sessions().create(std::move(config), event_sink(peer, sid), peer.id, mcp_servers);
   *sid = session->id();
   return {{"sessionId", session->id()}, {"tools", session->config().tools}};
 }
@@ -122,7 +127,10 @@ std::optional<Json> peer_method(const std::string& method, const Json& params, S
   if (method == "tools/register") return register_tools(params, state, peer);
   if (method == "tools/list") {
     Json names = state.sessions().tool_names();
-    return Json{{"tools", names}};
+    Json mcp = Json::array();
+    for (const auto& t : state.sessions().mcp_tools())
+      mcp.push_back({{"name", t.name}, {"description", t.description}, {"inputSchema", t.input_schema}});
+    return Json{{"tools", names}, {"mcp", std::move(mcp)}, {"mcpSession", state.sessions().session_mcp_servers()}};
   }
   return std::nullopt;
 }
@@ -165,6 +173,7 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     if (peer && peer->link) peer->link->on_response(msg);
     return std::nullopt;
   }
+
   if (state.draining() && has_id)
     return rpc_error(id, rpc_code::shutting_down, "Server shutting down: running sessions finish, no new requests");
   if (!msg["method"].is_string())
@@ -174,6 +183,12 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
     return has_id ? std::optional(rpc_error(id, rpc_code::invalid_params, "Invalid params: must be an object"))
                   : std::nullopt;
   const Json params = msg.value("params", Json::object());
+  if (peer && peer->mcp) {
+    if (!params.is_object())
+      return has_id ? std::optional(rpc_error(id, rpc_code::invalid_params, "Invalid params: must be an object"))
+                    : std::nullopt;
+    return handle_ws_mcp_message(method, id, has_id, params, state, *peer);
+  }
   if (!has_id) {
     if (method == "notifications/progress" && peer && peer->link) peer->link->on_progress(params);
     return std::nullopt;
@@ -206,6 +221,12 @@ void close_ws_peer(WsPeer& peer, ServerState& state) {
   if (peer.link) peer.link->disconnect();
 }
 
+std::string_view choose_ws_subprotocol(std::string_view header) {
+  if (offers_subprotocol(header, kWsSubprotocol)) return kWsSubprotocol;
+  if (offers_subprotocol(header, kWsMcpSubprotocol)) return kWsMcpSubprotocol;
+  return {};
+}
+
 std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState& state) {
   auto reject = [](int status, const char* code, const std::string& message) {
     return error_response(ApiError(status, "invalid_request_error", message, {}, code));
@@ -217,8 +238,9 @@ std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& req, ServerState
   } catch (const ApiError& e) {
     return error_response(e);
   }
-  if (!offers_subprotocol(req.header("sec-websocket-protocol")))
-    return reject(400, "subprotocol_required", cat("WebSocket subprotocol '", kWsSubprotocol, "' is required."));
+  if (choose_ws_subprotocol(req.header("sec-websocket-protocol")).empty())
+    return reject(400, "subprotocol_required",
+                  cat("WebSocket subprotocol '", kWsSubprotocol, "' (or '", kWsMcpSubprotocol, "') is required."));
   return std::nullopt;
 }
 

@@ -33,6 +33,8 @@ struct WsPeer {
   uint64_t id = 0;                                 // owner id of its sessions and tools
   std::function<void(std::string frame)> send;     // thread-safe, non-blocking
   std::shared_ptr<ToolClientLink> link;            // made by the first tools/register
+  bool mcp = false;                                // chose the "mcp" subprotocol (runtime/server/ws_mcp.h)
+  bool mcp_initialized = false;
   std::chrono::steady_clock::time_point window_start{};
   int window_count = 0;
 };
@@ -43,7 +45,10 @@ std::optional<std::string> handle_rpc_message(std::string_view text, ServerState
 void close_ws_peer(WsPeer& peer, ServerState& state);
 
 // Checks a WebSocket upgrade request for /v1/ws: Host and Origin (check_request_source, as for
-// every HTTP route), API key, and the exlagent.v1 subprotocol. nullopt = accept.
+// every HTTP route), API key, and the exlagent.v1 or mcp subprotocol. nullopt = accept.
 std::optional<HttpResponse> check_ws_upgrade(const HttpRequest& request, ServerState& state);
+// The subprotocol to answer a Sec-WebSocket-Protocol header with: exlagent.v1 when offered, else
+// mcp when offered, else "".
+std::string_view choose_ws_subprotocol(std::string_view header);
 
 }  // namespace exl

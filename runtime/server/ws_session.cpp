@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include "runtime/server/ws_mcp.h"
 #include "runtime/server/ws_rpc.h"
 
 namespace exl {
@@ -59,9 +60,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     beast::get_lowest_layer(ws_).expires_never();
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.read_message_max(kMaxWsMessage);
-    ws_.set_option(websocket::stream_base::decorator([](websocket::response_type& res) {
+    const std::string_view protocol = choose_ws_subprotocol(req[http::field::sec_websocket_protocol]);
+    peer_.mcp = protocol == kWsMcpSubprotocol;
+    ws_.set_option(websocket::stream_base::decorator([protocol](websocket::response_type& res) {
       res.set(http::field::server, "exlagent");
-      res.set(http::field::sec_websocket_protocol, std::string(kWsSubprotocol));
+      res.set(http::field::sec_websocket_protocol, std::string(protocol));
     }));
     ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
       if (ec) return self->end_peer();

@@ -199,7 +199,14 @@ TEST(CliRun, BadToolsAndInvalidFilesAreClearErrors) {
   EXPECT_NE(r.error.find("MCP tools are NAME__tool"), std::string::npos) << r.error;
   r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir(), "--mcp", "nope"});
   EXPECT_EQ(r.code, 2) << r.error;
-  EXPECT_NE(r.err.find("--mcp wants NAME=COMMAND ARGS..., got 'nope'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--mcp wants NAME=COMMAND ARGS... or NAME=URL, got 'nope'"), std::string::npos) << r.err;
+  test::write_file(dir / "mcp.json", R"({"mcp":{"fake":"python3 )" + std::string(EXL_SOURCE_DIR) +
+                                         R"(/tests/tools/fake_mcp_server.py"},"steps":[{"name":"a","prompt":"p","tools":["fake__nope"]}]})");
+  r = test::run_cli(cli_run, {(dir / "mcp.json").string(), "--model", model_dir()});
+  EXPECT_NE(r.error.find("no tool 'fake__nope'"), std::string::npos) << r.error;
+  r = test::run_cli(cli_run, {(dir / "mcp.json").string(), "--model", model_dir(), "--mcp", fake_mcp});
+  EXPECT_EQ(r.code, 2) << r.error;
+  EXPECT_NE(r.err.find("--mcp fake: the workflow's \"mcp\" already names a server 'fake'"), std::string::npos) << r.err;
   test::write_file(dir / "read.json", R"({"steps":[{"name":"a","prompt":"p","tools":["read_file"]}]})");
   r = test::run_cli(cli_run, {(dir / "read.json").string(), "--model", model_dir()});
   EXPECT_NE(r.error.find("read_file needs --read-root"), std::string::npos) << r.error;
@@ -240,6 +247,28 @@ TEST(CliRun, StepWithToolsRunsTheAgentLoop) {
   }
   EXPECT_TRUE(fs::exists(out / "agents" / "sum-0.json"));
   EXPECT_TRUE(fs::exists(out / "agents" / "sum-1.json"));
+}
+
+// A workflow file's "mcp" servers are started and their tools offered to its steps: the demo model
+// calls the fake server's only tool of this step by itself (the grammar allows an answer as well).
+TEST(CliRun, WorkflowMcpServersOfferTheirTools) {
+  const fs::path demo = test::source_dir() / "examples" / "demo-model" / "model";
+  if (!fs::exists(demo / "config.json")) GTEST_SKIP() << "examples/demo-model/model is absent";
+  const auto dir = test::temp_dir("CliRun_mcp");
+  test::write_file(dir / "wf.json", R"J({"mcp":{"fake":"python3 )J" + std::string(EXL_SOURCE_DIR) + R"J(/tests/tools/fake_mcp_server.py"},
+    "steps":[{"name":"sum","tools":["fake__add"],"max_turns":2,"system":"You are a helpful assistant.",
+              "prompt":"What is 2 plus 3?"}]})J");
+  const fs::path out = dir / "out";
+  auto r = test::run_cli(cli_run, {(dir / "wf.json").string(), "--model", demo.string(), "--out", out.string(), "--threads", "1"});
+  ASSERT_EQ(r.code, 0) << r.error << r.err;
+  const auto trace = read_jsonl(out / "trace.jsonl");
+  ASSERT_EQ(trace.size(), 1u);
+  std::vector<ojson> tool_messages;
+  for (const auto& m : trace[0]["messages"])
+    if (m["role"] == "tool") tool_messages.push_back(m);
+  ASSERT_FALSE(tool_messages.empty()) << trace[0];
+  EXPECT_TRUE(tool_messages[0]["content"].get<std::string>().find_first_not_of("0123456789-") == std::string::npos)
+      << "the fake server's sum: " << tool_messages[0];
 }
 
 // On the demo model (stories260K's replies under a flexible-whitespace grammar are mostly newlines).

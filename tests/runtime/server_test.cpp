@@ -415,7 +415,7 @@ TEST_F(ServerFixture, WebSocketJsonRpc) {
     EXPECT_TRUE(e);
     return r.result_int();
   };
-  EXPECT_EQ(refused("mcp", "", kKey), 400);
+  EXPECT_EQ(refused("graphql-ws", "", kKey), 400);  // "mcp" is served (runtime/server/ws_mcp.h)
   EXPECT_EQ(refused("exlagent.v1", "https://evil.example", kKey), 403);
   EXPECT_EQ(refused("exlagent.v1", "", ""), 401);
   expect_good_request_still_works();

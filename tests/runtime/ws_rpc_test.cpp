@@ -2,6 +2,10 @@
 // the upgrade checks (Host, Origin, API key, subprotocol).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
+#include <thread>
+
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -135,6 +139,10 @@ TEST_F(WsRpc, UpgradeChecks) {
   EXPECT_EQ(status(k), 401);
   HttpRequest p = r;
   p.headers["sec-websocket-protocol"] = "mcp";
+  EXPECT_EQ(status(p), 101) << "an MCP client (runtime/server/ws_mcp.h)";
+  EXPECT_EQ(choose_ws_subprotocol("mcp, exlagent.v1"), "exlagent.v1");
+  EXPECT_EQ(choose_ws_subprotocol(" mcp"), "mcp");
+  p.headers["sec-websocket-protocol"] = "graphql-ws";
   EXPECT_EQ(status(p), 400);
   p.headers.erase("sec-websocket-protocol");
   EXPECT_EQ(status(p), 400);
@@ -142,6 +150,62 @@ TEST_F(WsRpc, UpgradeChecks) {
   t.target = "/v1/other";
   EXPECT_EQ(status(t), 404);
   state_->set_bound_port(0);
+}
+
+// A connection that chose the "mcp" subprotocol speaks the MCP lifecycle over the server's tools.
+TEST_F(WsRpc, McpPeersGetTheMcpLifecycle) {
+  std::mutex mu;
+  std::vector<json> sent;
+  WsPeer peer;
+  peer.id = 9001;
+  peer.mcp = true;
+  peer.send = [&](std::string f) {
+    std::lock_guard lk(mu);
+    sent.push_back(json::parse(f));
+  };
+  auto rpc = [&](const json& msg) {
+    auto r = handle_rpc_message(msg.dump(), *state_, &peer);
+    return r ? json::parse(*r) : json();
+  };
+  EXPECT_EQ(rpc({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["error"]["code"], -32600) << "before initialize";
+  EXPECT_EQ(rpc({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "ping"}})["result"], json::object());
+  const json init = rpc({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "initialize"},
+                         {"params", {{"protocolVersion", "2025-03-26"}, {"capabilities", json::object()},
+                                     {"clientInfo", {{"name", "t"}, {"version", "1"}}}}}});
+  EXPECT_EQ(init["result"]["protocolVersion"], "2025-03-26");
+  EXPECT_EQ(init["result"]["serverInfo"]["name"], "exlagent");
+  EXPECT_TRUE(init["result"]["capabilities"].contains("tools"));
+  EXPECT_TRUE(rpc({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}).is_null());
+  const json list = rpc({{"jsonrpc", "2.0"}, {"id", 4}, {"method", "tools/list"}});
+  std::vector<std::string> names;
+  for (const auto& t : list["result"]["tools"]) names.push_back(t["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"calculator", "current_time", "json_query", "regex_extract"})) << list;
+  EXPECT_TRUE(rpc({{"jsonrpc", "2.0"}, {"id", 5}, {"method", "tools/call"},
+                   {"params", {{"name", "calculator"}, {"arguments", {{"expression", "0.1 + 0.2 * 3"}}}}}})
+                  .is_null())
+      << "answered when the call finishes";
+  EXPECT_TRUE(rpc({{"jsonrpc", "2.0"}, {"id", 6}, {"method", "tools/call"},
+                   {"params", {{"name", "calculator"}, {"arguments", {{"expression", 3}}}}}})
+                  .is_null());
+  EXPECT_EQ(rpc({{"jsonrpc", "2.0"}, {"id", 7}, {"method", "tools/call"}, {"params", {{"name", "nope"}}}})["error"]["code"],
+            -32602);
+  EXPECT_EQ(rpc({{"jsonrpc", "2.0"}, {"id", 8}, {"method", "sessions/create"}})["error"]["code"], -32601)
+      << "exlagent.v1 methods are not MCP's";
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard lk(mu);
+      if (sent.size() >= 2) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard lk(mu);
+  ASSERT_EQ(sent.size(), 2u);
+  std::map<int, json> by_id;
+  for (const auto& f : sent) by_id[f["id"].get<int>()] = f["result"];
+  EXPECT_EQ(by_id[5]["isError"], false) << by_id[5];
+  EXPECT_EQ(by_id[5]["content"][0]["type"], "text");
+  EXPECT_EQ(by_id[5]["content"][0]["text"], "0.7") << by_id[5];
+  EXPECT_EQ(by_id[6]["isError"], true) << "the registry checks the arguments: " << by_id[6];
 }
 
 }  // namespace ws_rpc_test

@@ -1,11 +1,14 @@
 // An agent session whose tools come from an MCP server (tests/tools/fake_mcp_server.py through
 // tools/mcp/): stories260K on the CPU with scripted turns (ForcedTextHook, the mistral tool format)
 // calls `fake__add` and gets the server's answer back as its tool message; a server that crashes
-// mid-call gives the session a tool error naming the server, and the run still ends.
+// mid-call gives the session a tool error naming the server, and the run still ends; cancelling
+// the session cancels the server's call.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <mutex>
 
 #include <boost/asio/thread_pool.hpp>
@@ -29,16 +32,31 @@ class McpAgentSessionTest : public test::ScriptedAgentTest {
   void SetUp() override {
     ScriptedAgentTest::SetUp();
     if (IsSkipped()) return;
+    record_ = dir_.string() + "-record.jsonl";
+    std::filesystem::remove(record_);
     McpServerConfig c;
     c.name = "fake";
-    c.argv = {"python3", std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_server.py"};
+    c.argv = {"python3", std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_server.py", "--record", record_};
     c.kill_grace = std::chrono::milliseconds(500);
     client_ = McpClient::start(c);
     ASSERT_TRUE(register_mcp_tools(registry_, client_).empty());
   }
   void TearDown() override {
     client_.reset();
+    if (!record_.empty()) std::filesystem::remove(record_);
     ScriptedAgentTest::TearDown();
+  }
+  // The params of the notifications/cancelled the fake server received (waits up to 5 s for one).
+  json cancelled() {
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in(record_);
+      for (std::string line; std::getline(in, line);) {
+        const json j = json::parse(line);
+        if (j.value("notification", "") == "notifications/cancelled") return j["params"];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return nullptr;
   }
   AgentEnv env(std::vector<std::string> replies) {
     return scripted_env(std::move(replies), [this](const std::string& name) { return registry_.find(name); });
@@ -46,6 +64,7 @@ class McpAgentSessionTest : public test::ScriptedAgentTest {
 
   ToolRegistry registry_;
   std::shared_ptr<McpClient> client_;  // after registry_: stops before it goes
+  std::string record_;
 };
 
 TEST_F(McpAgentSessionTest, TheSessionCallsAnMcpToolAndGetsItsResult) {
@@ -83,6 +102,24 @@ TEST_F(McpAgentSessionTest, AServerCrashMidCallIsAToolErrorNotAHang) {
   EXPECT_NE(r["content"].get<std::string>().find("MCP server 'fake': tool 'crash' failed: the server exited"),
             std::string::npos)
       << r["content"];
+}
+
+// Cancelling the session while the MCP server works on its call tells the server
+// (notifications/cancelled), at once rather than at the call's timeout.
+TEST_F(McpAgentSessionTest, CancellingTheSessionCancelsTheServersCall) {
+  AgentConfig cfg;
+  cfg.tools = {"fake__sleep"};
+  McpEvents ev;
+  auto s = AgentSession::create(env({"[TOOL_CALLS] [{\"name\": \"fake__sleep\", \"arguments\": {\"ms\": 20000}}]",
+                                     "Done."}),
+                                "s-mcp-cancel", cfg, ev.sink());
+  ASSERT_TRUE(s->send("sleep"));
+  for (int i = 0; i < 6000 && ev.of("tool_call").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(ev.of("tool_call").size(), 1u) << ev.errors();
+  s->cancel();
+  EXPECT_EQ(ev.wait_done()["reason"], "cancelled");
+  EXPECT_EQ(cancelled(), (json{{"requestId", 4}, {"reason", "cancelled by the caller"}}))
+      << "request 4: initialize, two pages of tools/list, the call";
 }
 
 }  // namespace mcp_agent_session_test

@@ -78,6 +78,25 @@ TEST(Workflow, SchemaErrorsNamePointers) {
   EXPECT_NE(error_of(ojson::parse(R"({"steps":[]})")).find("/steps: must have at least 1 items"), std::string::npos);
 }
 
+TEST(Workflow, McpServersParseAsTheFlagDoes) {
+  const Workflow wf = parse_workflow(ojson::parse(R"({"mcp":{"fs":"npx -y 'server fs' /data","docs":"http://127.0.0.1:3001/mcp"},
+    "steps":[{"name":"a","prompt":"p","tools":["fs__read_file"]}]})"), ".");
+  ASSERT_EQ(wf.mcp.size(), 2u);
+  EXPECT_EQ(wf.mcp[0].name, "fs");
+  EXPECT_EQ(wf.mcp[0].argv, (std::vector<std::string>{"npx", "-y", "server fs", "/data"}));
+  EXPECT_EQ(wf.mcp[1].name, "docs");
+  EXPECT_EQ(wf.mcp[1].url, "http://127.0.0.1:3001/mcp");
+  const std::string e = error_of(ojson::parse(R"({"mcp":{"a_b":"x","c=d":"y","e":"https://h/mcp","f":"","g":3},
+    "steps":[{"name":"a","prompt":"p"}]})"));
+  EXPECT_NE(e.find("/mcp/f: must have at least 1 characters"), std::string::npos) << e;
+  EXPECT_NE(e.find("/mcp/g: must be string"), std::string::npos) << e;
+  const std::string names = error_of(ojson::parse(R"({"mcp":{"a_b":"x","c=d":"y","e":"https://h/mcp"},"steps":[{"name":"a","prompt":"p"}]})"));
+  EXPECT_NE(names.find("3 problems"), std::string::npos) << names;
+  EXPECT_NE(names.find("/mcp/a_b: --mcp: the server name 'a_b' must be"), std::string::npos) << names;
+  EXPECT_NE(names.find("/mcp/c=d: --mcp: the server name 'c=d' must be"), std::string::npos) << names;
+  EXPECT_NE(names.find("/mcp/e: --mcp e: 'https://h/mcp': only http://"), std::string::npos) << names;
+}
+
 // The same malformed files tests/node/workflow_schema.test.mjs shows ajv refusing.
 TEST(Workflow, RefusesWhatAnIndependentValidatorRefuses) {
   for (const char* bad : {R"({})", R"({"steps":[]})", R"({"steps":[{"name":"a"}]})", R"({"steps":[{"name":"1x","prompt":"p"}]})",

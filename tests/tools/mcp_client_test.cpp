@@ -9,10 +9,12 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "kernels/error.h"
 #include "test_support.h"
+#include "tools/mcp/child_process.h"
 #include "tools/mcp/mcp_client.h"
 #include "tools/tool_registry.h"
 #include "tools/tool_test_util.h"
@@ -100,6 +102,25 @@ TEST(McpResult, ContentBlocksBecomeText) {
   EXPECT_TRUE(mcp_tool_result(json::array()).is_error);
 }
 
+// A descriptor opened without O_CLOEXEC (as Asio opens sockets) must not reach the server: an
+// inherited WebSocket connection stayed open while the child ran, so closing it never ended it.
+TEST(McpChildProcess, TheChildInheritsOnlyItsThreePipes) {
+  int leak[2];
+  ASSERT_EQ(::pipe(leak), 0);
+  auto p = ChildProcess::spawn({"sh", "-c", "ls /proc/$$/fd"});
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = ::read(p->stdout_fd(), buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+  EXPECT_EQ(p->stop(std::chrono::milliseconds(1000)), "exit status 0");
+  ::close(leak[0]);
+  ::close(leak[1]);
+  std::istringstream fds(out);
+  std::vector<int> seen;
+  for (int fd; fds >> fd;) seen.push_back(fd);
+  EXPECT_FALSE(seen.empty()) << out;
+  for (int fd : seen) EXPECT_TRUE(fd <= 2 || (fd != leak[0] && fd != leak[1])) << "inherited fd " << fd << ": " << out;
+}
+
 TEST_F(McpClientTest, ListsEveryPageAndCallsThroughTheRegistry) {
   auto c = McpClient::start(config());
   EXPECT_EQ(c->protocol_version(), "2025-06-18");
@@ -169,6 +190,26 @@ TEST_F(McpClientTest, ATimeoutSendsCancelledAndTheServerStaysUsable) {
   for (const auto& j : recorded())
     if (j.value("notification", "") == "notifications/cancelled") cancelled = j["params"]["requestId"] == 4;
   EXPECT_TRUE(cancelled) << "notifications/cancelled for request 4 (initialize, 2 pages, the call)";
+}
+
+TEST_F(McpClientTest, ACancelledCallSendsCancelled) {
+  auto c = McpClient::start(config());
+  auto cancel = std::make_shared<CancelToken>();
+  std::promise<ToolResult> p;
+  auto f = p.get_future();
+  c->call("sleep", {{"ms", 3000}}, ToolClock::now() + std::chrono::seconds(30),
+          [&p](ToolResult r) { p.set_value(std::move(r)); }, cancel);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  cancel->cancel();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(2)), std::future_status::ready) << "the cancel is not seen";
+  const ToolResult r = f.get();
+  EXPECT_TRUE(r.is_error);
+  EXPECT_EQ(r.content, "MCP server 'fake': tool 'sleep' was cancelled (notifications/cancelled sent)");
+  EXPECT_EQ(call(*c, "echo", {{"text", "after"}}).content, "echo: after");
+  json cancelled;
+  for (const auto& j : recorded())
+    if (j.value("notification", "") == "notifications/cancelled") cancelled = j["params"];
+  EXPECT_EQ(cancelled, (json{{"requestId", 4}, {"reason", "cancelled by the caller"}}));
 }
 
 TEST_F(McpClientTest, ACrashMidCallIsAToolErrorThenOneRestart) {

@@ -54,6 +54,10 @@ std::unique_ptr<ChildProcess> ChildProcess::spawn(const std::vector<std::string>
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(127);
     if (::dup2(in.fd[0], 0) < 0 || ::dup2(out.fd[1], 1) < 0 || ::dup2(err.fd[1], 2) < 0) ::_exit(127);
+    // Nothing else of ours crosses the exec: not the server's listening socket nor its connections
+    // (an inherited connection stays open while the child runs, however its client closes it).
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+      for (int fd = 3; fd < 65536; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     ::execvp(cargv[0], cargv.data());
     const int e = errno;
     [[maybe_unused]] ssize_t w = ::write(exec_err.fd[1], &e, sizeof e);

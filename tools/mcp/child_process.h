@@ -1,5 +1,6 @@
 // ChildProcess: a program started without a shell, its stdin, stdout and stderr connected to pipes
-// that this process owns (close-on-exec, so other children do not inherit them).
+// that this process owns (close-on-exec, so other children do not inherit them). The child gets
+// only those three: every other descriptor of ours is closed at its exec (sockets included).
 //
 // spawn() searches argv[0] in PATH (as execvp) and reports a program that cannot be started as
 // exl::Error naming it and the errno text (the exec error travels back on a close-on-exec pipe).

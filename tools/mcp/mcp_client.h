@@ -1,7 +1,8 @@
 // McpClient: tools from a Model Context Protocol server that runs as a child process (the stdio
-// transport: JSON-RPC 2.0, one message per line on the server's stdin and stdout).
+// transport: JSON-RPC 2.0, one message per line on the server's stdin and stdout) or answers at an
+// http:// URL (the Streamable HTTP transport; tools/mcp/mcp_http_link.cpp describes it).
 //
-// Lifecycle: start() spawns COMMAND ARGS... (no shell; tools/mcp/child_process.h), sends
+// Lifecycle: start() spawns COMMAND ARGS... (no shell; tools/mcp/child_process.h) or connects, sends
 // `initialize` (protocol "2025-06-18"; an older version the server answers — "2025-03-26",
 // "2024-11-05" — is accepted), then `notifications/initialized`, then `tools/list` following
 // nextCursor, and throws exl::Error naming the server (with the tail of its stderr) when any of it
@@ -19,16 +20,18 @@
 //    when present; `isError` carried over;
 //  - a JSON-RPC error: is_error "MCP server 'NAME': tool 'T' failed: MESSAGE (code C)";
 //  - no answer by the call's deadline (or call_timeout, whichever is first): is_error
-//    "... timed out after N ms", and `notifications/cancelled` is sent with the request id;
+//    "... timed out after N ms", and `notifications/cancelled` is sent with the request id; the
+//    same when the caller's CancelToken fires first ("... was cancelled");
 //  - the server exits, crashes or breaks the protocol mid-call (a line that is not JSON, nests
 //    deeper than 128, exceeds max_line_bytes, or answers an id never sent): is_error naming the
 //    server and what happened, with its stderr tail. A broken stream (oversized line) kills it.
-// A call that finds the server gone restarts it (re-initialize, re-list) at most max_restarts
-// times in the client's life; after that, or when the restart fails, calls get an error that says
-// so. Late answers to timed-out requests are ignored.
+// A call that finds the server gone (the process ended; the HTTP server ended the session)
+// restarts it (re-initialize, re-list) at most max_restarts times in the client's life; after
+// that, or when the restart fails, calls get an error that says so. Late answers to timed-out
+// requests are ignored. `notifications/progress` and `notifications/message` go to the log.
 //
-// Destruction closes the server's stdin, then SIGTERM and SIGKILL after kill_grace each, and
-// fails calls still pending. Callbacks (done, on_tools_changed) run on the client's reader thread
+// Destruction closes the server's stdin, then SIGTERM and SIGKILL after kill_grace each (HTTP: a
+// DELETE of the session, waiting at most kill_grace), and fails calls still pending. Callbacks (done, on_tools_changed) run on the client's reader thread
 // or timer thread and must not block; they may drop the last reference to the client.
 // Thread-safe.
 #pragma once
@@ -47,13 +50,15 @@
 namespace exl {
 
 class ToolRegistry;
+class McpLink;
 
 inline constexpr const char* kMcpProtocolVersion = "2025-06-18";
 inline constexpr const char* kMcpToolSeparator = "__";
 
 struct McpServerConfig {
   std::string name;               // [a-zA-Z0-9-]{1,32}: the prefix of its tools' names
-  std::vector<std::string> argv;  // COMMAND ARGS...
+  std::vector<std::string> argv;  // COMMAND ARGS... (stdio), or empty and:
+  std::string url;                // http://HOST[:PORT]/PATH (Streamable HTTP)
   std::chrono::milliseconds call_timeout{60000};
   std::chrono::milliseconds start_timeout{30000};
   std::chrono::milliseconds kill_grace{2000};
@@ -67,8 +72,9 @@ struct McpServerConfig {
 // a backslash; outside quotes a backslash keeps the next character. No variables, globs or other
 // shell syntax. Throws exl::Error for an unterminated quote or a trailing backslash.
 std::vector<std::string> split_command_line(std::string_view line);
-// "NAME=COMMAND ARGS..." (the --mcp flag). Throws exl::Error naming what is wrong: no '=', a bad
-// name, no command.
+// "NAME=COMMAND ARGS..." or "NAME=http://HOST:PORT/PATH" (the --mcp flag). Throws exl::Error
+// naming what is wrong: no '=', a bad name, no command, a malformed URL or an https:// one (this
+// build has no TLS).
 McpServerConfig parse_mcp_server_flag(std::string_view value);
 
 // The ToolResult of a tools/call result object (see the file comment).
@@ -95,29 +101,29 @@ class McpClient : public std::enable_shared_from_this<McpClient> {
   // Runs after each re-list that list_changed caused.
   void set_on_tools_changed(std::function<void()> fn);
 
-  // tools/call of the server's tool `tool` (its own name, without the prefix).
-  void call(const std::string& tool, const nlohmann::json& arguments, ToolClock::time_point deadline, ToolDone done);
-
-  struct Link;  // one server process and the thread that reads it
+  // tools/call of the server's tool `tool` (its own name, without the prefix). `cancel` may be null.
+  void call(const std::string& tool, const nlohmann::json& arguments, ToolClock::time_point deadline, ToolDone done,
+            std::shared_ptr<CancelToken> cancel = nullptr);
+  // The command (stdio) or the URL, for messages.
+  std::string endpoint() const;
 
  private:
   enum class State { ready, starting, down };
-  struct Answer;
   explicit McpClient(McpServerConfig config);
   void begin_connect(std::function<void(const std::string& error)> finished);
-  void list_tools(std::shared_ptr<Link> link, ToolClock::time_point deadline, std::string cursor,
+  void list_tools(std::shared_ptr<McpLink> link, ToolClock::time_point deadline, std::string cursor,
                   std::vector<ToolSpec> acc, std::function<void(std::string error, std::vector<ToolSpec>)> then);
-  void link_ended(const Link* link, const std::string& reason);
-  void on_notification(const std::shared_ptr<Link>& link, const nlohmann::json& msg);
-  void send_call(const std::shared_ptr<Link>& link, const std::string& tool, const nlohmann::json& arguments,
-                 ToolClock::time_point deadline, ToolDone done);
+  void link_ended(const McpLink* link, const std::string& reason);
+  void on_notification(const McpLink* link, const nlohmann::json& msg);
+  void send_call(const std::shared_ptr<McpLink>& link, const std::string& tool, const nlohmann::json& arguments,
+                 ToolClock::time_point deadline, ToolDone done, std::shared_ptr<CancelToken> cancel);
   std::string prefix() const;
 
   McpServerConfig config_;
   std::shared_ptr<struct McpLog> log_;
   mutable std::mutex mu_;
-  std::shared_ptr<Link> link_;                   // the current process; guarded by mu_
-  std::vector<std::shared_ptr<Link>> retired_;   // earlier processes, joined by the destructor
+  std::shared_ptr<McpLink> link_;                  // the current connection; guarded by mu_
+  std::vector<std::shared_ptr<McpLink>> retired_;  // earlier ones, joined by the destructor
   State state_ = State::down;
   int restarts_ = 0;
   std::string down_reason_;
