@@ -6,9 +6,16 @@
 // Supported: type (string or array), enum, const, properties, required, additionalProperties,
 // patternProperties (pairwise disjoint patterns), items (schema, false, or draft-07 array form
 // with additionalItems), prefixItems, minItems/maxItems, minLength/maxLength, pattern (search
-// semantics, combined with lengths and formats by automaton intersection), format (date-time,
-// date, time, email, uuid, uri, ipv4, ipv6, hostname, ... — the 2020-12 list but 'regex', which is
-// refused; a format name the spec does not define is an annotation, as 2020-12 says), minimum/maximum/exclusiveMinimum/
+// semantics, combined with lengths and formats by automaton intersection), format (the 2020-12
+// list but 'regex', which is refused; a format name the spec does not define is an annotation, as
+// 2020-12 says; each format accepts only what its RFC's grammar accepts: uri, uri-reference, iri,
+// iri-reference, uri-template, date, date-time, time, duration, ipv4, ipv6, uuid, json-pointer and
+// relative-json-pointer exactly, but for leap seconds only at 23:59:60 with a zero offset and no
+// year 0000; hostname without A-labels ("--" in the 3rd and 4th position) or an all-numeric last
+// label, and with a label-count-by-length subset of the 253-character limit (3 labels of up to 63
+// characters, 4 of 62, 8 of 30, 16 of 14, 32 of 6); email as a dot-atom local part of up to 64
+// characters, '@', such a host name within 189 characters; idn-hostname and idn-email as their
+// ASCII forms), minimum/maximum/exclusiveMinimum/
 // exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
 // provably disjoint from the others, or conjoined with their complement when that is expressible
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
