@@ -690,13 +690,12 @@ Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
 namespace {
 
 // '"', a string body the byte-only DFA c accepts, '"' as one DFA built directly (null when c
-// accepts nothing or could read a '"' itself).
+// accepts nothing, or could read a '"' where it may also end: a body reads '"' only inside an
+// escape, where it cannot end).
 std::shared_ptr<const Rule> quoted_rule(const Rule& c) {
   if (c.states.empty()) return nullptr;
   auto nc = size_t(c.n_classes);
   uint8_t qc = c.byte_class['"'];
-  for (size_t s = 0; s < c.states.size(); ++s)
-    if (c.trans[s * nc + qc] >= 0) return nullptr;
   Rule r;
   r.name = "quoted";
   r.byte_class = c.byte_class;
@@ -714,6 +713,9 @@ std::shared_ptr<const Rule> quoted_rule(const Rule& c) {
       int32_t t = c.trans[s * nc + k];
       if (t >= 0) r.trans[(s + 1) * rc + k] = t + 1, ds.has_bytes = true;
     }
+    int32_t tq = c.trans[s * nc + qc];
+    if (tq >= 0 && c.states[s].accepting) return nullptr;
+    if (tq >= 0) r.trans[(s + 1) * rc + nc] = tq + 1;
     if (c.states[s].accepting) r.trans[(s + 1) * rc + nc] = int32_t(fin), ds.has_bytes = true;
   }
   return std::make_shared<const Rule>(std::move(r));

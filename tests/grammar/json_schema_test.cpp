@@ -209,5 +209,24 @@ TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
   EXPECT_NE(compile_error(R"({"uniqueItems":true})").find("uniqueItems"), std::string::npos);
 }
 
+
+// A length-bounded string is one prebuilt automaton called from its value, not determinized again
+// into every rule that holds it (a 1024-character bound is ~25,000 states); escaped quotes inside
+// it stay exact.
+TEST(GrammarJsonSchema, LengthBoundedStringsAreSharedRules) {
+  for (const char* schema : {R"({"type":"string","maxLength":1024})", R"({"type":["string","null"],"maxLength":1024})",
+                             R"({"type":"string","format":"json-pointer"})"}) {
+    Grammar g = compile_json_schema_text(schema);
+    EXPECT_LT(g.rules[size_t(g.root)].states.size(), 10u) << schema;
+  }
+  const std::string two = R"({"type":"string","maxLength":2})";
+  EXPECT_TRUE(schema_accepts(two, R"("\"\"")"));
+  EXPECT_FALSE(schema_accepts(two, R"("\"\"\"")"));
+  EXPECT_FALSE(schema_accepts(two, R"("\")"));
+  EXPECT_FALSE(schema_accepts(two, R"("a"")"));
+  EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"json-pointer"})", R"("/a\"b")"));
+  EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"json-pointer"})", R"("a\"b")"));
+}
+
 }  // namespace json_schema_test
 }  // namespace exl
