@@ -13,9 +13,10 @@
 // relative-json-pointer exactly, but for leap seconds only at 23:59:60 with a zero offset and no
 // year 0000; hostname without A-labels ("--" in the 3rd and 4th position) or an all-numeric last
 // label, and with a label-count-by-length subset of the 253-character limit (3 labels of up to 63
-// characters, 4 of 62, 8 of 30, 16 of 14, 32 of 6); email as a dot-atom local part of up to 64
-// characters, '@', such a host name within 189 characters; idn-hostname and idn-email as their
-// ASCII forms), minimum/maximum/exclusiveMinimum/
+// characters, 4 of 62, 8 of 30, 16 of 14, 32 of 6; the same rule under a maxLength above 64,
+// an exact count below); email as a dot-atom local part of up to 64 characters, '@', such a host
+// name within 189 characters; idn-hostname and idn-email as their ASCII forms; beside other string
+// keywords, URIs and IRIs leave out IP-literal hosts), minimum/maximum/exclusiveMinimum/
 // exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
 // provably disjoint from the others, or conjoined with their complement when that is expressible
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,

@@ -15,14 +15,25 @@ constexpr size_t kMaxDfaStates = 200000;
 constexpr uint64_t kMaxLengthWithPattern = 2000;
 constexpr char kNumberRegex[] = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?";
 
-// A format as the intersection of full-match regexes over the string's characters. Each is
-// exact to its RFC's grammar or a strict subset of it (the subset is named in json_schema.h), so
-// a format never accepts a string its RFC rejects.
-struct FormatSpec {
-  std::vector<std::string> regexes;
+// How a format is wanted: alone, or inside a product with other string constraints, where `lean`
+// drops rare alternatives that would multiply the product's states (IP literals in URIs) and
+// `max_chars` is a maxLength that hostnames and emails build in rather than intersect.
+struct FormatVariant {
+  bool lean = false;
+  uint64_t max_chars = kUnbounded;
+  auto operator<=>(const FormatVariant&) const = default;
 };
 
-const FormatSpec* format_spec(const std::string& f) {
+// A format as the intersection of full-match regexes over the string's characters. Each is
+// exact to its RFC's grammar or a strict subset of it (the subset is named in json_schema.h), so
+// a format never accepts a string its RFC rejects. `length_built_in`: the strings are at most
+// v.max_chars characters by construction. Empty for a name that is no enforced format.
+struct FormatSpec {
+  std::vector<std::string> regexes;
+  bool length_built_in = false;
+};
+
+std::optional<FormatSpec> format_spec(const std::string& f, const FormatVariant& v = {}) {
   // RFC 3339 full-date, with Feb 29 only in leap years and without year 0000 (which the
   // proleptic calendar of most validators lacks).
   static const std::string year = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})";
@@ -40,35 +51,46 @@ const FormatSpec* format_spec(const std::string& f) {
   // and inner hyphens, none with "--" in the 3rd and 4th position (RFC 5891 4.2.3.1: A-labels
   // "xn--" are refused, as their Punycode is not checked). The length bounds are a subset that
   // needs no counter of the whole name: up to n labels of at most m characters, with
-  // n * (m + 1) - 1 <= total, for n = k - 1, k, 2k, 4k, 8k (k = 4 for 253 characters: 3 labels of
-  // up to 63, 4 of 62, 8 of 30, 16 of 14, 32 of 6). With each branch seeing the same label index
-  // and position, the automaton stays at a few thousand states instead of the ~100,000 of an
-  // exact count.
-  auto label = [](int m) {
+  // n * (m + 1) - 1 <= total (for 253 characters: 3 labels of up to 63, 4 of 62, 8 of 30, 16 of
+  // 14, 32 of 6). With each branch seeing the same label index and position, the automaton stays
+  // at a few thousand states instead of the ~100,000 of an exact count.
+  auto label = [](uint64_t m) {
     const std::string an = "[A-Za-z0-9]", anh = "[A-Za-z0-9-]";
+    if (m == 1) return an;
+    if (m < 5) return an + "(?:" + anh + "{0," + std::to_string(m - 2) + "}" + an + ")?";
     return an + "(?:" + anh + "{0,2}" + an + "|" + anh + "(?:" + an + anh + "|-" + an + ")" + anh + "{0," +
            std::to_string(m - 5) + "}" + an + ")?";
   };
-  auto hostname_within = [&](int total) {
-    int k = (total + 1) / 63;
-    std::vector<int> counts{k - 1, k, 2 * k, 4 * k, 8 * k};
+  auto hostname_within = [&](uint64_t total) {
     std::string alts;
-    for (int n : counts) {
-      int m = std::min(63, (total + 1) / n - 1);
+    uint64_t last_m = 0;
+    for (uint64_t n : {32, 16, 8, 4, 3, 2, 1}) {
+      if ((total + 1) / n < 2) continue;
+      uint64_t m = std::min<uint64_t>(63, (total + 1) / n - 1);
+      if (m == last_m) continue;
+      last_m = m;
       if (!alts.empty()) alts += '|';
       alts += label(m) + "(?:\\." + label(m) + "){0," + std::to_string(n - 1) + "}";
     }
-    return "(?:" + alts + ")";
+    return alts.empty() ? std::string("[^\\s\\S]") : "(?:" + alts + ")";
   };
-  static const std::string hostname = hostname_within(253);
+  // Under a maxLength of at most 64 the plain label grammar is intersected with the exact count
+  // instead (small enough, and the tiers would refuse e.g. "e.com" within 5).
+  const bool count_exactly = v.max_chars <= 64;
+  const std::string plain_hostname = label(63) + "(?:\\." + label(63) + ")*";
+  const std::string hostname = count_exactly ? plain_hostname : hostname_within(std::min<uint64_t>(v.max_chars, 253));
   // The last label has a letter (RFC 3696 2: top-level domains are not all-numeric).
   static const std::string last_label_letter = "(?:[^.]*\\.)*[^.]*[A-Za-z][^.]*";
   // RFC 5321 Mailbox with a Dot-string local part of at most 64 characters and a host name domain
   // of at most 189 (the whole at most 254, RFC 5321 4.5.3.1); no quoted local parts, no address
-  // literals.
+  // literals. Under a smaller maxLength T (over 64) the local part takes at most (T - 1) / 2 and
+  // the domain the rest.
   static const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
-  static const std::string email = atext + "+(?:\\." + atext + "+)*@" + hostname_within(189);
-  static const std::string local_64 = "[^@]{1,64}@[^@]*";
+  const uint64_t mail_max = std::min<uint64_t>(v.max_chars, 254);
+  const uint64_t local_max = count_exactly ? 64 : std::min<uint64_t>(64, (mail_max - 1) / 2);
+  const std::string email = atext + "+(?:\\." + atext + "+)*@" +
+                            (count_exactly ? plain_hostname : hostname_within(mail_max - 1 - local_max));
+  const std::string local_len = "[^@]{1," + std::to_string(local_max) + "}@[^@]*";
   static const std::string domain_letter = "[^@]*@(?:[^.]*\\.)*[^.]*[A-Za-z][^.]*";
   static const std::string uuid = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
   static const std::string octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
@@ -99,7 +121,8 @@ const FormatSpec* format_spec(const std::string& f) {
     const std::string segment_nz_nc = "(?:[" + u + sub + "@]|" + pct + ")+";
     const std::string query = "(?:[" + u + sub + ":@/?" + q + "]|" + pct + ")*";
     const std::string fragment = "(?:[" + u + sub + ":@/?]|" + pct + ")*";
-    const std::string ip_literal = "\\[(?:" + ipv6 + "|v[0-9A-Fa-f]+\\.[A-Za-z0-9\\-._~" + sub + ":]+)\\]";
+    const std::string ip_literal = v.lean ? "[^\\s\\S]"
+                                          : "\\[(?:" + ipv6 + "|v[0-9A-Fa-f]+\\.[A-Za-z0-9\\-._~" + sub + ":]+)\\]";
     const std::string reg_name = "(?:[" + u + sub + "]|" + pct + ")*";
     const std::string userinfo = "(?:[" + u + sub + ":]|" + pct + ")*";
     const std::string authority = "(?:" + userinfo + "@)?(?:" + ip_literal + "|" + reg_name + ")(?::[0-9]*)?";
@@ -120,29 +143,21 @@ const FormatSpec* format_spec(const std::string& f) {
   static const std::string varspec = varchar + "(?:\\.?" + varchar + ")*(?::[1-9][0-9]{0,3}|\\*)?";
   static const std::string uri_template = "(?:[!#$&(-;=?-\\[\\]_a-z~" + ucschar + iprivate + "]|%[0-9A-Fa-f]{2}|\\{[+#./;?&]?" +
                                           varspec + "(?:," + varspec + ")*\\})*";
-  static const std::map<std::string, FormatSpec> table = {
-      {"json-pointer", {{json_pointer}}},
-      {"relative-json-pointer", {{rel_json_pointer}}},
-      {"duration", {{duration}}},
-      {"uri", {{uri_grammar(ascii_u, "", false)}}},
-      {"uri-reference", {{uri_grammar(ascii_u, "", true)}}},
-      {"iri", {{uri_grammar(ascii_u + ucschar, iprivate, false)}}},
-      {"iri-reference", {{uri_grammar(ascii_u + ucschar, iprivate, true)}}},
-      {"uri-template", {{uri_template}}},
-      // The internationalized forms accept their ASCII subset only (IDNA 2008's contextual rules
-      // are not regular enough to check here).
-      {"idn-hostname", {{hostname, last_label_letter}}},
-      {"idn-email", {{email, local_64, domain_letter}}},
-      {"date", {{date}}},
-      {"time", {{time}}},
-      {"date-time", {{date_time}}},
-      {"hostname", {{hostname, last_label_letter}}},
-      {"email", {{email, local_64, domain_letter}}},
-      {"uuid", {{uuid}}},
-      {"ipv4", {{ipv4}}},
-      {"ipv6", {{ipv6}}}};
+  // The internationalized forms accept their ASCII subset only (IDNA 2008's contextual rules are
+  // not regular enough to check here).
+  if (f == "hostname" || f == "idn-hostname") return FormatSpec{{hostname, last_label_letter}, !count_exactly};
+  if (f == "email" || f == "idn-email") return FormatSpec{{email, local_len, domain_letter}, !count_exactly};
+  if (f == "uri") return FormatSpec{{uri_grammar(ascii_u, "", false)}};
+  if (f == "uri-reference") return FormatSpec{{uri_grammar(ascii_u, "", true)}};
+  if (f == "iri") return FormatSpec{{uri_grammar(ascii_u + ucschar, iprivate, false)}};
+  if (f == "iri-reference") return FormatSpec{{uri_grammar(ascii_u + ucschar, iprivate, true)}};
+  static const std::map<std::string, std::string> table = {
+      {"json-pointer", json_pointer}, {"relative-json-pointer", rel_json_pointer}, {"duration", duration},
+      {"uri-template", uri_template}, {"date", date}, {"time", time}, {"date-time", date_time}, {"uuid", uuid},
+      {"ipv4", ipv4}, {"ipv6", ipv6}};
   auto it = table.find(f);
-  return it == table.end() ? nullptr : &it->second;
+  if (it == table.end()) return std::nullopt;
+  return FormatSpec{{it->second}};
 }
 
 // Formats defined by JSON Schema 2020-12 that are not enforced: a schema using one is refused.
@@ -156,14 +171,14 @@ Rule regex_dfa(const std::string& pattern, bool search) {
   return determinize_bytes(tb.nfa(r), "pattern", kMaxDfaStates);
 }
 
-// The content automaton of a format, built once per process and shared (the state count is
-// charged to the active budget on every use, as a fresh build would be).
-std::shared_ptr<const Rule> format_dfa(const std::string& f, const FormatSpec& spec) {
+// The content automaton of a format variant, built once per process and shared (the state count
+// is charged to the active budget on every use, as a fresh build would be).
+std::shared_ptr<const Rule> format_dfa(const std::string& f, const FormatVariant& v, const FormatSpec& spec) {
   static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const Rule>> cache;
+  static std::map<std::pair<std::string, FormatVariant>, std::shared_ptr<const Rule>> cache;
   {
     std::lock_guard lock(mu);
-    auto it = cache.find(f);
+    auto it = cache.find({f, v});
     if (it != cache.end()) {
       grammar_charge(it->second->states.size(), 0);
       return it->second;
@@ -174,7 +189,8 @@ std::shared_ptr<const Rule> format_dfa(const std::string& f, const FormatSpec& s
   r.name = "format " + f;
   auto out = std::make_shared<const Rule>(std::move(r));
   std::lock_guard lock(mu);
-  cache.emplace(f, out);
+  if (cache.size() > 256) cache.clear();
+  cache.emplace(std::make_pair(f, v), out);
   return out;
 }
 
@@ -250,7 +266,7 @@ Decimal decimal_of(const Json& v, const std::string& ptr) {
 }
 }  // namespace
 
-bool format_asserted(const std::string& f) { return format_spec(f) != nullptr || kSpecFormats.count(f) > 0; }
+bool format_asserted(const std::string& f) { return format_spec(f).has_value() || kSpecFormats.count(f) > 0; }
 
 Frag SchemaCompiler::ws(int32_t rule) {
   FragBuilder fb = gb_.frags(rule);
@@ -616,20 +632,24 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
     if (m.rfind("grammar: json_schema", 0) == 0) throw;
     fail(pointer_append(ptr, "pattern"), m);
   }
+  uint64_t min = string_length_kw(n, "minLength", 0, 1e12, ptr);
+  uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 1e12, ptr);
   if (n.contains("format") && !ignored("format")) {
     if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
     const std::string& f = n["format"].get<std::string>();
-    const FormatSpec* spec = format_spec(f);
+    FormatVariant v{.lean = !parts.empty() || n.contains(kNotEnum) || min > 0 || max != kUnbounded, .max_chars = max};
+    std::optional<FormatSpec> spec = format_spec(f, v);
     if (!spec && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
-    if (spec) parts.push_back(*format_dfa(f, *spec));
+    if (spec) {
+      parts.push_back(*format_dfa(f, v, *spec));
+      if (spec->length_built_in) max = kUnbounded;
+    }
   }
   if (n.contains(kNotEnum)) {
     std::vector<std::string> lits;
     for (const Json& v : n[kNotEnum]) lits.push_back(v.dump().substr(1, v.dump().size() - 2));
     parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), literal_set_dfa(lits), true, kMaxDfaStates));
   }
-  uint64_t min = string_length_kw(n, "minLength", 0, 1e12, ptr);
-  uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 1e12, ptr);
   if (min > 0 || max != kUnbounded || parts.empty()) {
     if ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern)
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
@@ -747,7 +767,7 @@ std::shared_ptr<const Rule> quoted_format_rule(const std::string& f, const Forma
     auto it = cache.find(f);
     if (it != cache.end()) return it->second;
   }
-  auto out = quoted_rule(*format_dfa(f, spec));
+  auto out = quoted_rule(*format_dfa(f, {}, spec));
   if (!out) return nullptr;
   std::lock_guard lock(mu);
   cache.emplace(f, out);
@@ -775,7 +795,7 @@ Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string&
       return gb_.frags(rule).call(r);
     }
   if (min == 0 && max == kUnbounded && !n.contains("pattern") && !n.contains(kNotEnum) && n["format"].is_string())
-    if (const FormatSpec* spec = format_spec(n["format"].get<std::string>()))
+    if (std::optional<FormatSpec> spec = format_spec(n["format"].get<std::string>()))
       if (auto q = quoted_format_rule(n["format"].get<std::string>(), *spec)) {
         int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
         gb_.set_dfa(r, std::move(q));

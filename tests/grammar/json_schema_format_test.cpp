@@ -86,5 +86,31 @@ TEST(GrammarJsonSchemaFormat, UriTemplatesFollowRfc6570) {
     EXPECT_FALSE(fmt_ok("uri-template", v)) << v;
 }
 
+bool bounded_ok(const std::string& format, int max_length, const std::string& value) {
+  return test::schema_accepts(R"({"type":"string","format":")" + format + R"(","maxLength":)" +
+                                  std::to_string(max_length) + "}",
+                              nlohmann::json(value).dump());
+}
+
+// With maxLength the format and the bound are one automaton: never longer than the bound, still
+// the format's grammar.
+TEST(GrammarJsonSchemaFormat, MaxLengthBoundsFormats) {
+  EXPECT_TRUE(bounded_ok("hostname", 10, "abcde.com"));
+  EXPECT_TRUE(bounded_ok("hostname", 10, "a.bc.d.ef"));
+  EXPECT_FALSE(bounded_ok("hostname", 10, "abcdefg.com"));
+  EXPECT_FALSE(bounded_ok("hostname", 10, "ab-.com"));
+  EXPECT_TRUE(bounded_ok("hostname", 100, "www.example.com"));
+  EXPECT_FALSE(bounded_ok("hostname", 100, std::string(60, 'a') + "." + std::string(40, 'b')));
+  EXPECT_TRUE(bounded_ok("email", 10, "abcd@e.com"));
+  EXPECT_FALSE(bounded_ok("email", 10, "abcd@ef.com"));
+  EXPECT_FALSE(bounded_ok("email", 2, "a@b"));
+  EXPECT_TRUE(bounded_ok("email", 255, "joe.bloggs@example.com"));
+  EXPECT_FALSE(bounded_ok("email", 255, std::string(65, 'a') + "@example.com"));
+  EXPECT_TRUE(bounded_ok("uri", 12, "http://a.com"));
+  EXPECT_FALSE(bounded_ok("uri", 12, "http://ab.com"));
+  EXPECT_FALSE(bounded_ok("uri-reference", 255, "://"));
+  EXPECT_FALSE(bounded_ok("uri-reference", 255, "1:b"));
+}
+
 }  // namespace json_schema_format_test
 }  // namespace exl
