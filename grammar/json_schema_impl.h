@@ -61,6 +61,9 @@ class SchemaCompiler {
   JsonSchemaOptions opts_;
   std::map<std::string, int32_t> ref_rules_;
   int32_t any_value_ = -1, any_string_ = -1, json_char_ = -1;
+  // String rules by their string keywords (as JSON text): one prebuilt automaton per distinct
+  // constraint, however many properties share it.
+  std::map<std::string, int32_t> string_rules_;
   int counter_ = 0;
 
  public:

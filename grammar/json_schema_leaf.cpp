@@ -788,27 +788,27 @@ Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string&
     Frag body = repeat_frag(rule, json_char_rule(), uint32_t(min), uint32_t(max));
     return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
   }
-  if (!has_re)
-    if (auto q = quoted_length_rule(min, max)) {
-      int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
-      gb_.set_dfa(r, std::move(q));
-      return gb_.frags(rule).call(r);
-    }
-  if (min == 0 && max == kUnbounded && !n.contains("pattern") && !n.contains(kNotEnum) && n["format"].is_string())
+  Json keywords = Json::object();
+  for (const char* kw : {"pattern", "format", "minLength", "maxLength", kNotEnum})
+    if (n.contains(kw)) keywords[kw] = n[kw];
+  std::string key = keywords.dump();
+  if (auto it = string_rules_.find(key); it != string_rules_.end()) return gb_.frags(rule).call(it->second);
+  std::shared_ptr<const Rule> q;
+  if (!has_re) q = quoted_length_rule(min, max);
+  if (!q && min == 0 && max == kUnbounded && !n.contains("pattern") && !n.contains(kNotEnum) && n["format"].is_string())
     if (std::optional<FormatSpec> spec = format_spec(n["format"].get<std::string>()))
-      if (auto q = quoted_format_rule(n["format"].get<std::string>(), *spec)) {
-        int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
-        gb_.set_dfa(r, std::move(q));
-        return gb_.frags(rule).call(r);
-      }
-  bool trivial = false;
-  Rule d = string_content_dfa(n, ptr, trivial);
-  if (auto q = quoted_rule(d)) {
-    int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
-    gb_.set_dfa(r, std::move(q));
-    return gb_.frags(rule).call(r);
+      q = quoted_format_rule(n["format"].get<std::string>(), *spec);
+  if (!q) {
+    bool trivial = false;
+    Rule d = string_content_dfa(n, ptr, trivial);
+    q = quoted_rule(d);
+    if (!q)
+      return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});
   }
-  return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});
+  int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
+  gb_.set_dfa(r, std::move(q));
+  string_rules_.emplace(std::move(key), r);
+  return gb_.frags(rule).call(r);
 }
 
 Grammar SchemaCompiler::run() {

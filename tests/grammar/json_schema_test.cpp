@@ -219,6 +219,13 @@ TEST(GrammarJsonSchema, LengthBoundedStringsAreSharedRules) {
     Grammar g = compile_json_schema_text(schema);
     EXPECT_LT(g.rules[size_t(g.root)].states.size(), 10u) << schema;
   }
+  // Properties with the same string keywords share one rule.
+  Grammar g = compile_json_schema_text(
+      R"({"properties":{"a":{"type":"string","maxLength":1024},"b":{"type":["string","null"],"maxLength":1024},)"
+      R"("c":{"type":"string","maxLength":1000}}})");
+  size_t big = 0;
+  for (const Rule& r : g.rules) big += r.states.size() > 1000;
+  EXPECT_EQ(big, 2u);
   const std::string two = R"({"type":"string","maxLength":2})";
   EXPECT_TRUE(schema_accepts(two, R"("\"\"")"));
   EXPECT_FALSE(schema_accepts(two, R"("\"\"\"")"));
