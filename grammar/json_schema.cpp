@@ -21,7 +21,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", kNotEnum};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNegated};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -30,7 +30,7 @@ std::string show(const std::string& ptr) { return "#" + ptr; }
 
 // Validation keywords of some JSON Schema draft that this compiler does not implement.
 const std::set<std::string> kValidationKeywords = {
-    "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
     "$recursiveAnchor", "disallow", "extends", "divisibleBy"};
 
 Json type_array(const Json& t, const std::string& ptr) {
@@ -209,6 +209,30 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     n.erase("dependentSchemas");
     n["allOf"] = all;
   }
+  if (n.contains("if")) {
+    // (if and then) or (not if and else): the negation as for 'not'
+    std::string ip = pointer_append(ptr, "if");
+    Json then_s = n.contains("then") ? n["then"] : Json(true);
+    Json else_s = n.contains("else") ? n["else"] : Json(true);
+    Json cond = normalize(n["if"], ip, depth + 1);
+    Json branch;
+    if (cond == true || (cond.is_object() && cond.empty())) {
+      branch = then_s;
+    } else if (cond == false) {
+      branch = else_s;
+    } else {
+      auto neg = negate(cond, 0);
+      if (!neg)
+        fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
+                 "property types, string lengths, number bounds and array sizes only");
+      Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
+      branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
+    }
+    Json all = n.contains("allOf") ? n["allOf"] : Json::array();
+    all.push_back(branch);
+    n["allOf"] = all;
+  }
+  n.erase("if"), n.erase("then"), n.erase("else");
   if (n.contains("enum") && !n["enum"].is_array()) fail(pointer_append(ptr, "enum"), "must be an array");
   if (n.contains("nullable")) {
     if (n["nullable"] == true && n.contains("type") && !has_type(n["type"], "null")) n["type"].push_back("null");
@@ -235,7 +259,8 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       auto neg = negate(x, 0);
       if (!neg)
         fail(pointer_append(ptr, "not"),
-             "unsupported keyword 'not' (only type exclusions, required keys, property types and string lengths)");
+             "unsupported keyword 'not' (only type exclusions, required keys, property types, string lengths, "
+             "number bounds and array sizes)");
       if (neg->empty()) return Json(false);
       Json any = Json{{"anyOf", *neg}};
       n = merge(n, any, ptr, depth);
@@ -259,6 +284,7 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     }
   }
   if (!n.is_object() || unevaluated.empty()) return n;
+  if (n.contains(kNegated)) fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
   if (n.contains("anyOf") || n.contains("oneOf")) {
     for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
     return n;
@@ -430,6 +456,8 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
     }
     for (Json& a : alts) {
       if (unevaluated.empty() || !a.is_object()) continue;
+      if (a.contains(kNegated))
+        fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
       if (a.contains("$ref") || a.contains("allOf")) a = Json{{"allOf", Json::array({a})}};
       for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) a[it.key()] = it.value();
     }

@@ -3,6 +3,7 @@
 // alternatives (other types, a required key absent, a property of the wrong type, a string of the
 // wrong length) when b_j's keywords allow it, and the schema is refused otherwise.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "grammar/grammar_error.h"
@@ -121,7 +122,9 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
 std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
   if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
   if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
-  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum"};
+  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum",
+                                           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                           "minItems", "maxItems"};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
@@ -142,7 +145,8 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
         auto np = negate(normalize(p.value(), "", 0), depth + 1);
         if (!np) return std::nullopt;
         for (const Json& alt : *np)
-          out.push_back(Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}});
+          out.push_back(
+              Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}, {kNegated, true}});
       }
     }
   }
@@ -172,6 +176,29 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     };
     if (auto mn = len("minLength"); mn && *mn >= 1) out.push_back(Json{{"type", {"string"}}, {"maxLength", uint64_t(*mn) - 1}});
     if (auto mx = len("maxLength")) out.push_back(Json{{"type", {"string"}}, {"minLength", uint64_t(*mx) + 1}});
+  }
+  if (types.count("number")) {
+    // a bound's complement is the opposite bound on numbers (draft-04 boolean exclusives aside)
+    static const std::pair<const char*, const char*> opposite[] = {{"minimum", "exclusiveMaximum"},
+                                                                  {"maximum", "exclusiveMinimum"},
+                                                                  {"exclusiveMinimum", "maximum"},
+                                                                  {"exclusiveMaximum", "minimum"}};
+    for (auto [kw, inv] : opposite)
+      if (s.contains(kw)) {
+        if (!s[kw].is_number()) return std::nullopt;
+        out.push_back(Json{{"type", {"number"}}, {inv, s[kw]}});
+      }
+  }
+  if (types.count("array")) {
+    auto count = [&](const char* kw) -> std::optional<double> {
+      if (!s.contains(kw)) return std::nullopt;
+      if (!s[kw].is_number() || s[kw].get<double>() < 0) return -1.0;
+      return std::min(s[kw].get<double>(), 4e9);
+    };
+    auto mn = count("minItems"), mx = count("maxItems");
+    if ((mn && *mn < 0) || (mx && *mx < 0)) return std::nullopt;
+    if (mn && *mn >= 1) out.push_back(Json{{"type", {"array"}}, {"maxItems", uint64_t(std::ceil(*mn)) - 1}});
+    if (mx) out.push_back(Json{{"type", {"array"}}, {"minItems", uint64_t(std::floor(*mx)) + 1}});
   }
   return out;
 }

@@ -174,5 +174,43 @@ TEST(GrammarJsonSchemaCoverage, IntegersMayHaveZeroFractions) {
   EXPECT_FALSE(schema_accepts(s, "2.0", JsonSchemaOptions{}));
 }
 
+// if/then/else as (if and then) or (not if and else), JSON-Schema-Test-Suite style instances.
+TEST(GrammarJsonSchemaCoverage, IfThenElse) {
+  const std::string s = R"({"if":{"properties":{"kind":{"const":"a"}},"required":["kind"]},)"
+                        R"("then":{"required":["x"]},"else":{"required":["y"]}})";
+  EXPECT_TRUE(ok(s, R"({"kind":"a","x":1})"));
+  EXPECT_FALSE(ok(s, R"({"kind":"a","y":1})"));
+  EXPECT_TRUE(ok(s, R"({"kind":"b","y":1})"));
+  EXPECT_FALSE(ok(s, R"({"kind":"b","x":1})"));
+  EXPECT_TRUE(ok(s, R"({"y":1})"));
+  EXPECT_FALSE(ok(s, R"({"x":1})"));
+  EXPECT_TRUE(ok(s, "3"));  // not an object: 'if' holds (no keyword applies), 'then' holds too
+  const std::string num = R"({"if":{"exclusiveMaximum":0},"then":{"minimum":-10},"else":{"multipleOf":1}})";
+  EXPECT_TRUE(ok(num, "-1"));
+  EXPECT_FALSE(ok(num, "-100"));
+  EXPECT_TRUE(ok(num, "3"));
+  EXPECT_FALSE(ok(num, "3.5"));
+  EXPECT_TRUE(ok(R"({"then":{"type":"string"}})", "1"));  // then without if: no effect
+  EXPECT_TRUE(ok(R"({"if":true,"then":{"type":"string"},"else":false})", R"("a")"));
+  EXPECT_FALSE(ok(R"({"if":false,"then":true,"else":{"type":"string"}})", "1"));
+  EXPECT_FALSE(compiles(R"({"if":{"pattern":"a"},"then":{"maxLength":1}})"));  // no negation of patterns
+  // annotations of a failed 'if' do not count as evaluated: refused rather than guessed
+  EXPECT_FALSE(compiles(R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
+                        R"("unevaluatedProperties":false})"));
+}
+
+TEST(GrammarJsonSchemaCoverage, NotOfBoundsAndSizes) {
+  EXPECT_TRUE(ok(R"({"not":{"minimum":1}})", "0.5"));
+  EXPECT_FALSE(ok(R"({"not":{"minimum":1}})", "1"));
+  EXPECT_FALSE(ok(R"({"not":{"minimum":1}})", R"("x")"));  // strings satisfy minimum
+  EXPECT_TRUE(ok(R"({"not":{"exclusiveMaximum":1}})", "1"));
+  EXPECT_FALSE(ok(R"({"not":{"exclusiveMaximum":1}})", "0"));
+  EXPECT_TRUE(ok(R"({"not":{"type":"array","minItems":2}})", "[1]"));
+  EXPECT_FALSE(ok(R"({"not":{"type":"array","minItems":2}})", "[1,2]"));
+  EXPECT_TRUE(ok(R"({"not":{"type":"array","minItems":2}})", "{}"));
+  EXPECT_TRUE(ok(R"({"not":{"maxItems":1}})", "[1,2]"));
+  EXPECT_FALSE(ok(R"({"not":{"maxItems":1}})", "[1]"));
+}
+
 }  // namespace json_schema_coverage_test
 }  // namespace exl

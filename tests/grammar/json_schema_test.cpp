@@ -195,11 +195,11 @@ TEST(GrammarJsonSchema, Combinators) {
 }
 
 TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
-  EXPECT_EQ(compile_error(R"({"properties":{"a":{"if":{}}}})"),
-            "grammar: json_schema: #/properties/a: unsupported keyword 'if'");
-  EXPECT_EQ(compile_error(R"({"properties":{"a":{"not":{"minimum":1}}}})"),
+  EXPECT_EQ(compile_error(R"({"properties":{"a":{"$dynamicRef":"#x"}}})"),
+            "grammar: json_schema: #/properties/a: unsupported keyword '$dynamicRef'");
+  EXPECT_EQ(compile_error(R"({"properties":{"a":{"not":{"pattern":"x"}}}})"),
             "grammar: json_schema: #/properties/a/not: unsupported keyword 'not' (only type exclusions, required keys, "
-            "property types and string lengths)");
+            "property types, string lengths, number bounds and array sizes)");
   EXPECT_TRUE(schema_accepts(R"({"not":{"type":["string","object"]}})", "[1]"));
   EXPECT_FALSE(schema_accepts(R"({"not":{"type":["string","object"]}})", "{}"));
   EXPECT_EQ(compile_error(R"({"items":{"foo":1}})"), "grammar: json_schema: #/items: unsupported keyword 'foo'");
