@@ -21,7 +21,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNegated};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kNegated};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -224,7 +224,7 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       auto neg = negate(cond, 0);
       if (!neg)
         fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
-                 "property types, string lengths, number bounds and array sizes only");
+                 "property types, string lengths, patterns, formats, number bounds and array sizes only");
       Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
       branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
     }
@@ -260,7 +260,7 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       if (!neg)
         fail(pointer_append(ptr, "not"),
              "unsupported keyword 'not' (only type exclusions, required keys, property types, string lengths, "
-             "number bounds and array sizes)");
+             "patterns, formats, number bounds and array sizes)");
       if (neg->empty()) return Json(false);
       Json any = Json{{"anyOf", *neg}};
       n = merge(n, any, ptr, depth);
@@ -359,7 +359,7 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
-    } else if (k == kNotEnum) {
+    } else if (k == kNotEnum || k == kNotString) {
       for (const Json& x : v) o.push_back(x);
     } else if (k == "uniqueItems") {
       o = o == true || v == true;

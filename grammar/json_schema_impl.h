@@ -91,6 +91,9 @@ class SchemaCompiler {
 
 // Internal keyword (never in user schemas' meaning): a list of strings the value must not equal.
 inline constexpr char kNotEnum[] = "$exl_notEnum";
+// Internal keyword: a list of schemas of string keywords (pattern, format) the string must not
+// satisfy (the negation of patterns and formats, as automaton differences).
+inline constexpr char kNotString[] = "$exl_notString";
 // Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
 // names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
 inline constexpr char kNegated[] = "$exl_negated";

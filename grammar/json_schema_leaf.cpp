@@ -637,7 +637,8 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
   if (n.contains("format") && !ignored("format")) {
     if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
     const std::string& f = n["format"].get<std::string>();
-    FormatVariant v{.lean = !parts.empty() || n.contains(kNotEnum) || min > 0 || max != kUnbounded, .max_chars = max};
+    FormatVariant v{.lean = !parts.empty() || n.contains(kNotEnum) || n.contains(kNotString) || min > 0 || max != kUnbounded,
+                    .max_chars = max};
     std::optional<FormatSpec> spec = format_spec(f, v);
     if (!spec && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
     if (spec) {
@@ -645,6 +646,11 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
       if (spec->length_built_in) max = kUnbounded;
     }
   }
+  if (n.contains(kNotString))
+    for (const Json& c : n[kNotString]) {
+      bool t = false;
+      parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), string_content_dfa(c, ptr, t), true, kMaxDfaStates));
+    }
   if (n.contains(kNotEnum)) {
     std::vector<std::string> lits;
     for (const Json& v : n[kNotEnum]) lits.push_back(v.dump().substr(1, v.dump().size() - 2));
@@ -655,7 +661,8 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
     parts.push_back(length_dfa(min, max));
   }
-  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && !n.contains(kNotEnum) && min == 0 &&
+  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && !n.contains(kNotEnum) &&
+            !n.contains(kNotString) && min == 0 &&
             max == kUnbounded;
   Rule r = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
@@ -777,7 +784,7 @@ std::shared_ptr<const Rule> quoted_format_rule(const std::string& f, const Forma
 }  // namespace
 
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
-  bool has_re = n.contains("pattern") || n.contains(kNotEnum) ||
+  bool has_re = n.contains("pattern") || n.contains(kNotEnum) || n.contains(kNotString) ||
                 (n.contains("format") && !ignored("format") && (!n["format"].is_string() || format_asserted(n["format"].get<std::string>())));
   uint64_t min = string_length_kw(n, "minLength", 0, 4e9, ptr);
   uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 4e9, ptr);
@@ -789,13 +796,14 @@ Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string&
     return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
   }
   Json keywords = Json::object();
-  for (const char* kw : {"pattern", "format", "minLength", "maxLength", kNotEnum})
+  for (const char* kw : {"pattern", "format", "minLength", "maxLength", kNotEnum, kNotString})
     if (n.contains(kw)) keywords[kw] = n[kw];
   std::string key = keywords.dump();
   if (auto it = string_rules_.find(key); it != string_rules_.end()) return gb_.frags(rule).call(it->second);
   std::shared_ptr<const Rule> q;
   if (!has_re) q = quoted_length_rule(min, max);
-  if (!q && min == 0 && max == kUnbounded && !n.contains("pattern") && !n.contains(kNotEnum) && n["format"].is_string())
+  if (!q && min == 0 && max == kUnbounded && !n.contains("pattern") && !n.contains(kNotEnum) && !n.contains(kNotString) &&
+      n["format"].is_string())
     if (std::optional<FormatSpec> spec = format_spec(n["format"].get<std::string>()))
       q = quoted_format_rule(n["format"].get<std::string>(), *spec);
   if (!q) {

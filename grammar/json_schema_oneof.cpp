@@ -1,7 +1,8 @@
 // oneOf: an instance must match exactly one branch. Branch i is compiled as base ∧ b_i ∧ ¬b_j for
 // every j whose overlap with i is not ruled out by provably_disjoint; ¬b_j is written as a list of
 // alternatives (other types, a required key absent, a property of the wrong type, a string of the
-// wrong length) when b_j's keywords allow it, and the schema is refused otherwise.
+// wrong length or outside a pattern or format, a number beyond a bound, an array of the wrong size)
+// when b_j's keywords allow it, and the schema is refused otherwise.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -122,7 +123,7 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
 std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
   if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
   if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
-  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum",
+  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
                                            "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                            "minItems", "maxItems"};
   for (auto it = s.begin(); it != s.end(); ++it)
@@ -176,6 +177,8 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     };
     if (auto mn = len("minLength"); mn && *mn >= 1) out.push_back(Json{{"type", {"string"}}, {"maxLength", uint64_t(*mn) - 1}});
     if (auto mx = len("maxLength")) out.push_back(Json{{"type", {"string"}}, {"minLength", uint64_t(*mx) + 1}});
+    for (const char* kw : {"pattern", "format"})
+      if (s.contains(kw)) out.push_back(Json{{"type", {"string"}}, {kNotString, Json::array({Json{{kw, s[kw]}}})}});
   }
   if (types.count("number")) {
     // a bound's complement is the opposite bound on numbers (draft-04 boolean exclusives aside)

@@ -193,7 +193,12 @@ TEST(GrammarJsonSchemaCoverage, IfThenElse) {
   EXPECT_TRUE(ok(R"({"then":{"type":"string"}})", "1"));  // then without if: no effect
   EXPECT_TRUE(ok(R"({"if":true,"then":{"type":"string"},"else":false})", R"("a")"));
   EXPECT_FALSE(ok(R"({"if":false,"then":true,"else":{"type":"string"}})", "1"));
-  EXPECT_FALSE(compiles(R"({"if":{"pattern":"a"},"then":{"maxLength":1}})"));  // no negation of patterns
+  EXPECT_FALSE(compiles(R"({"if":{"multipleOf":2},"then":{"minimum":1}})"));  // no negation of multipleOf
+  const std::string pat = R"({"if":{"pattern":"^a"},"then":{"maxLength":2},"else":{"minLength":3}})";
+  EXPECT_TRUE(ok(pat, R"("ab")"));
+  EXPECT_FALSE(ok(pat, R"("abc")"));
+  EXPECT_TRUE(ok(pat, R"("bcd")"));
+  EXPECT_FALSE(ok(pat, R"("bc")"));
   // annotations of a failed 'if' do not count as evaluated: refused rather than guessed
   EXPECT_FALSE(compiles(R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
                         R"("unevaluatedProperties":false})"));
@@ -210,6 +215,26 @@ TEST(GrammarJsonSchemaCoverage, NotOfBoundsAndSizes) {
   EXPECT_TRUE(ok(R"({"not":{"type":"array","minItems":2}})", "{}"));
   EXPECT_TRUE(ok(R"({"not":{"maxItems":1}})", "[1,2]"));
   EXPECT_FALSE(ok(R"({"not":{"maxItems":1}})", "[1]"));
+}
+
+// Patterns and formats are negated as automaton differences: 'not', and oneOf branches whose
+// patterns overlap made exclusive exactly.
+TEST(GrammarJsonSchemaCoverage, NotAndOneOfOfPatternsAndFormats) {
+  EXPECT_TRUE(ok(R"({"not":{"pattern":"^x"}})", R"("ax")"));
+  EXPECT_FALSE(ok(R"({"not":{"pattern":"^x"}})", R"("xa")"));
+  EXPECT_FALSE(ok(R"({"not":{"pattern":"^x"}})", "1"));  // a number satisfies any pattern
+  EXPECT_FALSE(ok(R"({"type":"string","not":{"format":"date"}})", R"("2024-01-31")"));
+  EXPECT_TRUE(ok(R"({"type":"string","not":{"format":"date"}})", R"("2024-02-31")"));
+  const std::string one = R"({"oneOf":[{"type":"string","pattern":"customer"},{"type":"string","pattern":"admin"}]})";
+  EXPECT_TRUE(ok(one, R"("a customer")"));
+  EXPECT_TRUE(ok(one, R"("admin x")"));
+  EXPECT_FALSE(ok(one, R"("customer admin")"));  // both branches: not exactly one
+  EXPECT_FALSE(ok(one, R"("guest")"));
+  const std::string id = R"({"oneOf":[{"type":"string","pattern":"^[A-Fa-f0-9]{4}$"},{"type":"string"}]})";
+  EXPECT_TRUE(ok(id, R"("xyz")"));
+  EXPECT_FALSE(ok(id, R"("beef")"));
+  EXPECT_TRUE(ok(R"({"oneOf":[{"format":"uri"},{"format":"hostname"}]})", R"("example.com")"));
+  EXPECT_TRUE(ok(R"({"oneOf":[{"format":"uri"},{"format":"hostname"}]})", R"("http://example.com")"));
 }
 
 }  // namespace json_schema_coverage_test
