@@ -6,6 +6,7 @@
 #include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
+#include "grammar/regex.h"
 
 namespace exl {
 namespace json_schema_detail {
@@ -21,7 +22,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kNegated};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kNegated};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -485,12 +486,20 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& 
   if (has_type(types, "boolean")) alts.push_back(gb_.frags(rule).alt({gb_.frags(rule).literal("true"), gb_.frags(rule).literal("false")}));
   if (has_type(types, "number") || has_type(types, "integer")) {
     bool number = has_type(types, "number");
-    if (n.contains("multipleOf")) {
+    if (n.contains("multipleOf") || n.contains(kFractional)) {
       int32_t r = gb_.add_rule(fresh(ptr + "/multipleOf"));
       Frag f = number ? number_frag(r, n, ptr) : integer_frag(r, n, ptr);
       gb_.frags(r).set_root(f);
       Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
-      gb_.set_from_dfa(r, intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000));
+      if (n.contains("multipleOf"))
+        d = intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000);
+      if (n.contains(kFractional)) {
+        GrammarBuilder fb;
+        int32_t fr = fb.add_rule("fraction");
+        fb.frags(fr).set_root(emit_regex(fb, fr, "-?(0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*", {.byte_only = true}));
+        d = intersect_bytes(d, determinize_bytes(fb.nfa(fr), "fraction", 1000), false, 200000);
+      }
+      gb_.set_from_dfa(r, d);
       alts.push_back(gb_.frags(rule).call(r));
     } else {
       alts.push_back(number ? number_frag(rule, n, ptr) : integer_frag(rule, n, ptr));

@@ -20,8 +20,9 @@
 // exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
 // provably disjoint from the others, or conjoined with their complement when that is expressible
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
-// patterns and formats (as automaton differences), number bounds, array sizes, enums of
-// strings/booleans/null), if/then/else (as (if and then) or
+// patterns and formats (as automaton differences), number bounds, array sizes, integers (as the
+// numbers with a non-zero fraction and no exponent: a subset of the non-integers), anyOf and
+// provably disjoint oneOf, enums of strings/booleans/null), if/then/else (as (if and then) or
 // (not if and else), so 'if' must be negatable as for 'not'; refused beside unevaluatedProperties
 // or unevaluatedItems, whose "evaluated" a negation cannot tell), dependentSchemas / schema-valued
 // dependencies,

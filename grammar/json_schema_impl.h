@@ -94,6 +94,9 @@ inline constexpr char kNotEnum[] = "$exl_notEnum";
 // Internal keyword: a list of schemas of string keywords (pattern, format) the string must not
 // satisfy (the negation of patterns and formats, as automaton differences).
 inline constexpr char kNotString[] = "$exl_notString";
+// Internal keyword: the number is not an integer (written with a fraction that has a non-zero
+// digit and no exponent: a subset of the non-integers, as a negation of "integer" needs).
+inline constexpr char kFractional[] = "$exl_fractional";
 // Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
 // names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
 inline constexpr char kNegated[] = "$exl_negated";

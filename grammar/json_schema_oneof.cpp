@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
 
@@ -15,6 +16,7 @@ namespace {
 
 const std::vector<std::string> kAllTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxNegationDepth = 8;
+constexpr size_t kMaxNegationAlternatives = 64;
 
 std::set<std::string> type_set(const Json& s) {
   std::set<std::string> t;
@@ -118,24 +120,56 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
   return false;
 }
 
-// Alternatives whose union is exactly the complement of the normalized schema s, or nullopt when
-// s uses keywords this cannot complement.
+// Alternatives whose union is the complement of the normalized schema s (exactly, but for the
+// non-integer numbers, which are those written with a fraction and no exponent: a subset, so a
+// negation never accepts what s accepts), or nullopt when s uses keywords this cannot complement.
 std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
   if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
   if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
   static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
                                            "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                           "minItems", "maxItems"};
+                                           "minItems", "maxItems", "anyOf", "oneOf", kNegated};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
   std::set<std::string> types = type_set(s);
+  const bool integers_only = types.count("integer") && !types.count("number");
   if (s.contains("type")) {
-    if (types.count("integer") && !types.count("number")) return std::nullopt;  // non-integer numbers
     Json rest = Json::array();
     for (const std::string& t : kAllTypes)
-      if (t != "integer" && !types.count(t)) rest.push_back(t);
+      if (t != "integer" && !types.count(t) && !(t == "number" && integers_only)) rest.push_back(t);
     if (!rest.empty()) out.push_back(Json{{"type", rest}});
+    if (integers_only) out.push_back(Json{{"type", {"number"}}, {kFractional, true}});
+  }
+  for (const char* kw : {"anyOf", "oneOf"}) {
+    if (!s.contains(kw)) continue;
+    // not (a or b ...) = not a and not b ...: one alternative of each negation, merged; a oneOf
+    // counts as an anyOf when its branches are provably disjoint
+    std::vector<Json> branches;
+    for (const Json& b : s[kw]) branches.push_back(normalize(b, "", 0));
+    if (std::string(kw) == "oneOf")
+      for (size_t i = 0; i < branches.size(); ++i)
+        for (size_t j = i + 1; j < branches.size(); ++j)
+          if (!provably_disjoint(branches[i], branches[j], 0)) return std::nullopt;
+    std::vector<Json> acc{Json::object()};
+    for (const Json& b : branches) {
+      auto nb = negate(b, depth + 1);
+      if (!nb) return std::nullopt;
+      std::vector<Json> next;
+      for (const Json& x : acc)
+        for (const Json& y : *nb) {
+          try {
+            Json m = merge(x, y, "", 0);
+            if (m != false) next.push_back(std::move(m));
+          } catch (const GrammarError&) {
+            grammar_budget_check();
+            return std::nullopt;
+          }
+          if (next.size() > kMaxNegationAlternatives) return std::nullopt;
+        }
+      acc = std::move(next);
+    }
+    for (Json& x : acc) out.push_back(std::move(x));
   }
   if (types.count("object")) {
     if (s.contains("required"))
@@ -180,7 +214,7 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     for (const char* kw : {"pattern", "format"})
       if (s.contains(kw)) out.push_back(Json{{"type", {"string"}}, {kNotString, Json::array({Json{{kw, s[kw]}}})}});
   }
-  if (types.count("number")) {
+  if (types.count("number") || types.count("integer")) {
     // a bound's complement is the opposite bound on numbers (draft-04 boolean exclusives aside)
     static const std::pair<const char*, const char*> opposite[] = {{"minimum", "exclusiveMaximum"},
                                                                   {"maximum", "exclusiveMinimum"},

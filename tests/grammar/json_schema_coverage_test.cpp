@@ -237,5 +237,31 @@ TEST(GrammarJsonSchemaCoverage, NotAndOneOfOfPatternsAndFormats) {
   EXPECT_TRUE(ok(R"({"oneOf":[{"format":"uri"},{"format":"hostname"}]})", R"("http://example.com")"));
 }
 
+// The negation of "integer" is the numbers written with a non-zero fraction (a subset of the
+// non-integers: 2.0 is an integer, 1.5e1 is never produced); anyOf and disjoint oneOf negate as
+// the conjunction of their branches' negations.
+TEST(GrammarJsonSchemaCoverage, NegatedIntegersAndCombinators) {
+  const std::string one = R"({"oneOf":[{"type":"integer"},{"minimum":2}]})";
+  EXPECT_TRUE(ok(one, "1"));
+  EXPECT_FALSE(ok(one, "3"));    // both branches
+  EXPECT_FALSE(ok(one, "2.0"));  // an integer too
+  EXPECT_TRUE(ok(one, "2.5"));
+  EXPECT_FALSE(ok(one, "1.5"));  // neither
+  EXPECT_TRUE(ok(one, R"("x")"));
+  const std::string types = R"({"oneOf":[{"type":"integer"},{"type":"number"},{"type":"string"}]})";
+  EXPECT_TRUE(ok(types, "0.25"));
+  EXPECT_FALSE(ok(types, "7"));
+  const std::string dims = R"({"type":"object","oneOf":[{"not":{"required":["r"]},"required":["w","h"]},)"
+                           R"({"not":{"required":["w","h"]},"required":["r"]}]})";
+  EXPECT_TRUE(ok(dims, R"({"w":1,"h":2})"));
+  EXPECT_TRUE(ok(dims, R"({"r":1})"));
+  EXPECT_TRUE(ok(dims, R"({"r":1,"w":2})"));
+  EXPECT_FALSE(ok(dims, R"({"r":1,"w":2,"h":3})"));
+  EXPECT_FALSE(ok(dims, R"({"w":2})"));
+  EXPECT_FALSE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", "4"));
+  EXPECT_TRUE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", "2"));
+  EXPECT_FALSE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", R"("a")"));
+}
+
 }  // namespace json_schema_coverage_test
 }  // namespace exl

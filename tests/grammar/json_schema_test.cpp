@@ -189,7 +189,7 @@ TEST(GrammarJsonSchema, Combinators) {
                                      {"type":"object","properties":{"k":{"const":"b"},"n":{"type":"integer"}},"required":["k"]}]})";
   EXPECT_TRUE(schema_accepts(one, R"({"k":"b","n":1})"));
   EXPECT_FALSE(schema_accepts(one, R"({"k":"c"})"));
-  EXPECT_NE(compile_error(R"({"oneOf":[{"type":"integer"},{"minimum":2}]})").find("may overlap"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"oneOf":[{"type":"integer"},{"multipleOf":2}]})").find("may overlap"), std::string::npos);
   EXPECT_TRUE(schema_accepts(R"({"enum":[1,"a",{"x":[true]}]})", R"({"x":[true]})"));
   EXPECT_FALSE(schema_accepts(R"({"type":"string","enum":[1,"a"]})", "1"));
 }
