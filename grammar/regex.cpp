@@ -402,28 +402,47 @@ struct Emitter {
 
 Frag emit_regex(GrammarBuilder& gb, int32_t rule, std::string_view pattern, const RegexOptions& opts) {
   RNode root = Parser(pattern).parse();
+  // Top-level alternatives, with groups that make up a whole alternative opened up ("^$|(^a+$)"
+  // is "^$" or "^a+$").
   std::vector<RNode> alts;
-  if (root.kind == RNode::Kind::alt) alts = std::move(root.kids);
-  else alts.push_back(std::move(root));
+  auto flatten = [&](auto&& self, RNode n) -> void {
+    if (n.kind == RNode::Kind::alt) {
+      for (RNode& k : n.kids) self(self, std::move(k));
+    } else if (n.kind == RNode::Kind::cat && n.kids.size() == 1 &&
+               (n.kids[0].kind == RNode::Kind::cat || n.kids[0].kind == RNode::Kind::alt)) {
+      self(self, std::move(n.kids[0]));
+    } else {
+      alts.push_back(std::move(n));
+    }
+  };
+  flatten(flatten, std::move(root));
   Emitter em{gb, opts, pattern};
-  std::vector<Frag> out;
+  // Alternatives with the same anchors share one search prefix and suffix: separate ones would
+  // make the automaton track which alternatives have matched (2^n states for n alternatives).
+  std::vector<Frag> groups[2][2];
   for (RNode& a : alts) {
     bool bol = false, eol = false;
     if (a.kind == RNode::Kind::cat) {
       if (!a.kids.empty() && a.kids.front().kind == RNode::Kind::bol) bol = true, a.kids.erase(a.kids.begin());
       if (!a.kids.empty() && a.kids.back().kind == RNode::Kind::eol) eol = true, a.kids.pop_back();
     }
-    std::vector<Frag> parts;
-    auto any_star = [&] {
-      FragBuilder fb = gb.frags(rule);
-      Frag ch = emit_code_set(fb, CodeSet::all(), opts.json_string);
-      return gb.frags(rule).star(ch);
-    };
-    if (opts.search && !bol) parts.push_back(any_star());
-    parts.push_back(em.emit(rule, a));
-    if (opts.search && !eol) parts.push_back(any_star());
-    out.push_back(gb.frags(rule).seq(parts));
+    groups[bol][eol].push_back(em.emit(rule, a));
   }
+  auto any_star = [&] {
+    FragBuilder fb = gb.frags(rule);
+    Frag ch = emit_code_set(fb, CodeSet::all(), opts.json_string);
+    return gb.frags(rule).star(ch);
+  };
+  std::vector<Frag> out;
+  for (int bol = 0; bol < 2; ++bol)
+    for (int eol = 0; eol < 2; ++eol) {
+      if (groups[bol][eol].empty()) continue;
+      std::vector<Frag> parts;
+      if (opts.search && !bol) parts.push_back(any_star());
+      parts.push_back(gb.frags(rule).alt(groups[bol][eol]));
+      if (opts.search && !eol) parts.push_back(any_star());
+      out.push_back(gb.frags(rule).seq(parts));
+    }
   return gb.frags(rule).alt(out);
 }
 
