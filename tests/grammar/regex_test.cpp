@@ -83,7 +83,7 @@ TEST(GrammarRegex, UnsupportedConstructsNamePosition) {
   EXPECT_NE(msg("\\p{L}").find("Unicode property"), std::string::npos);
   EXPECT_NE(msg("a(b").find("missing ')'"), std::string::npos);
   EXPECT_NE(msg("*a").find("nothing to repeat"), std::string::npos);
-  EXPECT_NE(msg("a^b").find("anchors"), std::string::npos);
+  EXPECT_NE(msg("a?^b").find("anchors"), std::string::npos);
   EXPECT_NE(msg("[z-a]").find("out of order"), std::string::npos);
 }
 
@@ -106,7 +106,14 @@ TEST(GrammarRegex, SearchAlternativesAndGroupedAnchors) {
   EXPECT_FALSE(search_match("^$|(^[a-z]+$)", "ab1"));
   EXPECT_TRUE(search_match("(?:^a$)|(b$)", "xb"));
   EXPECT_FALSE(search_match("(?:^a$)|(b$)", "xa"));
-  EXPECT_THROW(search_match("a(^b)", "ab"), GrammarError);
+  EXPECT_TRUE(search_match("^([^,]|$)", ""));
+  EXPECT_TRUE(search_match("^([^,]|$)", "a,"));
+  EXPECT_FALSE(search_match("^([^,]|$)", ",a"));
+  EXPECT_FALSE(search_match("/^[0-9]{4}$/", "/2024/"));  // '^' after a character never holds
+  EXPECT_FALSE(search_match("/^[0-9]{4}$/", "2024"));
+  EXPECT_TRUE(search_match("a(^b)|c", "xc"));
+  EXPECT_FALSE(search_match("a(^b)|c", "ab"));
+  EXPECT_THROW(search_match("a*(^b)", "b"), GrammarError);  // '^' after what may be empty
 }
 
 }  // namespace regex_test
