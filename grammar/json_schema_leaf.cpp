@@ -665,7 +665,16 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
             !n.contains(kNotString) && min == 0 &&
             max == kUnbounded;
   Rule r = parts[0];
-  for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
+  try {
+    for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
+  } catch (const GrammarBudgetError&) {
+    throw;
+  } catch (const GrammarCancelled&) {
+    throw;
+  } catch (const GrammarError& e) {
+    fail(ptr, std::string("the string's pattern/format/length constraints together are too large an automaton (") +
+                  e.what() + ")");
+  }
   return r;
 }
 

@@ -194,6 +194,13 @@ TEST(GrammarJsonSchema, Combinators) {
   EXPECT_FALSE(schema_accepts(R"({"type":"string","enum":[1,"a"]})", "1"));
 }
 
+TEST(GrammarJsonSchema, OversizedStringProductsNameTheSubschema) {
+  std::string e = compile_error(
+      R"({"properties":{"to":{"type":"string","minLength":5,"maxLength":254,)"
+      R"("pattern":"^[^@^\\s]+@[^@^\\.^\\s]+(\\.[^@^\\.^\\s]*)*.gov.uk"}}})");
+  EXPECT_EQ(e.rfind("grammar: json_schema: #/properties/to: the string's pattern/format/length constraints", 0), 0u) << e;
+}
+
 TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
   EXPECT_EQ(compile_error(R"({"properties":{"a":{"$dynamicRef":"#x"}}})"),
             "grammar: json_schema: #/properties/a: unsupported keyword '$dynamicRef'");
