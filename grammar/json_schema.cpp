@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <set>
 
 #include "grammar/grammar_budget.h"
@@ -479,8 +480,6 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& 
   Json types = n.contains("type") ? n["type"] : Json(kTypes);
   if (n.contains("enum")) return enum_frag(rule, n, ptr);
 
-  if (n.contains("uniqueItems") && n["uniqueItems"] == true && has_type(types, "array"))
-    fail(pointer_append(ptr, "uniqueItems"), "unsupported keyword 'uniqueItems' (true)");
   std::vector<Frag> alts;
   if (has_type(types, "null")) alts.push_back(gb_.frags(rule).literal("null"));
   if (has_type(types, "boolean")) alts.push_back(gb_.frags(rule).alt({gb_.frags(rule).literal("true"), gb_.frags(rule).literal("false")}));
@@ -506,7 +505,10 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& 
     }
   }
   if (has_type(types, "string")) alts.push_back(string_frag(rule, n, ptr));
-  if (has_type(types, "array")) alts.push_back(array_frag(rule, n, ptr, depth));
+  if (has_type(types, "array")) {
+    bool unique = n.contains("uniqueItems") && n["uniqueItems"] == true;
+    alts.push_back(unique ? unique_array_frag(rule, n, ptr, depth) : array_frag(rule, n, ptr, depth));
+  }
   if (has_type(types, "object")) alts.push_back(object_frag(rule, n, ptr, depth));
   return gb_.frags(rule).alt(alts);
 }
@@ -529,6 +531,106 @@ Frag SchemaCompiler::repeat_frag(int32_t rule, int32_t body, uint32_t min, uint3
   }
   int32_t rep = gb_.add_repeat(gb_.name(body) + "/count", body, min, max);
   return gb_.frags(rule).call(rep);
+}
+
+namespace {
+
+// The values a normalized item schema allows when they are finitely many and it says nothing
+// else: an enum (with a type), or the types boolean and null.
+std::optional<std::vector<Json>> finite_values(const Json& s) {
+  if (s == false) return std::vector<Json>{};
+  if (!s.is_object()) return std::nullopt;
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (it.key() != "enum" && it.key() != "type") return std::nullopt;
+  Json types = s.contains("type") ? s["type"] : Json(kTypes);
+  auto type_ok = [&](const Json& v) {
+    if (v.is_null()) return has_type(types, "null");
+    if (v.is_boolean()) return has_type(types, "boolean");
+    if (v.is_string()) return has_type(types, "string");
+    if (v.is_array()) return has_type(types, "array");
+    if (v.is_object()) return has_type(types, "object");
+    if (v.is_number_integer() || v.is_number_unsigned()) return has_type(types, "integer") || has_type(types, "number");
+    return has_type(types, "number");
+  };
+  std::vector<Json> out;
+  if (s.contains("enum")) {
+    for (const Json& v : s["enum"])
+      if (type_ok(v) && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    return out;
+  }
+  for (const Json& t : types)
+    if (t != "null" && t != "boolean") return std::nullopt;
+  if (has_type(types, "null")) out.push_back(nullptr);
+  if (has_type(types, "boolean")) out.push_back(false), out.push_back(true);
+  return out;
+}
+
+}  // namespace
+
+Frag SchemaCompiler::unique_array_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+  std::string up = pointer_append(ptr, "uniqueItems");
+  auto refuse = [&] {
+    fail(up, "unsupported keyword 'uniqueItems' (true), but for items of at most 12 enumerated values (enum, "
+             "const, boolean, null)");
+  };
+  if (n.contains("contains")) refuse();
+  std::vector<Json> prefix;
+  Json tail = n.contains("items") ? n["items"] : Json(true);
+  if (n.contains("prefixItems")) {
+    if (!n["prefixItems"].is_array()) fail(pointer_append(ptr, "prefixItems"), "must be an array");
+    for (const Json& x : n["prefixItems"]) prefix.push_back(x);
+  }
+  auto count = [&](const char* kw, uint64_t dflt) -> uint64_t {
+    if (!n.contains(kw)) return dflt;
+    const Json& v = n[kw];
+    if (!v.is_number() || v.get<double>() < 0) fail(pointer_append(ptr, kw), "must be a non-negative integer");
+    return uint64_t(std::min(v.get<double>(), 1e9));
+  };
+  uint64_t min = count("minItems", 0), max = count("maxItems", kUnbounded);
+  // per position (the prefix, then the tail), the allowed values, as indexes into `values`
+  std::vector<Json> values;
+  std::vector<std::vector<int>> allowed;
+  for (size_t i = 0; i <= prefix.size(); ++i) {
+    const bool is_tail = i == prefix.size();
+    Json item = is_tail ? tail : prefix[i];
+    std::string ip = is_tail ? pointer_append(ptr, "items") : pointer_append(pointer_append(ptr, "prefixItems"), std::to_string(i));
+    auto vs = finite_values(normalize(item, ip, depth + 1));
+    if (!vs) refuse();
+    std::vector<int> idx;
+    for (const Json& v : *vs) {
+      auto it = std::find(values.begin(), values.end(), v);
+      if (it == values.end()) it = values.insert(values.end(), v);
+      idx.push_back(int(it - values.begin()));
+    }
+    allowed.push_back(std::move(idx));
+  }
+  if (values.size() > 12) refuse();
+  // states: the set of values used so far (its size is the number of items)
+  FragBuilder fb = gb_.frags(rule);
+  Frag open = fb.seq({fb.literal("["), ws(rule)});
+  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("]")});
+  std::map<uint32_t, int32_t> state_of{{0u, open.out}};
+  std::vector<uint32_t> work{0u};
+  while (!work.empty()) {
+    uint32_t mask = work.back();
+    work.pop_back();
+    int32_t from = state_of[mask];
+    uint64_t c = uint64_t(std::popcount(mask));
+    if (c >= min) gb_.frags(rule).eps(from, close.in);
+    if (c >= max) continue;
+    const std::vector<int>& next = allowed[std::min<size_t>(c, prefix.size())];
+    for (int v : next) {
+      if (mask >> v & 1) continue;
+      uint32_t to_mask = mask | (1u << v);
+      auto [it, fresh_state] = state_of.emplace(to_mask, -1);
+      if (fresh_state) it->second = gb_.nfa(rule).add_state(), work.push_back(to_mask);
+      Frag lit = gb_.frags(rule).literal(values[size_t(v)].dump());
+      Frag el = c == 0 ? lit : gb_.frags(rule).seq({sep(rule, ','), lit});
+      gb_.frags(rule).eps(from, el.in);
+      gb_.frags(rule).eps(el.out, it->second);
+    }
+  }
+  return {open.in, close.out};
 }
 
 Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {

@@ -28,7 +28,8 @@
 // dependencies,
 // allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
 // any JSON pointer) including recursion, nullable (OpenAPI), minProperties/maxProperties when
-// implied by required/closed objects, uniqueItems: false, multipleOf: 1 on integers.
+// implied by required/closed objects, uniqueItems (false; true over items of at most 12
+// enumerated values: enum, const, boolean, null), multipleOf: 1 on integers.
 // Annotations are ignored: $schema $id id $comment title description default examples example
 // readOnly writeOnly deprecated $defs definitions $anchor contentMediaType contentEncoding and
 // keys starting with "x-".

@@ -76,6 +76,8 @@ class SchemaCompiler {
   void check_keywords(const Json& s, const std::string& ptr) const;
   Frag typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  // uniqueItems: true over items of few enumerated values (the set of values used is the state).
+  Frag unique_array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail, uint64_t min,
                      uint64_t max, uint64_t m);
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);

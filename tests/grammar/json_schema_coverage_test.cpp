@@ -263,5 +263,24 @@ TEST(GrammarJsonSchemaCoverage, NegatedIntegersAndCombinators) {
   EXPECT_FALSE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", R"("a")"));
 }
 
+// uniqueItems over enumerated items: the automaton's state is the set of values used so far.
+TEST(GrammarJsonSchemaCoverage, UniqueItemsOfEnumeratedValues) {
+  const std::string tags = R"({"type":"array","items":{"enum":["a","b","c"]},"uniqueItems":true,"minItems":1})";
+  EXPECT_TRUE(ok(tags, R"(["c","a"])"));
+  EXPECT_TRUE(ok(tags, R"(["a","b","c"])"));
+  EXPECT_FALSE(ok(tags, R"(["a","b","a"])"));
+  EXPECT_FALSE(ok(tags, R"([])"));
+  EXPECT_FALSE(ok(tags, R"(["d"])"));
+  const std::string bools = R"({"prefixItems":[{"type":"boolean"},{"type":"boolean"}],"uniqueItems":true,"items":false})";
+  EXPECT_TRUE(ok(bools, "[false,true]"));
+  EXPECT_FALSE(ok(bools, "[true,true]"));
+  EXPECT_TRUE(ok(bools, "[true]"));
+  EXPECT_FALSE(ok(bools, "[true,false,null]"));
+  EXPECT_TRUE(ok(R"({"items":{"enum":[1,2]},"uniqueItems":true,"maxItems":1})", "[2]"));
+  EXPECT_FALSE(ok(R"({"items":{"enum":[1,2]},"uniqueItems":true,"maxItems":1})", "[1,2]"));
+  EXPECT_TRUE(ok(R"({"items":{"enum":[1,2]},"uniqueItems":true})", R"("not an array")"));
+  EXPECT_FALSE(compiles(R"({"items":{"type":"string"},"uniqueItems":true})"));  // not enumerable
+}
+
 }  // namespace json_schema_coverage_test
 }  // namespace exl
