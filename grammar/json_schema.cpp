@@ -108,7 +108,34 @@ const Json& SchemaCompiler::resolve_ref(const std::string& ref, const std::strin
       decoded += frag[i];
     }
   }
-  if (!decoded.empty() && decoded[0] != '/') fail(where, "'" + ref + "': anchors are not supported, use a JSON pointer");
+  if (!decoded.empty() && decoded[0] != '/') {
+    // a plain-name fragment: the one schema of this document with "$anchor": name (or the
+    // draft-04..07 "$id"/"id": "#name"), in a document that embeds no other resource
+    const Json* found = nullptr;
+    int matches = 0;
+    bool embedded = false;
+    auto walk = [&](auto&& self, const Json& x, const std::string& at) -> void {
+      if (x.is_array()) {
+        for (size_t i = 0; i < x.size(); ++i) self(self, x[i], pointer_append(at, std::to_string(i)));
+        return;
+      }
+      if (!x.is_object()) return;
+      for (const char* id : {"$id", "id"})
+        if (x.contains(id) && x[id].is_string()) {
+          const std::string& v = x[id].get_ref<const std::string&>();
+          if (v == "#" + decoded) found = &x, target_ptr = at, ++matches;
+          else if (!at.empty() && (v.empty() || v[0] != '#')) embedded = true;
+        }
+      if (x.contains("$anchor") && x["$anchor"] == decoded) found = &x, target_ptr = at, ++matches;
+      for (auto it = x.begin(); it != x.end(); ++it)
+        if (it.key() != "enum" && it.key() != "const" && it.key() != "default" && it.key() != "examples")
+          self(self, it.value(), pointer_append(at, it.key()));
+    };
+    walk(walk, root_, "");
+    if (embedded) fail(where, "'" + ref + "': anchors in a document that embeds other resources ($id) are not supported");
+    if (matches != 1) fail(where, "'" + ref + "': " + (matches == 0 ? "no" : "more than one") + " schema has this anchor");
+    return *found;
+  }
   const Json* cur = &root_;
   target_ptr.clear();
   size_t pos = 0;

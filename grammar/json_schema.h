@@ -27,7 +27,8 @@
 // or unevaluatedItems, whose "evaluated" a negation cannot tell), dependentSchemas / schema-valued
 // dependencies,
 // allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
-// any JSON pointer) including recursion, nullable (OpenAPI), minProperties/maxProperties when
+// any JSON pointer, or "#name" for the one schema with "$anchor": name or "$id": "#name" in a
+// document that embeds no other resource) including recursion, nullable (OpenAPI), minProperties/maxProperties when
 // implied by required/closed objects, uniqueItems (false; true over items of at most 12
 // enumerated values: enum, const, boolean, null), multipleOf: 1 on integers.
 // Annotations are ignored: $schema $id id $comment title description default examples example

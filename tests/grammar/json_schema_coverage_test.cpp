@@ -282,5 +282,18 @@ TEST(GrammarJsonSchemaCoverage, UniqueItemsOfEnumeratedValues) {
   EXPECT_FALSE(compiles(R"({"items":{"type":"string"},"uniqueItems":true})"));  // not enumerable
 }
 
+// "$ref": "#name" finds the one schema with "$anchor": name (or the older "$id": "#name").
+TEST(GrammarJsonSchemaCoverage, RefsToAnchors) {
+  const std::string s = R"({"properties":{"a":{"$ref":"#pos"}},"$defs":{"p":{"$anchor":"pos","minimum":0}}})";
+  EXPECT_TRUE(ok(s, R"({"a":1})"));
+  EXPECT_FALSE(ok(s, R"({"a":-1})"));
+  EXPECT_TRUE(ok(R"({"items":{"$ref":"#s"},"definitions":{"x":{"$id":"#s","type":"string"}}})", R"(["x"])"));
+  EXPECT_FALSE(ok(R"({"items":{"$ref":"#s"},"definitions":{"x":{"$id":"#s","type":"string"}}})", "[1]"));
+  EXPECT_FALSE(compiles(R"({"$ref":"#nowhere"})"));
+  EXPECT_FALSE(compiles(R"({"$ref":"#a","$defs":{"x":{"$anchor":"a"},"y":{"$anchor":"a"}}})"));
+  // an anchor inside an embedded resource belongs to that resource's base URI: refused
+  EXPECT_FALSE(compiles(R"({"$ref":"#a","$defs":{"x":{"$id":"http://e.com/x","$anchor":"a"}}})"));
+}
+
 }  // namespace json_schema_coverage_test
 }  // namespace exl
