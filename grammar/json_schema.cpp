@@ -23,7 +23,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kNegated};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -312,6 +312,25 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       n = merge(n, normalize(all[i], pointer_append(pointer_append(ptr, "allOf"), std::to_string(i)), depth + 1), ptr, depth);
     }
   }
+  if (n.is_object() && n.contains(kHasKeyOutside) && n.value("additionalProperties", Json(true)) == false &&
+      !n.contains("patternProperties")) {
+    // inside a closed object: one of its own (not forbidden) keys outside each list is present
+    // (elsewhere it waits for a merge to close the object, or is refused when compiled)
+    Json lists = n[kHasKeyOutside];
+    n.erase(kHasKeyOutside);
+    std::vector<std::string> own;
+    if (n.contains("properties"))
+      for (auto it = n["properties"].begin(); it != n["properties"].end(); ++it)
+        if (normalize(it.value(), pointer_append(pointer_append(ptr, "properties"), it.key()), depth + 1) != false)
+          own.push_back(it.key());
+    for (const Json& list : lists) {
+      Json any = Json::array();
+      for (const std::string& k : own)
+        if (std::find(list.begin(), list.end(), Json(k)) == list.end()) any.push_back(Json{{"required", {k}}});
+      if (any.empty()) return Json(false);
+      n = merge(n, Json{{"anyOf", any}}, ptr, depth);
+    }
+  }
   if (!n.is_object() || unevaluated.empty()) return n;
   if (n.contains(kNegated)) fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
   if (n.contains("anyOf") || n.contains("oneOf")) {
@@ -388,7 +407,7 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
-    } else if (k == kNotEnum || k == kNotString) {
+    } else if (k == kNotEnum || k == kNotString || k == kHasKeyOutside) {
       for (const Json& x : v) o.push_back(x);
     } else if (k == "uniqueItems") {
       o = o == true || v == true;
@@ -507,6 +526,8 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& 
   Json types = n.contains("type") ? n["type"] : Json(kTypes);
   if (n.contains("enum")) return enum_frag(rule, n, ptr);
 
+  if (n.contains(kHasKeyOutside) && has_type(types, "object"))
+    fail(ptr, "the negation of 'additionalProperties: false' is supported inside closed objects only");
   std::vector<Frag> alts;
   if (has_type(types, "null")) alts.push_back(gb_.frags(rule).literal("null"));
   if (has_type(types, "boolean")) alts.push_back(gb_.frags(rule).alt({gb_.frags(rule).literal("true"), gb_.frags(rule).literal("false")}));

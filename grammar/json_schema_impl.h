@@ -99,6 +99,10 @@ inline constexpr char kNotString[] = "$exl_notString";
 // Internal keyword: the number is not an integer (written with a fraction that has a non-zero
 // digit and no exponent: a subset of the non-integers, as a negation of "integer" needs).
 inline constexpr char kFractional[] = "$exl_fractional";
+// Internal keyword: a list of key lists; for each, the object has some key outside it (the
+// negation of "additionalProperties": false). Compiled only inside a closed object, where it is
+// "one of its own keys outside the list is present".
+inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
 // Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
 // names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
 inline constexpr char kNegated[] = "$exl_negated";

@@ -128,7 +128,7 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
   if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
   static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
                                            "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                           "minItems", "maxItems", "anyOf", "oneOf", kNegated};
+                                           "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", kNegated};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
@@ -170,6 +170,16 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
       acc = std::move(next);
     }
     for (Json& x : acc) out.push_back(std::move(x));
+  }
+  if (s.contains("additionalProperties") && s["additionalProperties"] != true) {
+    // a key outside the named properties (with no patternProperties to claim it)
+    if (s["additionalProperties"] != false) return std::nullopt;
+    if (types.count("object")) {
+      Json keys = Json::array();
+      if (s.contains("properties"))
+        for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) keys.push_back(it.key());
+      out.push_back(Json{{"type", {"object"}}, {kHasKeyOutside, Json::array({keys})}});
+    }
   }
   if (types.count("object")) {
     if (s.contains("required"))

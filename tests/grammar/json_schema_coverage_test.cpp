@@ -295,5 +295,22 @@ TEST(GrammarJsonSchemaCoverage, RefsToAnchors) {
   EXPECT_FALSE(compiles(R"({"$ref":"#a","$defs":{"x":{"$id":"http://e.com/x","$anchor":"a"}}})"));
 }
 
+// Closed objects: the negation of "additionalProperties": false is "some key outside the named
+// ones", which inside another closed object is one of its own keys.
+TEST(GrammarJsonSchemaCoverage, OneOfOfClosedObjects) {
+  const std::string s = R"({"type":"object","oneOf":[)"
+                        R"({"properties":{"kind":{"const":"a"},"x":{"type":"boolean"}},"additionalProperties":false},)"
+                        R"({"properties":{"kind":{"const":"b"},"y":{"type":"boolean"}},"additionalProperties":false}]})";
+  EXPECT_TRUE(ok(s, R"({"kind":"a","x":true})"));
+  EXPECT_TRUE(ok(s, R"({"x":true})"));
+  EXPECT_TRUE(ok(s, R"({"y":false})"));
+  EXPECT_FALSE(ok(s, R"({})"));           // both
+  EXPECT_TRUE(ok(s, R"({"kind":"a"})"));  // the second refuses "kind":"a"
+  EXPECT_FALSE(ok(s, R"({"x":true,"y":true})"));  // neither
+  EXPECT_FALSE(ok(s, R"({"kind":"b","x":true})"));
+  EXPECT_TRUE(ok(s, R"({"kind":"b","y":true})"));
+  EXPECT_FALSE(compiles(R"({"not":{"additionalProperties":false,"properties":{"a":{}}}})"));  // open: refused
+}
+
 }  // namespace json_schema_coverage_test
 }  // namespace exl
