@@ -1,11 +1,13 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <set>
 
 #include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
+#include "grammar/regex.h"
 
 namespace exl {
 namespace json_schema_detail {
@@ -21,7 +23,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", kNotEnum};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -30,7 +32,7 @@ std::string show(const std::string& ptr) { return "#" + ptr; }
 
 // Validation keywords of some JSON Schema draft that this compiler does not implement.
 const std::set<std::string> kValidationKeywords = {
-    "if", "then", "else", "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
+    "$dynamicRef", "$dynamicAnchor", "$recursiveRef",
     "$recursiveAnchor", "disallow", "extends", "divisibleBy"};
 
 Json type_array(const Json& t, const std::string& ptr) {
@@ -106,7 +108,34 @@ const Json& SchemaCompiler::resolve_ref(const std::string& ref, const std::strin
       decoded += frag[i];
     }
   }
-  if (!decoded.empty() && decoded[0] != '/') fail(where, "'" + ref + "': anchors are not supported, use a JSON pointer");
+  if (!decoded.empty() && decoded[0] != '/') {
+    // a plain-name fragment: the one schema of this document with "$anchor": name (or the
+    // draft-04..07 "$id"/"id": "#name"), in a document that embeds no other resource
+    const Json* found = nullptr;
+    int matches = 0;
+    bool embedded = false;
+    auto walk = [&](auto&& self, const Json& x, const std::string& at) -> void {
+      if (x.is_array()) {
+        for (size_t i = 0; i < x.size(); ++i) self(self, x[i], pointer_append(at, std::to_string(i)));
+        return;
+      }
+      if (!x.is_object()) return;
+      for (const char* id : {"$id", "id"})
+        if (x.contains(id) && x[id].is_string()) {
+          const std::string& v = x[id].get_ref<const std::string&>();
+          if (v == "#" + decoded) found = &x, target_ptr = at, ++matches;
+          else if (!at.empty() && (v.empty() || v[0] != '#')) embedded = true;
+        }
+      if (x.contains("$anchor") && x["$anchor"] == decoded) found = &x, target_ptr = at, ++matches;
+      for (auto it = x.begin(); it != x.end(); ++it)
+        if (it.key() != "enum" && it.key() != "const" && it.key() != "default" && it.key() != "examples")
+          self(self, it.value(), pointer_append(at, it.key()));
+    };
+    walk(walk, root_, "");
+    if (embedded) fail(where, "'" + ref + "': anchors in a document that embeds other resources ($id) are not supported");
+    if (matches != 1) fail(where, "'" + ref + "': " + (matches == 0 ? "no" : "more than one") + " schema has this anchor");
+    return *found;
+  }
   const Json* cur = &root_;
   target_ptr.clear();
   size_t pos = 0;
@@ -209,6 +238,30 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     n.erase("dependentSchemas");
     n["allOf"] = all;
   }
+  if (n.contains("if")) {
+    // (if and then) or (not if and else): the negation as for 'not'
+    std::string ip = pointer_append(ptr, "if");
+    Json then_s = n.contains("then") ? n["then"] : Json(true);
+    Json else_s = n.contains("else") ? n["else"] : Json(true);
+    Json cond = normalize(n["if"], ip, depth + 1);
+    Json branch;
+    if (cond == true || (cond.is_object() && cond.empty())) {
+      branch = then_s;
+    } else if (cond == false) {
+      branch = else_s;
+    } else {
+      auto neg = negate(cond, 0);
+      if (!neg)
+        fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
+                 "property types, string lengths, patterns, formats, number bounds and array sizes only");
+      Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
+      branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
+    }
+    Json all = n.contains("allOf") ? n["allOf"] : Json::array();
+    all.push_back(branch);
+    n["allOf"] = all;
+  }
+  n.erase("if"), n.erase("then"), n.erase("else");
   if (n.contains("enum") && !n["enum"].is_array()) fail(pointer_append(ptr, "enum"), "must be an array");
   if (n.contains("nullable")) {
     if (n["nullable"] == true && n.contains("type") && !has_type(n["type"], "null")) n["type"].push_back("null");
@@ -235,7 +288,8 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       auto neg = negate(x, 0);
       if (!neg)
         fail(pointer_append(ptr, "not"),
-             "unsupported keyword 'not' (only type exclusions, required keys, property types and string lengths)");
+             "unsupported keyword 'not' (only type exclusions, required keys, property types, string lengths, "
+             "patterns, formats, number bounds and array sizes)");
       if (neg->empty()) return Json(false);
       Json any = Json{{"anyOf", *neg}};
       n = merge(n, any, ptr, depth);
@@ -258,7 +312,27 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
       n = merge(n, normalize(all[i], pointer_append(pointer_append(ptr, "allOf"), std::to_string(i)), depth + 1), ptr, depth);
     }
   }
+  if (n.is_object() && n.contains(kHasKeyOutside) && n.value("additionalProperties", Json(true)) == false &&
+      !n.contains("patternProperties")) {
+    // inside a closed object: one of its own (not forbidden) keys outside each list is present
+    // (elsewhere it waits for a merge to close the object, or is refused when compiled)
+    Json lists = n[kHasKeyOutside];
+    n.erase(kHasKeyOutside);
+    std::vector<std::string> own;
+    if (n.contains("properties"))
+      for (auto it = n["properties"].begin(); it != n["properties"].end(); ++it)
+        if (normalize(it.value(), pointer_append(pointer_append(ptr, "properties"), it.key()), depth + 1) != false)
+          own.push_back(it.key());
+    for (const Json& list : lists) {
+      Json any = Json::array();
+      for (const std::string& k : own)
+        if (std::find(list.begin(), list.end(), Json(k)) == list.end()) any.push_back(Json{{"required", {k}}});
+      if (any.empty()) return Json(false);
+      n = merge(n, Json{{"anyOf", any}}, ptr, depth);
+    }
+  }
   if (!n.is_object() || unevaluated.empty()) return n;
+  if (n.contains(kNegated)) fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
   if (n.contains("anyOf") || n.contains("oneOf")) {
     for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
     return n;
@@ -333,7 +407,7 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
-    } else if (k == kNotEnum) {
+    } else if (k == kNotEnum || k == kNotString || k == kHasKeyOutside) {
       for (const Json& x : v) o.push_back(x);
     } else if (k == "uniqueItems") {
       o = o == true || v == true;
@@ -430,6 +504,8 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
     }
     for (Json& a : alts) {
       if (unevaluated.empty() || !a.is_object()) continue;
+      if (a.contains(kNegated))
+        fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
       if (a.contains("$ref") || a.contains("allOf")) a = Json{{"allOf", Json::array({a})}};
       for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) a[it.key()] = it.value();
     }
@@ -450,26 +526,37 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& 
   Json types = n.contains("type") ? n["type"] : Json(kTypes);
   if (n.contains("enum")) return enum_frag(rule, n, ptr);
 
-  if (n.contains("uniqueItems") && n["uniqueItems"] == true && has_type(types, "array"))
-    fail(pointer_append(ptr, "uniqueItems"), "unsupported keyword 'uniqueItems' (true)");
+  if (n.contains(kHasKeyOutside) && has_type(types, "object"))
+    fail(ptr, "the negation of 'additionalProperties: false' is supported inside closed objects only");
   std::vector<Frag> alts;
   if (has_type(types, "null")) alts.push_back(gb_.frags(rule).literal("null"));
   if (has_type(types, "boolean")) alts.push_back(gb_.frags(rule).alt({gb_.frags(rule).literal("true"), gb_.frags(rule).literal("false")}));
   if (has_type(types, "number") || has_type(types, "integer")) {
     bool number = has_type(types, "number");
-    if (n.contains("multipleOf")) {
+    if (n.contains("multipleOf") || n.contains(kFractional)) {
       int32_t r = gb_.add_rule(fresh(ptr + "/multipleOf"));
       Frag f = number ? number_frag(r, n, ptr) : integer_frag(r, n, ptr);
       gb_.frags(r).set_root(f);
       Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
-      gb_.set_from_dfa(r, intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000));
+      if (n.contains("multipleOf"))
+        d = intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000);
+      if (n.contains(kFractional)) {
+        GrammarBuilder fb;
+        int32_t fr = fb.add_rule("fraction");
+        fb.frags(fr).set_root(emit_regex(fb, fr, "-?(0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*", {.byte_only = true}));
+        d = intersect_bytes(d, determinize_bytes(fb.nfa(fr), "fraction", 1000), false, 200000);
+      }
+      gb_.set_from_dfa(r, d);
       alts.push_back(gb_.frags(rule).call(r));
     } else {
       alts.push_back(number ? number_frag(rule, n, ptr) : integer_frag(rule, n, ptr));
     }
   }
   if (has_type(types, "string")) alts.push_back(string_frag(rule, n, ptr));
-  if (has_type(types, "array")) alts.push_back(array_frag(rule, n, ptr, depth));
+  if (has_type(types, "array")) {
+    bool unique = n.contains("uniqueItems") && n["uniqueItems"] == true;
+    alts.push_back(unique ? unique_array_frag(rule, n, ptr, depth) : array_frag(rule, n, ptr, depth));
+  }
   if (has_type(types, "object")) alts.push_back(object_frag(rule, n, ptr, depth));
   return gb_.frags(rule).alt(alts);
 }
@@ -492,6 +579,106 @@ Frag SchemaCompiler::repeat_frag(int32_t rule, int32_t body, uint32_t min, uint3
   }
   int32_t rep = gb_.add_repeat(gb_.name(body) + "/count", body, min, max);
   return gb_.frags(rule).call(rep);
+}
+
+namespace {
+
+// The values a normalized item schema allows when they are finitely many and it says nothing
+// else: an enum (with a type), or the types boolean and null.
+std::optional<std::vector<Json>> finite_values(const Json& s) {
+  if (s == false) return std::vector<Json>{};
+  if (!s.is_object()) return std::nullopt;
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (it.key() != "enum" && it.key() != "type") return std::nullopt;
+  Json types = s.contains("type") ? s["type"] : Json(kTypes);
+  auto type_ok = [&](const Json& v) {
+    if (v.is_null()) return has_type(types, "null");
+    if (v.is_boolean()) return has_type(types, "boolean");
+    if (v.is_string()) return has_type(types, "string");
+    if (v.is_array()) return has_type(types, "array");
+    if (v.is_object()) return has_type(types, "object");
+    if (v.is_number_integer() || v.is_number_unsigned()) return has_type(types, "integer") || has_type(types, "number");
+    return has_type(types, "number");
+  };
+  std::vector<Json> out;
+  if (s.contains("enum")) {
+    for (const Json& v : s["enum"])
+      if (type_ok(v) && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    return out;
+  }
+  for (const Json& t : types)
+    if (t != "null" && t != "boolean") return std::nullopt;
+  if (has_type(types, "null")) out.push_back(nullptr);
+  if (has_type(types, "boolean")) out.push_back(false), out.push_back(true);
+  return out;
+}
+
+}  // namespace
+
+Frag SchemaCompiler::unique_array_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
+  std::string up = pointer_append(ptr, "uniqueItems");
+  auto refuse = [&] {
+    fail(up, "unsupported keyword 'uniqueItems' (true), but for items of at most 12 enumerated values (enum, "
+             "const, boolean, null)");
+  };
+  if (n.contains("contains")) refuse();
+  std::vector<Json> prefix;
+  Json tail = n.contains("items") ? n["items"] : Json(true);
+  if (n.contains("prefixItems")) {
+    if (!n["prefixItems"].is_array()) fail(pointer_append(ptr, "prefixItems"), "must be an array");
+    for (const Json& x : n["prefixItems"]) prefix.push_back(x);
+  }
+  auto count = [&](const char* kw, uint64_t dflt) -> uint64_t {
+    if (!n.contains(kw)) return dflt;
+    const Json& v = n[kw];
+    if (!v.is_number() || v.get<double>() < 0) fail(pointer_append(ptr, kw), "must be a non-negative integer");
+    return uint64_t(std::min(v.get<double>(), 1e9));
+  };
+  uint64_t min = count("minItems", 0), max = count("maxItems", kUnbounded);
+  // per position (the prefix, then the tail), the allowed values, as indexes into `values`
+  std::vector<Json> values;
+  std::vector<std::vector<int>> allowed;
+  for (size_t i = 0; i <= prefix.size(); ++i) {
+    const bool is_tail = i == prefix.size();
+    Json item = is_tail ? tail : prefix[i];
+    std::string ip = is_tail ? pointer_append(ptr, "items") : pointer_append(pointer_append(ptr, "prefixItems"), std::to_string(i));
+    auto vs = finite_values(normalize(item, ip, depth + 1));
+    if (!vs) refuse();
+    std::vector<int> idx;
+    for (const Json& v : *vs) {
+      auto it = std::find(values.begin(), values.end(), v);
+      if (it == values.end()) it = values.insert(values.end(), v);
+      idx.push_back(int(it - values.begin()));
+    }
+    allowed.push_back(std::move(idx));
+  }
+  if (values.size() > 12) refuse();
+  // states: the set of values used so far (its size is the number of items)
+  FragBuilder fb = gb_.frags(rule);
+  Frag open = fb.seq({fb.literal("["), ws(rule)});
+  Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("]")});
+  std::map<uint32_t, int32_t> state_of{{0u, open.out}};
+  std::vector<uint32_t> work{0u};
+  while (!work.empty()) {
+    uint32_t mask = work.back();
+    work.pop_back();
+    int32_t from = state_of[mask];
+    uint64_t c = uint64_t(std::popcount(mask));
+    if (c >= min) gb_.frags(rule).eps(from, close.in);
+    if (c >= max) continue;
+    const std::vector<int>& next = allowed[std::min<size_t>(c, prefix.size())];
+    for (int v : next) {
+      if (mask >> v & 1) continue;
+      uint32_t to_mask = mask | (1u << v);
+      auto [it, fresh_state] = state_of.emplace(to_mask, -1);
+      if (fresh_state) it->second = gb_.nfa(rule).add_state(), work.push_back(to_mask);
+      Frag lit = gb_.frags(rule).literal(values[size_t(v)].dump());
+      Frag el = c == 0 ? lit : gb_.frags(rule).seq({sep(rule, ','), lit});
+      gb_.frags(rule).eps(from, el.in);
+      gb_.frags(rule).eps(el.out, it->second);
+    }
+  }
+  return {open.in, close.out};
 }
 
 Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {

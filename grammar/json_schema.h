@@ -6,16 +6,33 @@
 // Supported: type (string or array), enum, const, properties, required, additionalProperties,
 // patternProperties (pairwise disjoint patterns), items (schema, false, or draft-07 array form
 // with additionalItems), prefixItems, minItems/maxItems, minLength/maxLength, pattern (search
-// semantics, combined with lengths and formats by automaton intersection), format (date-time,
-// date, time, email, uuid, uri, ipv4, ipv6, hostname, ... — the 2020-12 list but 'regex', which is
-// refused; a format name the spec does not define is an annotation, as 2020-12 says), minimum/maximum/exclusiveMinimum/
+// semantics, combined with lengths and formats by automaton intersection), format (the 2020-12
+// list but 'regex', which is refused; a format name the spec does not define is an annotation, as
+// 2020-12 says; each format accepts only what its RFC's grammar accepts: uri, uri-reference, iri,
+// iri-reference, uri-template, date, date-time, time, duration, ipv4, ipv6, uuid, json-pointer and
+// relative-json-pointer exactly, but for leap seconds only at 23:59:60 with a zero offset and no
+// year 0000; hostname without A-labels ("--" in the 3rd and 4th position) or an all-numeric last
+// label, and with a label-count-by-length subset of the 253-character limit (3 labels of up to 63
+// characters, 4 of 62, 8 of 30, 16 of 14, 32 of 6; the same rule under a maxLength above 64,
+// an exact count below); email as a dot-atom local part of up to 64 characters, '@', such a host
+// name within 189 characters; idn-hostname and idn-email as their ASCII forms; beside other string
+// keywords, URIs and IRIs leave out IP-literal hosts), minimum/maximum/exclusiveMinimum/
 // exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
 // provably disjoint from the others, or conjoined with their complement when that is expressible
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
-// enums of strings/booleans/null), dependentSchemas / schema-valued dependencies,
+// patterns and formats (as automaton differences), number bounds, array sizes, integers (as the
+// numbers with a non-zero fraction and no exponent: a subset of the non-integers), anyOf and
+// provably disjoint oneOf, "additionalProperties": false (as "one of the object's own keys
+// outside the list", so only where a closed object takes it in), enums of
+// strings/booleans/null), if/then/else (as (if and then) or
+// (not if and else), so 'if' must be negatable as for 'not'; refused beside unevaluatedProperties
+// or unevaluatedItems, whose "evaluated" a negation cannot tell), dependentSchemas / schema-valued
+// dependencies,
 // allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
-// any JSON pointer) including recursion, nullable (OpenAPI), minProperties/maxProperties when
-// implied by required/closed objects, uniqueItems: false, multipleOf: 1 on integers.
+// any JSON pointer, or "#name" for the one schema with "$anchor": name or "$id": "#name" in a
+// document that embeds no other resource) including recursion, nullable (OpenAPI), minProperties/maxProperties when
+// implied by required/closed objects, uniqueItems (false; true over items of at most 12
+// enumerated values: enum, const, boolean, null), multipleOf: 1 on integers.
 // Annotations are ignored: $schema $id id $comment title description default examples example
 // readOnly writeOnly deprecated $defs definitions $anchor contentMediaType contentEncoding and
 // keys starting with "x-".

@@ -61,6 +61,9 @@ class SchemaCompiler {
   JsonSchemaOptions opts_;
   std::map<std::string, int32_t> ref_rules_;
   int32_t any_value_ = -1, any_string_ = -1, json_char_ = -1;
+  // String rules by their string keywords (as JSON text): one prebuilt automaton per distinct
+  // constraint, however many properties share it.
+  std::map<std::string, int32_t> string_rules_;
   int counter_ = 0;
 
  public:
@@ -73,6 +76,8 @@ class SchemaCompiler {
   void check_keywords(const Json& s, const std::string& ptr) const;
   Frag typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
+  // uniqueItems: true over items of few enumerated values (the set of values used is the state).
+  Frag unique_array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail, uint64_t min,
                      uint64_t max, uint64_t m);
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
@@ -88,6 +93,19 @@ class SchemaCompiler {
 
 // Internal keyword (never in user schemas' meaning): a list of strings the value must not equal.
 inline constexpr char kNotEnum[] = "$exl_notEnum";
+// Internal keyword: a list of schemas of string keywords (pattern, format) the string must not
+// satisfy (the negation of patterns and formats, as automaton differences).
+inline constexpr char kNotString[] = "$exl_notString";
+// Internal keyword: the number is not an integer (written with a fraction that has a non-zero
+// digit and no exponent: a subset of the non-integers, as a negation of "integer" needs).
+inline constexpr char kFractional[] = "$exl_fractional";
+// Internal keyword: a list of key lists; for each, the object has some key outside it (the
+// negation of "additionalProperties": false). Compiled only inside a closed object, where it is
+// "one of its own keys outside the list is present".
+inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
+// Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
+// names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
+inline constexpr char kNegated[] = "$exl_negated";
 
 // Whether a format name is one JSON Schema defines (enforced, or refused when not implemented);
 // other names are annotations.

@@ -15,22 +15,84 @@ constexpr size_t kMaxDfaStates = 200000;
 constexpr uint64_t kMaxLengthWithPattern = 2000;
 constexpr char kNumberRegex[] = "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?";
 
-const char* format_regex(const std::string& f) {
-  static const std::string date =
-      "[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|[12][0-9]))";
+// How a format is wanted: alone, or inside a product with other string constraints, where `lean`
+// drops rare alternatives that would multiply the product's states (IP literals in URIs) and
+// `max_chars` is a maxLength that hostnames and emails build in rather than intersect.
+struct FormatVariant {
+  bool lean = false;
+  uint64_t max_chars = kUnbounded;
+  auto operator<=>(const FormatVariant&) const = default;
+};
+
+// A format as the intersection of full-match regexes over the string's characters. Each is
+// exact to its RFC's grammar or a strict subset of it (the subset is named in json_schema.h), so
+// a format never accepts a string its RFC rejects. `length_built_in`: the strings are at most
+// v.max_chars characters by construction. Empty for a name that is no enforced format.
+struct FormatSpec {
+  std::vector<std::string> regexes;
+  bool length_built_in = false;
+};
+
+std::optional<FormatSpec> format_spec(const std::string& f, const FormatVariant& v = {}) {
+  // RFC 3339 full-date, with Feb 29 only in leap years and without year 0000 (which the
+  // proleptic calendar of most validators lacks).
+  static const std::string year = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})";
+  static const std::string leap_year = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)";
+  static const std::string date = "(?:" + year +
+                                  "-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+                                  "|02-(?:0[1-9]|1[0-9]|2[0-8]))|" + leap_year + "-02-29)";
   // A leap second (:60) is valid only at 23:59 UTC; accepted here only with a zero offset (sound,
   // but rejects e.g. 15:59:60-08:00).
   static const std::string time =
       "(?:(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
       "|23:59:60(?:\\.[0-9]+)?(?:[Zz]|[+-]00:00))";
   static const std::string date_time = date + "[Tt]" + time;
-  static const std::string label = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
-  static const std::string hostname = label + "(?:\\." + label + ")*";
-  static const std::string email =
-      "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@" + hostname;
+  // RFC 1123 host names of at most `total` characters (RFC 1034 3.1): labels of letters, digits
+  // and inner hyphens, none with "--" in the 3rd and 4th position (RFC 5891 4.2.3.1: A-labels
+  // "xn--" are refused, as their Punycode is not checked). The length bounds are a subset that
+  // needs no counter of the whole name: up to n labels of at most m characters, with
+  // n * (m + 1) - 1 <= total (for 253 characters: 3 labels of up to 63, 4 of 62, 8 of 30, 16 of
+  // 14, 32 of 6). With each branch seeing the same label index and position, the automaton stays
+  // at a few thousand states instead of the ~100,000 of an exact count.
+  auto label = [](uint64_t m) {
+    const std::string an = "[A-Za-z0-9]", anh = "[A-Za-z0-9-]";
+    if (m == 1) return an;
+    if (m < 5) return an + "(?:" + anh + "{0," + std::to_string(m - 2) + "}" + an + ")?";
+    return an + "(?:" + anh + "{0,2}" + an + "|" + anh + "(?:" + an + anh + "|-" + an + ")" + anh + "{0," +
+           std::to_string(m - 5) + "}" + an + ")?";
+  };
+  auto hostname_within = [&](uint64_t total) {
+    std::string alts;
+    uint64_t last_m = 0;
+    for (uint64_t n : {32, 16, 8, 4, 3, 2, 1}) {
+      if ((total + 1) / n < 2) continue;
+      uint64_t m = std::min<uint64_t>(63, (total + 1) / n - 1);
+      if (m == last_m) continue;
+      last_m = m;
+      if (!alts.empty()) alts += '|';
+      alts += label(m) + "(?:\\." + label(m) + "){0," + std::to_string(n - 1) + "}";
+    }
+    return alts.empty() ? std::string("[^\\s\\S]") : "(?:" + alts + ")";
+  };
+  // Under a maxLength of at most 64 the plain label grammar is intersected with the exact count
+  // instead (small enough, and the tiers would refuse e.g. "e.com" within 5).
+  const bool count_exactly = v.max_chars <= 64;
+  const std::string plain_hostname = label(63) + "(?:\\." + label(63) + ")*";
+  const std::string hostname = count_exactly ? plain_hostname : hostname_within(std::min<uint64_t>(v.max_chars, 253));
+  // The last label has a letter (RFC 3696 2: top-level domains are not all-numeric).
+  static const std::string last_label_letter = "(?:[^.]*\\.)*[^.]*[A-Za-z][^.]*";
+  // RFC 5321 Mailbox with a Dot-string local part of at most 64 characters and a host name domain
+  // of at most 189 (the whole at most 254, RFC 5321 4.5.3.1); no quoted local parts, no address
+  // literals. Under a smaller maxLength T (over 64) the local part takes at most (T - 1) / 2 and
+  // the domain the rest.
+  static const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+  const uint64_t mail_max = std::min<uint64_t>(v.max_chars, 254);
+  const uint64_t local_max = count_exactly ? 64 : std::min<uint64_t>(64, (mail_max - 1) / 2);
+  const std::string email = atext + "+(?:\\." + atext + "+)*@" +
+                            (count_exactly ? plain_hostname : hostname_within(mail_max - 1 - local_max));
+  const std::string local_len = "[^@]{1," + std::to_string(local_max) + "}@[^@]*";
+  static const std::string domain_letter = "[^@]*@(?:[^.]*\\.)*[^.]*[A-Za-z][^.]*";
   static const std::string uuid = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
-  static const std::string uri =
-      "[A-Za-z][A-Za-z0-9+.\\-]*:(?:[A-Za-z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*";
   static const std::string octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
   static const std::string ipv4 = octet + "(?:\\." + octet + "){3}";
   static const std::string h = "[0-9A-Fa-f]{1,4}";
@@ -44,27 +106,58 @@ const char* format_regex(const std::string& f) {
   static const std::string dur_time = "T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
   static const std::string duration =
       "P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:" + dur_time + ")?|" + dur_time + "|[0-9]+W)";
-  static const std::string uri_chars = "A-Za-z0-9\\-._~:/?#\\[\\]@!$&'()*+,;=";
-  static const std::string uri_reference =
-      "(?:[A-Za-z][A-Za-z0-9+.\\-]*:)?(?:[" + uri_chars + "]|%[0-9A-Fa-f]{2})*";
-  static const std::string iri_chars = uri_chars + "\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF";
-  static const std::string iri = "[A-Za-z][A-Za-z0-9+.\\-]*:(?:[" + iri_chars + "]|%[0-9A-Fa-f]{2})*";
-  static const std::string iri_reference = "(?:[A-Za-z][A-Za-z0-9+.\\-]*:)?(?:[" + iri_chars + "]|%[0-9A-Fa-f]{2})*";
-  static const std::string var = "[A-Za-z0-9_%.]+(?::[1-9][0-9]{0,3}|\\*)?";
-  static const std::string uri_template = "(?:[^\\x00-\\x20\"'%<>\\\\^`{|}]|%[0-9A-Fa-f]{2}|\\{[+#./;?&=,!@|]?" + var +
-                                          "(?:," + var + ")*\\})*";
-  static const std::string ulabel_ch = "A-Za-z0-9\\u00A1-\\uFFFF";
-  static const std::string ulabel = "[" + ulabel_ch + "](?:[" + ulabel_ch + "\\-]{0,61}[" + ulabel_ch + "])?";
-  static const std::string idn_hostname = ulabel + "(?:\\." + ulabel + ")*";
-  static const std::string idn_email = "[^\\s@\"(),:;<>\\[\\]\\\\]+@" + idn_hostname;
+  // RFC 3986 (URI, URI-reference) and RFC 3987 (IRI, IRI-reference) collected ABNF, rule by rule;
+  // `u` is the unreserved set (iunreserved for IRIs), `q` what a query adds (iprivate).
+  static const std::string ucschar =
+      "\\u00A0-\\uD7FF\\uF900-\\uFDCF\\uFDF0-\\uFFEF\\u{10000}-\\u{1FFFD}\\u{20000}-\\u{2FFFD}\\u{30000}-\\u{3FFFD}"
+      "\\u{40000}-\\u{4FFFD}\\u{50000}-\\u{5FFFD}\\u{60000}-\\u{6FFFD}\\u{70000}-\\u{7FFFD}\\u{80000}-\\u{8FFFD}"
+      "\\u{90000}-\\u{9FFFD}\\u{A0000}-\\u{AFFFD}\\u{B0000}-\\u{BFFFD}\\u{C0000}-\\u{CFFFD}\\u{D0000}-\\u{DFFFD}"
+      "\\u{E1000}-\\u{EFFFD}";
+  static const std::string iprivate = "\\uE000-\\uF8FF\\u{F0000}-\\u{FFFFD}\\u{100000}-\\u{10FFFD}";
+  auto uri_grammar = [&](const std::string& u, const std::string& q, bool reference) {
+    const std::string pct = "%[0-9A-Fa-f]{2}", sub = "!$&'()*+,;=";
+    const std::string pchar = "(?:[" + u + sub + ":@]|" + pct + ")";
+    const std::string segment = pchar + "*", segment_nz = pchar + "+";
+    const std::string segment_nz_nc = "(?:[" + u + sub + "@]|" + pct + ")+";
+    const std::string query = "(?:[" + u + sub + ":@/?" + q + "]|" + pct + ")*";
+    const std::string fragment = "(?:[" + u + sub + ":@/?]|" + pct + ")*";
+    const std::string ip_literal = v.lean ? "[^\\s\\S]"
+                                          : "\\[(?:" + ipv6 + "|v[0-9A-Fa-f]+\\.[A-Za-z0-9\\-._~" + sub + ":]+)\\]";
+    const std::string reg_name = "(?:[" + u + sub + "]|" + pct + ")*";
+    const std::string userinfo = "(?:[" + u + sub + ":]|" + pct + ")*";
+    const std::string authority = "(?:" + userinfo + "@)?(?:" + ip_literal + "|" + reg_name + ")(?::[0-9]*)?";
+    const std::string path_abempty = "(?:/" + segment + ")*";
+    const std::string path_absolute = "/(?:" + segment_nz + "(?:/" + segment + ")*)?";
+    const std::string path_rootless = segment_nz + "(?:/" + segment + ")*";
+    const std::string path_noscheme = segment_nz_nc + "(?:/" + segment + ")*";
+    const std::string tail = "(?:\\?" + query + ")?(?:#" + fragment + ")?";
+    const std::string absolute = "[A-Za-z][A-Za-z0-9+.\\-]*:(?://" + authority + path_abempty + "|" + path_absolute +
+                                 "|" + path_rootless + ")?" + tail;
+    if (!reference) return absolute;
+    return "(?:" + absolute + "|(?://" + authority + path_abempty + "|" + path_absolute + "|" + path_noscheme + ")?" +
+           tail + ")";
+  };
+  static const std::string ascii_u = "A-Za-z0-9\\-._~";
+  // RFC 6570 levels 1-4 (operators reserved for extensions refused).
+  static const std::string varchar = "(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})";
+  static const std::string varspec = varchar + "(?:\\.?" + varchar + ")*(?::[1-9][0-9]{0,3}|\\*)?";
+  static const std::string uri_template = "(?:[!#$&(-;=?-\\[\\]_a-z~" + ucschar + iprivate + "]|%[0-9A-Fa-f]{2}|\\{[+#./;?&]?" +
+                                          varspec + "(?:," + varspec + ")*\\})*";
+  // The internationalized forms accept their ASCII subset only (IDNA 2008's contextual rules are
+  // not regular enough to check here).
+  if (f == "hostname" || f == "idn-hostname") return FormatSpec{{hostname, last_label_letter}, !count_exactly};
+  if (f == "email" || f == "idn-email") return FormatSpec{{email, local_len, domain_letter}, !count_exactly};
+  if (f == "uri") return FormatSpec{{uri_grammar(ascii_u, "", false)}};
+  if (f == "uri-reference") return FormatSpec{{uri_grammar(ascii_u, "", true)}};
+  if (f == "iri") return FormatSpec{{uri_grammar(ascii_u + ucschar, iprivate, false)}};
+  if (f == "iri-reference") return FormatSpec{{uri_grammar(ascii_u + ucschar, iprivate, true)}};
   static const std::map<std::string, std::string> table = {
       {"json-pointer", json_pointer}, {"relative-json-pointer", rel_json_pointer}, {"duration", duration},
-      {"uri-reference", uri_reference}, {"iri", iri}, {"iri-reference", iri_reference}, {"uri-template", uri_template},
-      {"idn-hostname", idn_hostname}, {"idn-email", idn_email},
-      {"date", date}, {"time", time}, {"date-time", date_time}, {"hostname", hostname}, {"email", email},
-      {"uuid", uuid}, {"uri", uri}, {"ipv4", ipv4}, {"ipv6", ipv6}};
+      {"uri-template", uri_template}, {"date", date}, {"time", time}, {"date-time", date_time}, {"uuid", uuid},
+      {"ipv4", ipv4}, {"ipv6", ipv6}};
   auto it = table.find(f);
-  return it == table.end() ? nullptr : it->second.c_str();
+  if (it == table.end()) return std::nullopt;
+  return FormatSpec{{it->second}};
 }
 
 // Formats defined by JSON Schema 2020-12 that are not enforced: a schema using one is refused.
@@ -76,6 +169,29 @@ Rule regex_dfa(const std::string& pattern, bool search) {
   int32_t r = tb.add_rule("pattern");
   tb.frags(r).set_root(emit_regex(tb, r, pattern, {.search = search, .json_string = true, .byte_only = true}));
   return determinize_bytes(tb.nfa(r), "pattern", kMaxDfaStates);
+}
+
+// The content automaton of a format variant, built once per process and shared (the state count
+// is charged to the active budget on every use, as a fresh build would be).
+std::shared_ptr<const Rule> format_dfa(const std::string& f, const FormatVariant& v, const FormatSpec& spec) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, FormatVariant>, std::shared_ptr<const Rule>> cache;
+  {
+    std::lock_guard lock(mu);
+    auto it = cache.find({f, v});
+    if (it != cache.end()) {
+      grammar_charge(it->second->states.size(), 0);
+      return it->second;
+    }
+  }
+  Rule r = regex_dfa(spec.regexes[0], false);
+  for (size_t i = 1; i < spec.regexes.size(); ++i) r = intersect_bytes(r, regex_dfa(spec.regexes[i], false), false, kMaxDfaStates);
+  r.name = "format " + f;
+  auto out = std::make_shared<const Rule>(std::move(r));
+  std::lock_guard lock(mu);
+  if (cache.size() > 256) cache.clear();
+  cache.emplace(std::make_pair(f, v), out);
+  return out;
 }
 
 // minLength or maxLength of n, capped at cap; dflt when absent. Anything but a non-negative
@@ -150,7 +266,7 @@ Decimal decimal_of(const Json& v, const std::string& ptr) {
 }
 }  // namespace
 
-bool format_asserted(const std::string& f) { return format_regex(f) != nullptr || kSpecFormats.count(f) > 0; }
+bool format_asserted(const std::string& f) { return format_spec(f).has_value() || kSpecFormats.count(f) > 0; }
 
 Frag SchemaCompiler::ws(int32_t rule) {
   FragBuilder fb = gb_.frags(rule);
@@ -516,29 +632,49 @@ Rule SchemaCompiler::string_content_dfa(const Json& n, const std::string& ptr, b
     if (m.rfind("grammar: json_schema", 0) == 0) throw;
     fail(pointer_append(ptr, "pattern"), m);
   }
+  uint64_t min = string_length_kw(n, "minLength", 0, 1e12, ptr);
+  uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 1e12, ptr);
   if (n.contains("format") && !ignored("format")) {
     if (!n["format"].is_string()) fail(pointer_append(ptr, "format"), "must be a string");
     const std::string& f = n["format"].get<std::string>();
-    const char* re = format_regex(f);
-    if (!re && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
-    if (re) parts.push_back(regex_dfa(re, false));
+    FormatVariant v{.lean = !parts.empty() || n.contains(kNotEnum) || n.contains(kNotString) || min > 0 || max != kUnbounded,
+                    .max_chars = max};
+    std::optional<FormatSpec> spec = format_spec(f, v);
+    if (!spec && kSpecFormats.count(f)) fail(pointer_append(ptr, "format"), "unsupported format '" + f + "'");
+    if (spec) {
+      parts.push_back(*format_dfa(f, v, *spec));
+      if (spec->length_built_in) max = kUnbounded;
+    }
   }
+  if (n.contains(kNotString))
+    for (const Json& c : n[kNotString]) {
+      bool t = false;
+      parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), string_content_dfa(c, ptr, t), true, kMaxDfaStates));
+    }
   if (n.contains(kNotEnum)) {
     std::vector<std::string> lits;
     for (const Json& v : n[kNotEnum]) lits.push_back(v.dump().substr(1, v.dump().size() - 2));
     parts.push_back(intersect_bytes(length_dfa(0, kUnbounded), literal_set_dfa(lits), true, kMaxDfaStates));
   }
-  uint64_t min = string_length_kw(n, "minLength", 0, 1e12, ptr);
-  uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 1e12, ptr);
   if (min > 0 || max != kUnbounded || parts.empty()) {
     if ((max != kUnbounded && max > kMaxLengthWithPattern) || min > kMaxLengthWithPattern)
       fail(ptr, "minLength/maxLength above 2000 combined with pattern/format is not supported");
     parts.push_back(length_dfa(min, max));
   }
-  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && !n.contains(kNotEnum) && min == 0 &&
+  trivial = parts.size() == 1 && !n.contains("pattern") && !n.contains("format") && !n.contains(kNotEnum) &&
+            !n.contains(kNotString) && min == 0 &&
             max == kUnbounded;
   Rule r = parts[0];
-  for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
+  try {
+    for (size_t i = 1; i < parts.size(); ++i) r = intersect_bytes(r, parts[i], false, kMaxDfaStates);
+  } catch (const GrammarBudgetError&) {
+    throw;
+  } catch (const GrammarCancelled&) {
+    throw;
+  } catch (const GrammarError& e) {
+    fail(ptr, std::string("the string's pattern/format/length constraints together are too large an automaton (") +
+                  e.what() + ")");
+  }
   return r;
 }
 
@@ -589,21 +725,13 @@ Rule SchemaCompiler::multiple_of_dfa(const Json& m, const std::string& ptr) {
 
 namespace {
 
-// '"', JSON string text of min..max characters, '"' as one DFA built directly from length_dfa,
-// shared by every schema (null when the content automaton could read a '"' itself).
-std::shared_ptr<const Rule> quoted_length_rule(uint64_t min, uint64_t max) {
-  static std::mutex mu;
-  static std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const Rule>> cache;
-  {
-    std::lock_guard lock(mu);
-    auto it = cache.find({min, max});
-    if (it != cache.end()) return it->second;
-  }
-  Rule c = SchemaCompiler::length_dfa(min, max);
+// '"', a string body the byte-only DFA c accepts, '"' as one DFA built directly (null when c
+// accepts nothing, or could read a '"' where it may also end: a body reads '"' only inside an
+// escape, where it cannot end).
+std::shared_ptr<const Rule> quoted_rule(const Rule& c) {
+  if (c.states.empty()) return nullptr;
   auto nc = size_t(c.n_classes);
   uint8_t qc = c.byte_class['"'];
-  for (size_t s = 0; s < c.states.size(); ++s)
-    if (c.trans[s * nc + qc] >= 0) return nullptr;
   Rule r;
   r.name = "quoted";
   r.byte_class = c.byte_class;
@@ -621,19 +749,51 @@ std::shared_ptr<const Rule> quoted_length_rule(uint64_t min, uint64_t max) {
       int32_t t = c.trans[s * nc + k];
       if (t >= 0) r.trans[(s + 1) * rc + k] = t + 1, ds.has_bytes = true;
     }
+    int32_t tq = c.trans[s * nc + qc];
+    if (tq >= 0 && c.states[s].accepting) return nullptr;
+    if (tq >= 0) r.trans[(s + 1) * rc + nc] = tq + 1;
     if (c.states[s].accepting) r.trans[(s + 1) * rc + nc] = int32_t(fin), ds.has_bytes = true;
   }
-  auto out = std::make_shared<const Rule>(std::move(r));
+  return std::make_shared<const Rule>(std::move(r));
+}
+
+// quoted_rule of JSON string text of min..max characters, shared by every schema.
+std::shared_ptr<const Rule> quoted_length_rule(uint64_t min, uint64_t max) {
+  static std::mutex mu;
+  static std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const Rule>> cache;
+  {
+    std::lock_guard lock(mu);
+    auto it = cache.find({min, max});
+    if (it != cache.end()) return it->second;
+  }
+  auto out = quoted_rule(SchemaCompiler::length_dfa(min, max));
+  if (!out) return nullptr;
   std::lock_guard lock(mu);
   if (cache.size() > 256) cache.clear();
   cache.emplace(std::make_pair(min, max), out);
   return out;
 }
 
+// quoted_rule of a format's content automaton, shared by every schema.
+std::shared_ptr<const Rule> quoted_format_rule(const std::string& f, const FormatSpec& spec) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const Rule>> cache;
+  {
+    std::lock_guard lock(mu);
+    auto it = cache.find(f);
+    if (it != cache.end()) return it->second;
+  }
+  auto out = quoted_rule(*format_dfa(f, {}, spec));
+  if (!out) return nullptr;
+  std::lock_guard lock(mu);
+  cache.emplace(f, out);
+  return out;
+}
+
 }  // namespace
 
 Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string& ptr) {
-  bool has_re = n.contains("pattern") || n.contains(kNotEnum) ||
+  bool has_re = n.contains("pattern") || n.contains(kNotEnum) || n.contains(kNotString) ||
                 (n.contains("format") && !ignored("format") && (!n["format"].is_string() || format_asserted(n["format"].get<std::string>())));
   uint64_t min = string_length_kw(n, "minLength", 0, 4e9, ptr);
   uint64_t max = string_length_kw(n, "maxLength", kUnbounded, 4e9, ptr);
@@ -644,15 +804,28 @@ Frag SchemaCompiler::string_frag(int32_t rule, const Json& n, const std::string&
     Frag body = repeat_frag(rule, json_char_rule(), uint32_t(min), uint32_t(max));
     return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), body, gb_.frags(rule).literal("\"")});
   }
-  if (!has_re)
-    if (auto q = quoted_length_rule(min, max)) {
-      int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
-      gb_.set_dfa(r, std::move(q));
-      return gb_.frags(rule).call(r);
-    }
-  bool trivial = false;
-  Rule d = string_content_dfa(n, ptr, trivial);
-  return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});
+  Json keywords = Json::object();
+  for (const char* kw : {"pattern", "format", "minLength", "maxLength", kNotEnum, kNotString})
+    if (n.contains(kw)) keywords[kw] = n[kw];
+  std::string key = keywords.dump();
+  if (auto it = string_rules_.find(key); it != string_rules_.end()) return gb_.frags(rule).call(it->second);
+  std::shared_ptr<const Rule> q;
+  if (!has_re) q = quoted_length_rule(min, max);
+  if (!q && min == 0 && max == kUnbounded && !n.contains("pattern") && !n.contains(kNotEnum) && !n.contains(kNotString) &&
+      n["format"].is_string())
+    if (std::optional<FormatSpec> spec = format_spec(n["format"].get<std::string>()))
+      q = quoted_format_rule(n["format"].get<std::string>(), *spec);
+  if (!q) {
+    bool trivial = false;
+    Rule d = string_content_dfa(n, ptr, trivial);
+    q = quoted_rule(d);
+    if (!q)
+      return gb_.frags(rule).seq({gb_.frags(rule).literal("\""), gb_.frags(rule).dfa(d), gb_.frags(rule).literal("\"")});
+  }
+  int32_t r = gb_.add_rule(fresh(pointer_append(ptr, "string")));
+  gb_.set_dfa(r, std::move(q));
+  string_rules_.emplace(std::move(key), r);
+  return gb_.frags(rule).call(r);
 }
 
 Grammar SchemaCompiler::run() {

@@ -1,10 +1,13 @@
 // oneOf: an instance must match exactly one branch. Branch i is compiled as base ∧ b_i ∧ ¬b_j for
 // every j whose overlap with i is not ruled out by provably_disjoint; ¬b_j is written as a list of
 // alternatives (other types, a required key absent, a property of the wrong type, a string of the
-// wrong length) when b_j's keywords allow it, and the schema is refused otherwise.
+// wrong length or outside a pattern or format, a number beyond a bound, an array of the wrong size)
+// when b_j's keywords allow it, and the schema is refused otherwise.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
 
@@ -13,6 +16,7 @@ namespace {
 
 const std::vector<std::string> kAllTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxNegationDepth = 8;
+constexpr size_t kMaxNegationAlternatives = 64;
 
 std::set<std::string> type_set(const Json& s) {
   std::set<std::string> t;
@@ -116,22 +120,66 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
   return false;
 }
 
-// Alternatives whose union is exactly the complement of the normalized schema s, or nullopt when
-// s uses keywords this cannot complement.
+// Alternatives whose union is the complement of the normalized schema s (exactly, but for the
+// non-integer numbers, which are those written with a fraction and no exponent: a subset, so a
+// negation never accepts what s accepts), or nullopt when s uses keywords this cannot complement.
 std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
   if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
   if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
-  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum"};
+  static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
+                                           "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                           "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", kNegated};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
   std::set<std::string> types = type_set(s);
+  const bool integers_only = types.count("integer") && !types.count("number");
   if (s.contains("type")) {
-    if (types.count("integer") && !types.count("number")) return std::nullopt;  // non-integer numbers
     Json rest = Json::array();
     for (const std::string& t : kAllTypes)
-      if (t != "integer" && !types.count(t)) rest.push_back(t);
+      if (t != "integer" && !types.count(t) && !(t == "number" && integers_only)) rest.push_back(t);
     if (!rest.empty()) out.push_back(Json{{"type", rest}});
+    if (integers_only) out.push_back(Json{{"type", {"number"}}, {kFractional, true}});
+  }
+  for (const char* kw : {"anyOf", "oneOf"}) {
+    if (!s.contains(kw)) continue;
+    // not (a or b ...) = not a and not b ...: one alternative of each negation, merged; a oneOf
+    // counts as an anyOf when its branches are provably disjoint
+    std::vector<Json> branches;
+    for (const Json& b : s[kw]) branches.push_back(normalize(b, "", 0));
+    if (std::string(kw) == "oneOf")
+      for (size_t i = 0; i < branches.size(); ++i)
+        for (size_t j = i + 1; j < branches.size(); ++j)
+          if (!provably_disjoint(branches[i], branches[j], 0)) return std::nullopt;
+    std::vector<Json> acc{Json::object()};
+    for (const Json& b : branches) {
+      auto nb = negate(b, depth + 1);
+      if (!nb) return std::nullopt;
+      std::vector<Json> next;
+      for (const Json& x : acc)
+        for (const Json& y : *nb) {
+          try {
+            Json m = merge(x, y, "", 0);
+            if (m != false) next.push_back(std::move(m));
+          } catch (const GrammarError&) {
+            grammar_budget_check();
+            return std::nullopt;
+          }
+          if (next.size() > kMaxNegationAlternatives) return std::nullopt;
+        }
+      acc = std::move(next);
+    }
+    for (Json& x : acc) out.push_back(std::move(x));
+  }
+  if (s.contains("additionalProperties") && s["additionalProperties"] != true) {
+    // a key outside the named properties (with no patternProperties to claim it)
+    if (s["additionalProperties"] != false) return std::nullopt;
+    if (types.count("object")) {
+      Json keys = Json::array();
+      if (s.contains("properties"))
+        for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) keys.push_back(it.key());
+      out.push_back(Json{{"type", {"object"}}, {kHasKeyOutside, Json::array({keys})}});
+    }
   }
   if (types.count("object")) {
     if (s.contains("required"))
@@ -142,7 +190,8 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
         auto np = negate(normalize(p.value(), "", 0), depth + 1);
         if (!np) return std::nullopt;
         for (const Json& alt : *np)
-          out.push_back(Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}});
+          out.push_back(
+              Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}, {kNegated, true}});
       }
     }
   }
@@ -172,6 +221,31 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     };
     if (auto mn = len("minLength"); mn && *mn >= 1) out.push_back(Json{{"type", {"string"}}, {"maxLength", uint64_t(*mn) - 1}});
     if (auto mx = len("maxLength")) out.push_back(Json{{"type", {"string"}}, {"minLength", uint64_t(*mx) + 1}});
+    for (const char* kw : {"pattern", "format"})
+      if (s.contains(kw)) out.push_back(Json{{"type", {"string"}}, {kNotString, Json::array({Json{{kw, s[kw]}}})}});
+  }
+  if (types.count("number") || types.count("integer")) {
+    // a bound's complement is the opposite bound on numbers (draft-04 boolean exclusives aside)
+    static const std::pair<const char*, const char*> opposite[] = {{"minimum", "exclusiveMaximum"},
+                                                                  {"maximum", "exclusiveMinimum"},
+                                                                  {"exclusiveMinimum", "maximum"},
+                                                                  {"exclusiveMaximum", "minimum"}};
+    for (auto [kw, inv] : opposite)
+      if (s.contains(kw)) {
+        if (!s[kw].is_number()) return std::nullopt;
+        out.push_back(Json{{"type", {"number"}}, {inv, s[kw]}});
+      }
+  }
+  if (types.count("array")) {
+    auto count = [&](const char* kw) -> std::optional<double> {
+      if (!s.contains(kw)) return std::nullopt;
+      if (!s[kw].is_number() || s[kw].get<double>() < 0) return -1.0;
+      return std::min(s[kw].get<double>(), 4e9);
+    };
+    auto mn = count("minItems"), mx = count("maxItems");
+    if ((mn && *mn < 0) || (mx && *mx < 0)) return std::nullopt;
+    if (mn && *mn >= 1) out.push_back(Json{{"type", {"array"}}, {"maxItems", uint64_t(std::ceil(*mn)) - 1}});
+    if (mx) out.push_back(Json{{"type", {"array"}}, {"minItems", uint64_t(std::floor(*mx)) + 1}});
   }
   return out;
 }

@@ -402,28 +402,102 @@ struct Emitter {
 
 Frag emit_regex(GrammarBuilder& gb, int32_t rule, std::string_view pattern, const RegexOptions& opts) {
   RNode root = Parser(pattern).parse();
+  // Top-level alternatives, with the groups that hold anchors distributed over them ("^$|(^a+$)"
+  // is "^$" or "^a+$", "^([^,]|$)" is "^[^,]" or "^$"), and alternatives dropped whose anchor
+  // cannot hold (a '^' after a character, a '$' before one: "/^[0-9]{4}$/" matches nothing).
+  auto has_anchor = [](auto&& self, const RNode& n) -> bool {
+    if (n.kind == RNode::Kind::bol || n.kind == RNode::Kind::eol) return true;
+    if (n.kind != RNode::Kind::cat && n.kind != RNode::Kind::alt) return false;
+    for (const RNode& k : n.kids)
+      if (self(self, k)) return true;
+    return false;
+  };
+  auto min_len = [](auto&& self, const RNode& n) -> uint64_t {
+    switch (n.kind) {
+      case RNode::Kind::set: return 1;
+      case RNode::Kind::bol:
+      case RNode::Kind::eol: return 0;
+      case RNode::Kind::rep: return n.min == 0 ? 0 : n.min * self(self, n.kids[0]);
+      case RNode::Kind::cat: {
+        uint64_t t = 0;
+        for (const RNode& k : n.kids) t += self(self, k);
+        return t;
+      }
+      case RNode::Kind::alt: {
+        uint64_t m = UINT64_MAX;
+        for (const RNode& k : n.kids) m = std::min(m, self(self, k));
+        return m == UINT64_MAX ? 0 : m;
+      }
+    }
+    return 0;
+  };
+  constexpr size_t kMaxAnchorAlternatives = 256;
   std::vector<RNode> alts;
-  if (root.kind == RNode::Kind::alt) alts = std::move(root.kids);
-  else alts.push_back(std::move(root));
+  size_t distributed = 0;
+  auto flatten = [&](auto&& self, RNode n) -> void {
+    if (n.kind == RNode::Kind::alt) {
+      for (RNode& k : n.kids) self(self, std::move(k));
+      return;
+    }
+    if (n.kind != RNode::Kind::cat) {
+      alts.push_back(std::move(n));
+      return;
+    }
+    for (size_t i = 0; i < n.kids.size(); ++i) {
+      RNode& k = n.kids[i];
+      if ((k.kind != RNode::Kind::cat && k.kind != RNode::Kind::alt) || !has_anchor(has_anchor, k)) continue;
+      if (k.kind == RNode::Kind::cat) {
+        std::vector<RNode> inner = std::move(k.kids);
+        n.kids.erase(n.kids.begin() + std::ptrdiff_t(i));
+        n.kids.insert(n.kids.begin() + std::ptrdiff_t(i), std::make_move_iterator(inner.begin()),
+                      std::make_move_iterator(inner.end()));
+        self(self, std::move(n));
+        return;
+      }
+      if ((distributed += k.kids.size()) > kMaxAnchorAlternatives) break;
+      for (const RNode& x : k.kids) {
+        RNode c = n;
+        c.kids[i] = x;
+        self(self, std::move(c));
+      }
+      return;
+    }
+    uint64_t before = 0, total = min_len(min_len, n);
+    for (const RNode& k : n.kids) {
+      if (k.kind == RNode::Kind::bol && before > 0) return;
+      before += min_len(min_len, k);
+      if (k.kind == RNode::Kind::eol && total > before) return;
+    }
+    alts.push_back(std::move(n));
+  };
+  flatten(flatten, std::move(root));
   Emitter em{gb, opts, pattern};
-  std::vector<Frag> out;
+  // Alternatives with the same anchors share one search prefix and suffix: separate ones would
+  // make the automaton track which alternatives have matched (2^n states for n alternatives).
+  std::vector<Frag> groups[2][2];
   for (RNode& a : alts) {
     bool bol = false, eol = false;
     if (a.kind == RNode::Kind::cat) {
       if (!a.kids.empty() && a.kids.front().kind == RNode::Kind::bol) bol = true, a.kids.erase(a.kids.begin());
       if (!a.kids.empty() && a.kids.back().kind == RNode::Kind::eol) eol = true, a.kids.pop_back();
     }
-    std::vector<Frag> parts;
-    auto any_star = [&] {
-      FragBuilder fb = gb.frags(rule);
-      Frag ch = emit_code_set(fb, CodeSet::all(), opts.json_string);
-      return gb.frags(rule).star(ch);
-    };
-    if (opts.search && !bol) parts.push_back(any_star());
-    parts.push_back(em.emit(rule, a));
-    if (opts.search && !eol) parts.push_back(any_star());
-    out.push_back(gb.frags(rule).seq(parts));
+    groups[bol][eol].push_back(em.emit(rule, a));
   }
+  auto any_star = [&] {
+    FragBuilder fb = gb.frags(rule);
+    Frag ch = emit_code_set(fb, CodeSet::all(), opts.json_string);
+    return gb.frags(rule).star(ch);
+  };
+  std::vector<Frag> out;
+  for (int bol = 0; bol < 2; ++bol)
+    for (int eol = 0; eol < 2; ++eol) {
+      if (groups[bol][eol].empty()) continue;
+      std::vector<Frag> parts;
+      if (opts.search && !bol) parts.push_back(any_star());
+      parts.push_back(gb.frags(rule).alt(groups[bol][eol]));
+      if (opts.search && !eol) parts.push_back(any_star());
+      out.push_back(gb.frags(rule).seq(parts));
+    }
   return gb.frags(rule).alt(out);
 }
 

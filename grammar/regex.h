@@ -5,7 +5,8 @@
 // classes [..] with ranges, negation and \d \D \w \W \s \S inside or outside, '.' (any character
 // but \n \r U+2028 U+2029), * + ? {m} {m,} {m,n} (lazy forms match the same language), groups
 // ( ), (?: ), (?<name> ), alternation, and the anchors ^ and $ at the start and end of a
-// top-level alternative. Errors (GrammarError "grammar: regex: '<pattern>' at <byte offset>: ..."):
+// top-level alternative, groups holding anchors distributed first ("^$|(^a+$)", "^([^,]|$)"); an
+// alternative whose '^' follows a character or whose '$' precedes one matches nothing. Errors (GrammarError "grammar: regex: '<pattern>' at <byte offset>: ..."):
 // backreferences, look-around, \b \B, \p{..}, anchors elsewhere, malformed syntax.
 //
 // Semantics: full match (the whole input is one match) or search (JSON Schema `pattern`: the input

@@ -132,7 +132,8 @@ struct SplitCounts {
             {"invalid_rejected", invalid_rejected}, {"invalid_accepted", invalid_accepted},
             {"masks", mask_us.size()}, {"mask_us_p50", percentile(mu, 0.5)}, {"mask_us_p99", percentile(mu, 0.99)},
             {"mask_us_max", mu.empty() ? 0.0 : *std::max_element(mu.begin(), mu.end())},
-            {"compile_ms_p50", percentile(cm, 0.5)}, {"compile_ms_p99", percentile(cm, 0.99)}};
+            {"compile_ms_p50", percentile(cm, 0.5)}, {"compile_ms_p99", percentile(cm, 0.99)},
+            {"compile_ms_max", cm.empty() ? 0.0 : *std::max_element(cm.begin(), cm.end())}};
   }
 };
 
@@ -142,7 +143,8 @@ int maskbench(std::span<const std::string> args) {
   static const CommandSpec spec{
       "grammar maskbench",
       "Run MaskBench-format files ({schema, tests:[{data, valid}]}): compile each schema (property order\n"
-      "any), feed each test's compact serialization token by token, timing every mask. Prints one JSON object.\n"
+      "any), feed each test's compact serialization token by token, timing every mask. Prints one JSON object:\n"
+      "totals, per-split counts and mask/compile p50/p99/max, and the 10 slowest files (\"slowest\").\n"
       "Keywords of no JSON Schema draft (\"self\", \"javaType\", ...) are ignored as annotations unless\n"
       "--strict-keywords; unsupported validation keywords are compile errors either way.",
       {"FILE..."},
@@ -173,6 +175,12 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
   std::map<std::string, SplitCounts> splits;
   SplitCounts total;
   std::vector<uint32_t> mask(index->mask_words());
+  // per file: compile ms, masks' sum ms, largest mask us (the slowest files, by compile + masks)
+  struct FileTime {
+    std::string name;
+    double compile_ms, mask_ms, max_mask_us;
+  };
+  std::vector<FileTime> file_times;
   for (const std::string& path : files) {
     std::string name = std::filesystem::path(path).filename().string();
     std::string split = name.substr(0, name.find("---"));
@@ -225,6 +233,11 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
       }
     }
     if (all_right) ++sc.passing, ++total.passing;
+    {
+      double sum = 0, mx = 0;
+      for (size_t i = first_mask; i < mask_us.size(); ++i) sum += mask_us[i], mx = std::max(mx, mask_us[i]);
+      file_times.push_back({name, compile_ms.back(), sum * 1e-3, mx});
+    }
     if (per_file) {
       std::vector<double> fm(mask_us.begin() + std::ptrdiff_t(first_mask), mask_us.end());
       double sum = 0;
@@ -246,6 +259,14 @@ int run_maskbench(const ParsedArgs& a, const std::vector<std::string>& files) {
   out["mask_us_max"] = mask_us.empty() ? 0 : *std::max_element(mask_us.begin(), mask_us.end());
   out["compile_ms_p50"] = percentile(cm, 0.5);
   out["compile_ms_p99"] = percentile(cm, 0.99);
+  out["compile_ms_max"] = compile_ms.empty() ? 0 : *std::max_element(compile_ms.begin(), compile_ms.end());
+  std::sort(file_times.begin(), file_times.end(),
+            [](const FileTime& x, const FileTime& y) { return x.compile_ms + x.mask_ms > y.compile_ms + y.mask_ms; });
+  nlohmann::ordered_json slow = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < file_times.size() && i < 10; ++i)
+    slow.push_back({{"file", file_times[i].name}, {"compile_ms", file_times[i].compile_ms},
+                    {"masks_ms", file_times[i].mask_ms}, {"mask_us_max", file_times[i].max_mask_us}});
+  out["slowest"] = slow;
   nlohmann::ordered_json sp = nlohmann::ordered_json::object();
   for (const auto& [k, v] : splits) sp[k] = v.to_json();
   out["splits"] = sp;
@@ -260,7 +281,8 @@ int cli_bench_grammar(std::span<const std::string> args) {
       "bench grammar",
       "MaskBench over the JSONSchemaBench splits the grammar targets are set for (Glaiveai2K,\n"
       "Github_trivial, Github_easy, Github_medium, Snowplow): every --every'th file of each split, by name.\n"
-      "Prints grammar maskbench's JSON object (per-split counts and timings under \"splits\").",
+      "Prints grammar maskbench's JSON object (per-split counts and timings under \"splits\", the 10\n"
+      "slowest files by compile plus mask time under \"slowest\").",
       {},
       {{"--tokenizer", "DIR", "model or tokenizer directory (the benchmark uses the Llama 3 tokenizer)", true},
        {"--data", "DIR", "MaskBench data folder (default ../shared/data/jsonschemabench/maskbench/data)"},

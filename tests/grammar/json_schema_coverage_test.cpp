@@ -174,5 +174,143 @@ TEST(GrammarJsonSchemaCoverage, IntegersMayHaveZeroFractions) {
   EXPECT_FALSE(schema_accepts(s, "2.0", JsonSchemaOptions{}));
 }
 
+// if/then/else as (if and then) or (not if and else), JSON-Schema-Test-Suite style instances.
+TEST(GrammarJsonSchemaCoverage, IfThenElse) {
+  const std::string s = R"({"if":{"properties":{"kind":{"const":"a"}},"required":["kind"]},)"
+                        R"("then":{"required":["x"]},"else":{"required":["y"]}})";
+  EXPECT_TRUE(ok(s, R"({"kind":"a","x":1})"));
+  EXPECT_FALSE(ok(s, R"({"kind":"a","y":1})"));
+  EXPECT_TRUE(ok(s, R"({"kind":"b","y":1})"));
+  EXPECT_FALSE(ok(s, R"({"kind":"b","x":1})"));
+  EXPECT_TRUE(ok(s, R"({"y":1})"));
+  EXPECT_FALSE(ok(s, R"({"x":1})"));
+  EXPECT_TRUE(ok(s, "3"));  // not an object: 'if' holds (no keyword applies), 'then' holds too
+  const std::string num = R"({"if":{"exclusiveMaximum":0},"then":{"minimum":-10},"else":{"multipleOf":1}})";
+  EXPECT_TRUE(ok(num, "-1"));
+  EXPECT_FALSE(ok(num, "-100"));
+  EXPECT_TRUE(ok(num, "3"));
+  EXPECT_FALSE(ok(num, "3.5"));
+  EXPECT_TRUE(ok(R"({"then":{"type":"string"}})", "1"));  // then without if: no effect
+  EXPECT_TRUE(ok(R"({"if":true,"then":{"type":"string"},"else":false})", R"("a")"));
+  EXPECT_FALSE(ok(R"({"if":false,"then":true,"else":{"type":"string"}})", "1"));
+  EXPECT_FALSE(compiles(R"({"if":{"multipleOf":2},"then":{"minimum":1}})"));  // no negation of multipleOf
+  const std::string pat = R"({"if":{"pattern":"^a"},"then":{"maxLength":2},"else":{"minLength":3}})";
+  EXPECT_TRUE(ok(pat, R"("ab")"));
+  EXPECT_FALSE(ok(pat, R"("abc")"));
+  EXPECT_TRUE(ok(pat, R"("bcd")"));
+  EXPECT_FALSE(ok(pat, R"("bc")"));
+  // annotations of a failed 'if' do not count as evaluated: refused rather than guessed
+  EXPECT_FALSE(compiles(R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
+                        R"("unevaluatedProperties":false})"));
+}
+
+TEST(GrammarJsonSchemaCoverage, NotOfBoundsAndSizes) {
+  EXPECT_TRUE(ok(R"({"not":{"minimum":1}})", "0.5"));
+  EXPECT_FALSE(ok(R"({"not":{"minimum":1}})", "1"));
+  EXPECT_FALSE(ok(R"({"not":{"minimum":1}})", R"("x")"));  // strings satisfy minimum
+  EXPECT_TRUE(ok(R"({"not":{"exclusiveMaximum":1}})", "1"));
+  EXPECT_FALSE(ok(R"({"not":{"exclusiveMaximum":1}})", "0"));
+  EXPECT_TRUE(ok(R"({"not":{"type":"array","minItems":2}})", "[1]"));
+  EXPECT_FALSE(ok(R"({"not":{"type":"array","minItems":2}})", "[1,2]"));
+  EXPECT_TRUE(ok(R"({"not":{"type":"array","minItems":2}})", "{}"));
+  EXPECT_TRUE(ok(R"({"not":{"maxItems":1}})", "[1,2]"));
+  EXPECT_FALSE(ok(R"({"not":{"maxItems":1}})", "[1]"));
+}
+
+// Patterns and formats are negated as automaton differences: 'not', and oneOf branches whose
+// patterns overlap made exclusive exactly.
+TEST(GrammarJsonSchemaCoverage, NotAndOneOfOfPatternsAndFormats) {
+  EXPECT_TRUE(ok(R"({"not":{"pattern":"^x"}})", R"("ax")"));
+  EXPECT_FALSE(ok(R"({"not":{"pattern":"^x"}})", R"("xa")"));
+  EXPECT_FALSE(ok(R"({"not":{"pattern":"^x"}})", "1"));  // a number satisfies any pattern
+  EXPECT_FALSE(ok(R"({"type":"string","not":{"format":"date"}})", R"("2024-01-31")"));
+  EXPECT_TRUE(ok(R"({"type":"string","not":{"format":"date"}})", R"("2024-02-31")"));
+  const std::string one = R"({"oneOf":[{"type":"string","pattern":"customer"},{"type":"string","pattern":"admin"}]})";
+  EXPECT_TRUE(ok(one, R"("a customer")"));
+  EXPECT_TRUE(ok(one, R"("admin x")"));
+  EXPECT_FALSE(ok(one, R"("customer admin")"));  // both branches: not exactly one
+  EXPECT_FALSE(ok(one, R"("guest")"));
+  const std::string id = R"({"oneOf":[{"type":"string","pattern":"^[A-Fa-f0-9]{4}$"},{"type":"string"}]})";
+  EXPECT_TRUE(ok(id, R"("xyz")"));
+  EXPECT_FALSE(ok(id, R"("beef")"));
+  EXPECT_TRUE(ok(R"({"oneOf":[{"format":"uri"},{"format":"hostname"}]})", R"("example.com")"));
+  EXPECT_TRUE(ok(R"({"oneOf":[{"format":"uri"},{"format":"hostname"}]})", R"("http://example.com")"));
+}
+
+// The negation of "integer" is the numbers written with a non-zero fraction (a subset of the
+// non-integers: 2.0 is an integer, 1.5e1 is never produced); anyOf and disjoint oneOf negate as
+// the conjunction of their branches' negations.
+TEST(GrammarJsonSchemaCoverage, NegatedIntegersAndCombinators) {
+  const std::string one = R"({"oneOf":[{"type":"integer"},{"minimum":2}]})";
+  EXPECT_TRUE(ok(one, "1"));
+  EXPECT_FALSE(ok(one, "3"));    // both branches
+  EXPECT_FALSE(ok(one, "2.0"));  // an integer too
+  EXPECT_TRUE(ok(one, "2.5"));
+  EXPECT_FALSE(ok(one, "1.5"));  // neither
+  EXPECT_TRUE(ok(one, R"("x")"));
+  const std::string types = R"({"oneOf":[{"type":"integer"},{"type":"number"},{"type":"string"}]})";
+  EXPECT_TRUE(ok(types, "0.25"));
+  EXPECT_FALSE(ok(types, "7"));
+  const std::string dims = R"({"type":"object","oneOf":[{"not":{"required":["r"]},"required":["w","h"]},)"
+                           R"({"not":{"required":["w","h"]},"required":["r"]}]})";
+  EXPECT_TRUE(ok(dims, R"({"w":1,"h":2})"));
+  EXPECT_TRUE(ok(dims, R"({"r":1})"));
+  EXPECT_TRUE(ok(dims, R"({"r":1,"w":2})"));
+  EXPECT_FALSE(ok(dims, R"({"r":1,"w":2,"h":3})"));
+  EXPECT_FALSE(ok(dims, R"({"w":2})"));
+  EXPECT_FALSE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", "4"));
+  EXPECT_TRUE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", "2"));
+  EXPECT_FALSE(ok(R"({"not":{"anyOf":[{"type":"string"},{"minimum":3}]}})", R"("a")"));
+}
+
+// uniqueItems over enumerated items: the automaton's state is the set of values used so far.
+TEST(GrammarJsonSchemaCoverage, UniqueItemsOfEnumeratedValues) {
+  const std::string tags = R"({"type":"array","items":{"enum":["a","b","c"]},"uniqueItems":true,"minItems":1})";
+  EXPECT_TRUE(ok(tags, R"(["c","a"])"));
+  EXPECT_TRUE(ok(tags, R"(["a","b","c"])"));
+  EXPECT_FALSE(ok(tags, R"(["a","b","a"])"));
+  EXPECT_FALSE(ok(tags, R"([])"));
+  EXPECT_FALSE(ok(tags, R"(["d"])"));
+  const std::string bools = R"({"prefixItems":[{"type":"boolean"},{"type":"boolean"}],"uniqueItems":true,"items":false})";
+  EXPECT_TRUE(ok(bools, "[false,true]"));
+  EXPECT_FALSE(ok(bools, "[true,true]"));
+  EXPECT_TRUE(ok(bools, "[true]"));
+  EXPECT_FALSE(ok(bools, "[true,false,null]"));
+  EXPECT_TRUE(ok(R"({"items":{"enum":[1,2]},"uniqueItems":true,"maxItems":1})", "[2]"));
+  EXPECT_FALSE(ok(R"({"items":{"enum":[1,2]},"uniqueItems":true,"maxItems":1})", "[1,2]"));
+  EXPECT_TRUE(ok(R"({"items":{"enum":[1,2]},"uniqueItems":true})", R"("not an array")"));
+  EXPECT_FALSE(compiles(R"({"items":{"type":"string"},"uniqueItems":true})"));  // not enumerable
+}
+
+// "$ref": "#name" finds the one schema with "$anchor": name (or the older "$id": "#name").
+TEST(GrammarJsonSchemaCoverage, RefsToAnchors) {
+  const std::string s = R"({"properties":{"a":{"$ref":"#pos"}},"$defs":{"p":{"$anchor":"pos","minimum":0}}})";
+  EXPECT_TRUE(ok(s, R"({"a":1})"));
+  EXPECT_FALSE(ok(s, R"({"a":-1})"));
+  EXPECT_TRUE(ok(R"({"items":{"$ref":"#s"},"definitions":{"x":{"$id":"#s","type":"string"}}})", R"(["x"])"));
+  EXPECT_FALSE(ok(R"({"items":{"$ref":"#s"},"definitions":{"x":{"$id":"#s","type":"string"}}})", "[1]"));
+  EXPECT_FALSE(compiles(R"({"$ref":"#nowhere"})"));
+  EXPECT_FALSE(compiles(R"({"$ref":"#a","$defs":{"x":{"$anchor":"a"},"y":{"$anchor":"a"}}})"));
+  // an anchor inside an embedded resource belongs to that resource's base URI: refused
+  EXPECT_FALSE(compiles(R"({"$ref":"#a","$defs":{"x":{"$id":"http://e.com/x","$anchor":"a"}}})"));
+}
+
+// Closed objects: the negation of "additionalProperties": false is "some key outside the named
+// ones", which inside another closed object is one of its own keys.
+TEST(GrammarJsonSchemaCoverage, OneOfOfClosedObjects) {
+  const std::string s = R"({"type":"object","oneOf":[)"
+                        R"({"properties":{"kind":{"const":"a"},"x":{"type":"boolean"}},"additionalProperties":false},)"
+                        R"({"properties":{"kind":{"const":"b"},"y":{"type":"boolean"}},"additionalProperties":false}]})";
+  EXPECT_TRUE(ok(s, R"({"kind":"a","x":true})"));
+  EXPECT_TRUE(ok(s, R"({"x":true})"));
+  EXPECT_TRUE(ok(s, R"({"y":false})"));
+  EXPECT_FALSE(ok(s, R"({})"));           // both
+  EXPECT_TRUE(ok(s, R"({"kind":"a"})"));  // the second refuses "kind":"a"
+  EXPECT_FALSE(ok(s, R"({"x":true,"y":true})"));  // neither
+  EXPECT_FALSE(ok(s, R"({"kind":"b","x":true})"));
+  EXPECT_TRUE(ok(s, R"({"kind":"b","y":true})"));
+  EXPECT_FALSE(compiles(R"({"not":{"additionalProperties":false,"properties":{"a":{}}}})"));  // open: refused
+}
+
 }  // namespace json_schema_coverage_test
 }  // namespace exl

@@ -189,17 +189,24 @@ TEST(GrammarJsonSchema, Combinators) {
                                      {"type":"object","properties":{"k":{"const":"b"},"n":{"type":"integer"}},"required":["k"]}]})";
   EXPECT_TRUE(schema_accepts(one, R"({"k":"b","n":1})"));
   EXPECT_FALSE(schema_accepts(one, R"({"k":"c"})"));
-  EXPECT_NE(compile_error(R"({"oneOf":[{"type":"integer"},{"minimum":2}]})").find("may overlap"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"oneOf":[{"type":"integer"},{"multipleOf":2}]})").find("may overlap"), std::string::npos);
   EXPECT_TRUE(schema_accepts(R"({"enum":[1,"a",{"x":[true]}]})", R"({"x":[true]})"));
   EXPECT_FALSE(schema_accepts(R"({"type":"string","enum":[1,"a"]})", "1"));
 }
 
+TEST(GrammarJsonSchema, OversizedStringProductsNameTheSubschema) {
+  std::string e = compile_error(
+      R"({"properties":{"to":{"type":"string","minLength":5,"maxLength":254,)"
+      R"("pattern":"^[^@^\\s]+@[^@^\\.^\\s]+(\\.[^@^\\.^\\s]*)*.gov.uk"}}})");
+  EXPECT_EQ(e.rfind("grammar: json_schema: #/properties/to: the string's pattern/format/length constraints", 0), 0u) << e;
+}
+
 TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
-  EXPECT_EQ(compile_error(R"({"properties":{"a":{"if":{}}}})"),
-            "grammar: json_schema: #/properties/a: unsupported keyword 'if'");
-  EXPECT_EQ(compile_error(R"({"properties":{"a":{"not":{"minimum":1}}}})"),
+  EXPECT_EQ(compile_error(R"({"properties":{"a":{"$dynamicRef":"#x"}}})"),
+            "grammar: json_schema: #/properties/a: unsupported keyword '$dynamicRef'");
+  EXPECT_EQ(compile_error(R"({"properties":{"a":{"not":{"multipleOf":2}}}})"),
             "grammar: json_schema: #/properties/a/not: unsupported keyword 'not' (only type exclusions, required keys, "
-            "property types and string lengths)");
+            "property types, string lengths, patterns, formats, number bounds and array sizes)");
   EXPECT_TRUE(schema_accepts(R"({"not":{"type":["string","object"]}})", "[1]"));
   EXPECT_FALSE(schema_accepts(R"({"not":{"type":["string","object"]}})", "{}"));
   EXPECT_EQ(compile_error(R"({"items":{"foo":1}})"), "grammar: json_schema: #/items: unsupported keyword 'foo'");
@@ -207,6 +214,32 @@ TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
   lenient.ignore_keywords = {"foo"};
   EXPECT_EQ(compile_error(R"({"items":{"foo":1}})", lenient), "");
   EXPECT_NE(compile_error(R"({"uniqueItems":true})").find("uniqueItems"), std::string::npos);
+}
+
+
+// A length-bounded string is one prebuilt automaton called from its value, not determinized again
+// into every rule that holds it (a 1024-character bound is ~25,000 states); escaped quotes inside
+// it stay exact.
+TEST(GrammarJsonSchema, LengthBoundedStringsAreSharedRules) {
+  for (const char* schema : {R"({"type":"string","maxLength":1024})", R"({"type":["string","null"],"maxLength":1024})",
+                             R"({"type":"string","format":"json-pointer"})"}) {
+    Grammar g = compile_json_schema_text(schema);
+    EXPECT_LT(g.rules[size_t(g.root)].states.size(), 10u) << schema;
+  }
+  // Properties with the same string keywords share one rule.
+  Grammar g = compile_json_schema_text(
+      R"({"properties":{"a":{"type":"string","maxLength":1024},"b":{"type":["string","null"],"maxLength":1024},)"
+      R"("c":{"type":"string","maxLength":1000}}})");
+  size_t big = 0;
+  for (const Rule& r : g.rules) big += r.states.size() > 1000;
+  EXPECT_EQ(big, 2u);
+  const std::string two = R"({"type":"string","maxLength":2})";
+  EXPECT_TRUE(schema_accepts(two, R"("\"\"")"));
+  EXPECT_FALSE(schema_accepts(two, R"("\"\"\"")"));
+  EXPECT_FALSE(schema_accepts(two, R"("\")"));
+  EXPECT_FALSE(schema_accepts(two, R"("a"")"));
+  EXPECT_TRUE(schema_accepts(R"({"type":"string","format":"json-pointer"})", R"("/a\"b")"));
+  EXPECT_FALSE(schema_accepts(R"({"type":"string","format":"json-pointer"})", R"("a\"b")"));
 }
 
 }  // namespace json_schema_test

@@ -83,8 +83,37 @@ TEST(GrammarRegex, UnsupportedConstructsNamePosition) {
   EXPECT_NE(msg("\\p{L}").find("Unicode property"), std::string::npos);
   EXPECT_NE(msg("a(b").find("missing ')'"), std::string::npos);
   EXPECT_NE(msg("*a").find("nothing to repeat"), std::string::npos);
-  EXPECT_NE(msg("a^b").find("anchors"), std::string::npos);
+  EXPECT_NE(msg("a?^b").find("anchors"), std::string::npos);
   EXPECT_NE(msg("[z-a]").find("out of order"), std::string::npos);
+}
+
+// Search alternatives share one prefix and suffix (an automaton the size of the alternatives, not
+// 2^n: the time-zone pattern had ~10^6 states); a group that is a whole alternative may hold
+// anchors.
+TEST(GrammarRegex, SearchAlternativesAndGroupedAnchors) {
+  const std::string tz = "UTC|(Africa/[A-Za-z]+)|(America/[A-Za-z]+)|(Asia/[A-Za-z]+)|(Europe/[A-Za-z]+)|"
+                         "(Indian/[A-Za-z]+)|(Pacific/[A-Za-z]+)|(Arctic/[A-Za-z]+)";
+  GrammarBuilder gb;
+  int32_t r = gb.add_rule("p");
+  gb.frags(r).set_root(emit_regex(gb, r, tz, {.search = true, .byte_only = true}));
+  Rule d = determinize_bytes(gb.nfa(r), "p", 200000);
+  EXPECT_LT(d.states.size(), 2000u);
+  EXPECT_TRUE(accepts_bytes(d, "x Europe/Rome y"));
+  EXPECT_TRUE(accepts_bytes(d, "UTC"));
+  EXPECT_FALSE(accepts_bytes(d, "Europe/"));
+  EXPECT_TRUE(search_match("^$|(^[a-z]+$)", ""));
+  EXPECT_TRUE(search_match("^$|(^[a-z]+$)", "abc"));
+  EXPECT_FALSE(search_match("^$|(^[a-z]+$)", "ab1"));
+  EXPECT_TRUE(search_match("(?:^a$)|(b$)", "xb"));
+  EXPECT_FALSE(search_match("(?:^a$)|(b$)", "xa"));
+  EXPECT_TRUE(search_match("^([^,]|$)", ""));
+  EXPECT_TRUE(search_match("^([^,]|$)", "a,"));
+  EXPECT_FALSE(search_match("^([^,]|$)", ",a"));
+  EXPECT_FALSE(search_match("/^[0-9]{4}$/", "/2024/"));  // '^' after a character never holds
+  EXPECT_FALSE(search_match("/^[0-9]{4}$/", "2024"));
+  EXPECT_TRUE(search_match("a(^b)|c", "xc"));
+  EXPECT_FALSE(search_match("a(^b)|c", "ab"));
+  EXPECT_THROW(search_match("a*(^b)", "b"), GrammarError);  // '^' after what may be empty
 }
 
 }  // namespace regex_test
