@@ -19,6 +19,7 @@
 
 #include "runtime/server/server.h"
 #include "runtime/server/session_hub.h"
+#include "test_server.h"
 #include "test_support.h"
 #include "ws_test_client.h"
 
@@ -53,20 +54,14 @@ class McpDemoSession : public testing::Test {
       skip_ = "tests/node/node_modules absent: run `npm ci` in tests/node for @modelcontextprotocol/server-everything";
       return;
     }
-    ServerOptions o;
-    o.model_dir = model.string();
-    o.port = 0;
-    o.api_key = kKey;
-    o.cache_pages = 256;
-    o.cpu_threads = 1;
+    ServerOptions o = test::test_server_options(model, kKey);
     o.session_dir = (fs::temp_directory_path() / ("exl-mcp-demo-" + std::to_string(::getpid()))).string();
     McpServerConfig everything;
     everything.name = "everything";
     everything.argv = {bin.string()};
     o.mcp_servers.push_back(everything);
-    state_ = std::make_shared<ServerState>(o);
-    server_ = std::make_unique<Server>(state_);
-    server_->start();
+    server_ = std::make_unique<test::TestServer>(o);
+    state_ = server_->state;
   }
   static void TearDownTestSuite() {
     server_.reset();
@@ -78,7 +73,7 @@ class McpDemoSession : public testing::Test {
   }
 
   static inline std::shared_ptr<ServerState> state_;
-  static inline std::unique_ptr<Server> server_;
+  static inline std::unique_ptr<test::TestServer> server_;
   static inline std::string skip_;
 };
 

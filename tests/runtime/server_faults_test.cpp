@@ -26,6 +26,7 @@
 #include "runtime/server/session_hub.h"
 #include "cpu_forwarding_backend.h"
 #include "http_test_client.h"
+#include "test_server.h"
 #include "test_support.h"
 #include "ws_test_client.h"
 
@@ -38,25 +39,14 @@ using test::WsTestClient;
 std::filesystem::path stories_dir() { return test::shared_dir() / "models/stories260K-hf"; }
 
 ServerOptions small_server(const std::string& name) {
-  ServerOptions o;
-  o.model_dir = stories_dir().string();
-  o.port = 0;
+  ServerOptions o = test::test_server_options(stories_dir());
   o.page_size = 16;
   o.cache_pages = 64;
-  o.cpu_threads = 1;
   o.session_dir = (test::temp_dir(name) / "sessions").string();
   return o;
 }
 
-struct Running {
-  explicit Running(ServerOptions o, std::unique_ptr<Backend> backend = nullptr)
-      : state(std::make_shared<ServerState>(std::move(o), std::move(backend))), server(state) {
-    server.start();
-  }
-  uint16_t port() const { return server.port(); }
-  std::shared_ptr<ServerState> state;
-  Server server;
-};
+using Running = test::TestServer;
 
 json chat_body(const std::string& content, int max_tokens) {
   return {{"model", "m"},

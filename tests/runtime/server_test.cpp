@@ -24,6 +24,7 @@
 #include "runtime/cli_runner.h"
 #include "runtime/server/server.h"
 #include "http_test_client.h"
+#include "test_server.h"
 #include "test_support.h"
 
 namespace exl {
@@ -44,17 +45,11 @@ class ServerFixture : public testing::Test {
   static void SetUpTestSuite() {
     const auto dir = test::shared_dir() / "models/stories260K-hf";
     if (!std::filesystem::exists(dir / "model.safetensors")) return;
-    ServerOptions o;
-    o.model_dir = dir.string();
-    o.port = 0;
-    o.api_key = kKey;
+    ServerOptions o = test::test_server_options(dir, kKey);
     o.page_size = 16;
-    o.cache_pages = 256;
     o.max_body_bytes = 64 * 1024;
-    o.cpu_threads = 1;
-    state_ = std::make_shared<ServerState>(o);
-    server_ = std::make_unique<Server>(state_);
-    server_->start();
+    server_ = std::make_unique<test::TestServer>(o);
+    state_ = server_->state;
     std::printf("[ server   ] listening on 127.0.0.1:%u\n", unsigned(server_->port()));
   }
   static void TearDownTestSuite() {
@@ -98,10 +93,10 @@ class ServerFixture : public testing::Test {
   }
 
   static std::shared_ptr<ServerState> state_;
-  static std::unique_ptr<Server> server_;
+  static std::unique_ptr<test::TestServer> server_;
 };
 std::shared_ptr<ServerState> ServerFixture::state_;
-std::unique_ptr<Server> ServerFixture::server_;
+std::unique_ptr<test::TestServer> ServerFixture::server_;
 
 json story_request(int max_tokens, bool stream) {
   json j = {{"model", "stories260K"},

@@ -14,6 +14,7 @@
 #include "runtime/server/router.h"
 #include "runtime/server/server.h"
 #include "http_test_client.h"
+#include "test_server.h"
 #include "test_support.h"
 
 namespace exl {
@@ -133,15 +134,10 @@ class GenericToolServer : public testing::Test {
   static void SetUpTestSuite() {
     const auto dir = test::shared_dir() / kModel;
     if (!std::filesystem::exists(dir / "model.safetensors")) return;
-    ServerOptions o;
-    o.model_dir = dir.string();
-    o.port = 0;
-    o.api_key = kKey;
-    o.cpu_threads = 1;
+    ServerOptions o = test::test_server_options(dir, kKey);
     o.chat_template = "llama2";
-    state_ = std::make_shared<ServerState>(o);
-    server_ = std::make_unique<Server>(state_);
-    server_->start();
+    server_ = std::make_unique<test::TestServer>(o);
+    state_ = server_->state;
   }
   static void TearDownTestSuite() {
     server_.reset();
@@ -156,10 +152,10 @@ class GenericToolServer : public testing::Test {
     return json::parse(r.body);
   }
   static std::shared_ptr<ServerState> state_;
-  static std::unique_ptr<Server> server_;
+  static std::unique_ptr<test::TestServer> server_;
 };
 std::shared_ptr<ServerState> GenericToolServer::state_;
-std::unique_ptr<Server> GenericToolServer::server_;
+std::unique_ptr<test::TestServer> GenericToolServer::server_;
 
 TEST_F(GenericToolServer, RequiredGivesAValidCallForEverySeed) {
   EXPECT_EQ(state_->chat_template()->tool_format(), ToolFormat::generic);

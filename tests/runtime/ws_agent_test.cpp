@@ -16,6 +16,7 @@
 
 #include "runtime/server/server.h"
 #include "runtime/server/session_hub.h"
+#include "test_server.h"
 #include "test_support.h"
 #include "ws_test_client.h"
 
@@ -36,19 +37,13 @@ class WsAgent : public testing::Test {
     const auto dir = test::shared_dir() / "models/stories260K-hf";
     if (!std::filesystem::exists(dir / "model.safetensors")) return;
     session_dir_ = std::filesystem::temp_directory_path() / ("exl-ws-agent-" + std::to_string(::getpid()));
-    ServerOptions o;
-    o.model_dir = dir.string();
-    o.port = 0;
-    o.api_key = kKey;
+    ServerOptions o = test::test_server_options(dir, kKey);
     o.page_size = 16;
-    o.cache_pages = 256;
-    o.cpu_threads = 1;
     o.max_sessions = 6;
     o.session_dir = session_dir_.string();
     o.chat_template = "mistral";
-    state_ = std::make_shared<ServerState>(o);
-    server_ = std::make_unique<Server>(state_);
-    server_->start();
+    server_ = std::make_unique<test::TestServer>(o);
+    state_ = server_->state;
   }
   static void TearDownTestSuite() {
     server_.reset();
@@ -72,11 +67,11 @@ class WsAgent : public testing::Test {
   }
 
   static std::shared_ptr<ServerState> state_;
-  static std::unique_ptr<Server> server_;
+  static std::unique_ptr<test::TestServer> server_;
   static std::filesystem::path session_dir_;
 };
 std::shared_ptr<ServerState> WsAgent::state_;
-std::unique_ptr<Server> WsAgent::server_;
+std::unique_ptr<test::TestServer> WsAgent::server_;
 std::filesystem::path WsAgent::session_dir_;
 
 TEST_F(WsAgent, SessionCallsClientToolAndFinishes) {

@@ -10,6 +10,7 @@
 
 #include "runtime/server/server.h"
 #include "runtime/server/session_hub.h"
+#include "test_server.h"
 #include "test_support.h"
 #include "ws_test_client.h"
 
@@ -35,17 +36,11 @@ class WsBuiltinTools : public testing::Test {
     fs::create_directories(dir_ / "root" / "notes");
     std::ofstream(dir_ / "root" / "notes" / "todo.txt") << "buy 3 lemons\n";
     std::ofstream(dir_ / "secret.txt") << "outside the root\n";
-    ServerOptions o;
-    o.model_dir = model.string();
-    o.port = 0;
-    o.api_key = kKey;
-    o.cache_pages = 256;
-    o.cpu_threads = 1;
+    ServerOptions o = test::test_server_options(model, kKey);
     o.session_dir = (dir_ / "sessions").string();
     o.read_root = (dir_ / "root").string();
-    state_ = std::make_shared<ServerState>(o);
-    server_ = std::make_unique<Server>(state_);
-    server_->start();
+    server_ = std::make_unique<test::TestServer>(o);
+    state_ = server_->state;
   }
   static void TearDownTestSuite() {
     server_.reset();
@@ -78,11 +73,11 @@ class WsBuiltinTools : public testing::Test {
   }
 
   static std::shared_ptr<ServerState> state_;
-  static std::unique_ptr<Server> server_;
+  static std::unique_ptr<test::TestServer> server_;
   static fs::path dir_;
 };
 std::shared_ptr<ServerState> WsBuiltinTools::state_;
-std::unique_ptr<Server> WsBuiltinTools::server_;
+std::unique_ptr<test::TestServer> WsBuiltinTools::server_;
 fs::path WsBuiltinTools::dir_;
 
 TEST_F(WsBuiltinTools, CalculatorIsExactOnDecimals) {

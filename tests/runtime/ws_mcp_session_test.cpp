@@ -13,6 +13,7 @@
 
 #include "runtime/server/server.h"
 #include "runtime/server/session_hub.h"
+#include "test_server.h"
 #include "test_support.h"
 #include "ws_test_client.h"
 
@@ -32,22 +33,16 @@ class WsMcpSession : public testing::Test {
     if (!fs::exists(dir / "model.safetensors")) return;
     tmp_ = fs::temp_directory_path() / ("exl-ws-mcp-" + std::to_string(::getpid()));
     fs::create_directories(tmp_);
-    ServerOptions o;
-    o.model_dir = dir.string();
-    o.port = 0;
-    o.api_key = kKey;
+    ServerOptions o = test::test_server_options(dir, kKey);
     o.page_size = 16;
-    o.cache_pages = 256;
-    o.cpu_threads = 1;
     o.session_dir = (tmp_ / "sessions").string();
     o.chat_template = "mistral";
     McpServerConfig fake = parse_mcp_server_flag("fake=python3 " + std::string(EXL_SOURCE_DIR) +
                                                  "/tests/tools/fake_mcp_server.py --record " + record().string());
     fake.kill_grace = std::chrono::milliseconds(500);
     o.session_mcp_servers.push_back(fake);
-    state_ = std::make_shared<ServerState>(o);
-    server_ = std::make_unique<Server>(state_);
-    server_->start();
+    server_ = std::make_unique<test::TestServer>(o);
+    state_ = server_->state;
     state_->sessions().set_turn_constraint(scripted_turns(
         state_->tokenizer(), {"[TOOL_CALLS] [{\"name\": \"fake__add\", \"arguments\": {\"a\": 2, \"b\": 3}}]", "It is 5."}));
   }
@@ -85,7 +80,7 @@ class WsMcpSession : public testing::Test {
   }
 
   static inline std::shared_ptr<ServerState> state_;
-  static inline std::unique_ptr<Server> server_;
+  static inline std::unique_ptr<test::TestServer> server_;
   static inline fs::path tmp_;
 };
 
