@@ -4,7 +4,6 @@
 // JSON-RPC error. The server runs without an API key (loopback), as the transport sends no headers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { WebSocketClientTransport } from '@modelcontextprotocol/sdk/client/websocket.js';
+import { startServe } from './serve.mjs';
 
 globalThis.WebSocket ??= WebSocket;  // Node 20 has no global WebSocket; the transport uses it
 
@@ -31,18 +31,9 @@ before(async () => {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'exl-mcp-ws-'));
   mkdirSync(path.join(tmp, 'root'));
   writeFileSync(path.join(tmp, 'root', 'note.txt'), 'buy 3 lemons\n');
-  server = spawn(bin, ['serve', '--model', modelDir, '--port', '0', '--threads', '1',
-                       '--session-dir', path.join(tmp, 'sessions'), '--read-root', path.join(tmp, 'root')],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  const port = await new Promise((resolve, reject) => {
-    let err = '';
-    server.stderr.on('data', (d) => {
-      err += d;
-      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`server exited (${code}): ${err}`)));
-  });
+  let port;
+  ({ server, port } = await startServe(bin, ['--model', modelDir, '--port', '0', '--threads', '1',
+                       '--session-dir', path.join(tmp, 'sessions'), '--read-root', path.join(tmp, 'root')]));
   client = new Client({ name: 'exlagent-node-test', version: '1.0.0' });
   await client.connect(new WebSocketClientTransport(new URL(`ws://127.0.0.1:${port}/v1/ws`)));
 });

@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
+import { startServe } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
@@ -24,17 +25,8 @@ let client;
 
 before(async () => {
   if (skip) return;
-  server = spawn(bin, ['serve', '--model', modelDir, '--port', '0', '--api-key', KEY, '--threads', '1'],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  const port = await new Promise((resolve, reject) => {
-    let err = '';
-    server.stderr.on('data', (d) => {
-      err += d;
-      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`server exited (${code}): ${err}`)));
-  });
+  let port;
+  ({ server, port } = await startServe(bin, ['--model', modelDir, '--port', '0', '--api-key', KEY, '--threads', '1']));
   client = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
 });
 

@@ -5,12 +5,12 @@
 // the server runs with --agent-script (a test-only flag that forces each turn's output).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
+import { startServe } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
@@ -32,19 +32,9 @@ before(async () => {
   tmp = mkdtempSync(path.join(os.tmpdir(), 'exl-ws-node-'));
   const script = path.join(tmp, 'script.json');
   writeFileSync(script, JSON.stringify([CALL, ANSWER]));
-  server = spawn(bin, ['serve', '--model', modelDir, '--port', '0', '--api-key', KEY, '--threads', '1',
+  ({ server, port } = await startServe(bin, ['--model', modelDir, '--port', '0', '--api-key', KEY, '--threads', '1',
                        '--session-dir', path.join(tmp, 'sessions'), '--agent-script', script,
-                       '--chat-template', 'mistral'],
-                 { stdio: ['ignore', 'ignore', 'pipe'] });
-  port = await new Promise((resolve, reject) => {
-    let err = '';
-    server.stderr.on('data', (d) => {
-      err += d;
-      const m = err.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    server.on('exit', (code) => reject(new Error(`server exited (${code}): ${err}`)));
-  });
+                       '--chat-template', 'mistral']));
 });
 
 after(async () => {
