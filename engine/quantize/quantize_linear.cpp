@@ -160,6 +160,13 @@ std::vector<float> permuted_rows(std::span<const float> w, int64_t out_features,
   return out;
 }
 
+GroupScales fit_group_scales(const float* rows_data, int64_t rows, int64_t n_cols, int bits) {
+  const GroupFit f = fit_group(rows_data, rows, n_cols, bits);
+  GroupScales g{f.qscale, f.smax, std::vector<float>(size_t(n_cols)), std::vector<float>(size_t(n_cols))};
+  scales_for(f, half_to_float(f.smax), g.scale, g.inv);
+  return g;
+}
+
 double group_error(const float* rows_data, int64_t rows, int64_t out_features, int bits) {
   return fit_group(rows_data, rows, out_features, bits).error;
 }

@@ -48,6 +48,16 @@ std::vector<int32_t> saliency_order(std::span<const float> w, int64_t out_featur
 std::vector<float> permuted_rows(std::span<const float> w, int64_t out_features, int64_t in_features,
                                  std::span<const int32_t> perm);
 
+// The scales one group of rows × N values gets from the scale search above: scale codes, the
+// fp16 maximum, and the per-column scale exactly as inference dequantizes with it.
+struct GroupScales {
+  std::vector<uint32_t> qscale;  // [N], in [1, 16] (stored as qscale − 1)
+  uint16_t smax = 0;             // fp16 bits
+  std::vector<float> scale;      // [N]
+  std::vector<float> inv;        // [N] 1/scale, 0 where the scale is 0
+};
+GroupScales fit_group_scales(const float* rows_data, int64_t rows, int64_t n_cols, int bits);
+
 // Squared error of quantizing `rows` permuted rows (rows × N, from permuted_rows) at `bits`.
 double group_error(const float* rows_data, int64_t rows, int64_t out_features, int bits);
 
