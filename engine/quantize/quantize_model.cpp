@@ -575,8 +575,11 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
   const ModelDir& in = job.in;
   const std::vector<LinearSpec>& specs = job.specs;
   const int64_t rows = job.pos.rows, len = job.pos.n_tokens;
+  // hidden_<l>: the output of quantized layer l. Written before job.json records the layer done,
+  // and the previous one removed only after, so a kill at any point leaves a consistent pair.
+  auto hidden = [&](int64_t l) { return partial / cat("hidden_", l, ".safetensors"); };
   std::vector<float> x = state.done_layers
-                             ? read_floats(partial / "hidden.safetensors", size_t(rows * len * c.hidden_size))
+                             ? read_floats(hidden(state.done_layers - 1), size_t(rows * len * c.hidden_size))
                              : job.cm.embed(ids);
   const size_t q_total = size_t(c.num_layers + 1);
   for (int64_t l = state.done_layers; l < c.num_layers; ++l) {
@@ -589,9 +592,10 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
     for (const auto& t : ts) tp.push_back(&t);
     write_linears(partial / cat("layer_", l, ".safetensors"),
                   std::span(specs).subspan(size_t(l * kLinearsPerLayer), kLinearsPerLayer), tp);
-    write_floats(partial / "hidden.safetensors", x, c.hidden_size);
+    write_floats(hidden(l), x, c.hidden_size);
     state.done_layers = l + 1;
     write_json(partial / "job.json", to_json(state));
+    if (l > 0) fs::remove(hidden(l - 1));
     if (progress) progress("quantize", size_t(l + 1), q_total);
   }
   std::vector<Exl2Tensors> tensors;

@@ -105,6 +105,7 @@ TEST(QuantizeModel, InterruptedJobResumesWithoutRedoingFinishedLayers) {
   EXPECT_FALSE(fs::exists(tmp / "a"));
   EXPECT_TRUE(fs::exists(tmp / ".a.partial" / "layer_0.safetensors"));
   EXPECT_FALSE(fs::exists(tmp / ".a.partial" / "layer_1.safetensors"));
+  EXPECT_TRUE(fs::exists(tmp / ".a.partial" / "hidden_0.safetensors"));
 
   std::map<std::string, std::vector<size_t>> seen;
   const QuantizeReport r = quantize_model(hf, tmp / "a", o, [&](std::string_view stage, size_t done, size_t) {
