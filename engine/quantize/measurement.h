@@ -1,8 +1,9 @@
 // The converter's measurement: for every attention block and MLP block, candidate layouts (one
 // per linear of the block, ExLlamaV2's candidate tables of exl2-engine.md §8.5) with their storage
-// bits and the error of the block's output they cause on calibration activations. Saved as
-// measurement.json and reusable across bit rates (`quantize --measurement FILE`). Plain data and
-// pure functions.
+// bits, the error of the block's output they cause on calibration activations, and that error
+// weighted by the block's sensitivity (quantize_model.h, step 2). Saved as measurement.json and
+// reusable across bit rates (`quantize --measurement FILE`); its format is exlagent's own, not
+// ExLlamaV2's. Plain data and pure functions.
 #pragma once
 #include <cstdint>
 #include <filesystem>

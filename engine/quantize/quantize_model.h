@@ -5,11 +5,16 @@
 //      from seeded prompts (engine/quantize/calibration.h);
 //   2. measure: per decoder layer, on the source model's own activations, every candidate layout
 //      of the attention block and of the MLP block (measurement.h) is GPTQ-quantized (gptq.h,
-//      Hessians of the linears' real inputs) and scored by the error of the block's output;
-//      saved as measurement.json (in the output too) unless --measurement gives one;
-//   3. allocate: one candidate per block minimizing the summed output error with the decoder
-//      layers' storage (model_summary.h's accounting, format overhead included) at most the target
-//      (quantize_alloc.h: exact DP); the head gets the converter's --head-bits option outside it;
+//      Hessians of the linears' real inputs) and scored by the relative error of the block's
+//      output times the block's sensitivity: the mean KL of the final logits from the source's per
+//      unit of that error, measured once per block by running one candidate's output (the one
+//      nearest 4 bpw) through the rest of the source model. Block output error alone ranks early
+//      attention blocks too cheap (their error grows through every later layer). Saved as
+//      measurement.json (in the output too) unless --measurement gives one;
+//   3. allocate: one candidate per block minimizing the summed score (predicted KL) with the
+//      decoder layers' storage (model_summary.h's accounting, format overhead included) at most
+//      the target (quantize_alloc.h: exact DP); the head gets the converter's --head-bits option
+//      outside it;
 //   4. quantize: layer by layer, each linear GPTQ-quantized with the Hessian of its inputs in the
 //      partly quantized model (q/k/v, then o from the quantized q/k/v's attention, gate/up, then
 //      down), the next layer fed the quantized layer's output; the head from the final norm;
