@@ -1,12 +1,16 @@
 // The converter's calibration sources and its resumability: calibration rows from text and JSONL
 // files (BOS, row count, lengths, malformed files) and from the model itself (deterministic per
-// seed), and a conversion interrupted after its first layer that, run again, reuses the
-// calibration, the measurement and the finished layer, and writes the same files as an
-// uninterrupted run.
+// seed), and a conversion interrupted (by an exception, or killed with SIGKILL) after its first
+// layer that, run again, reuses the calibration, the measurement and the finished layer, and
+// writes the same files as an uninterrupted run.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <map>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/formats/model_dir.h"
 #include "engine/quantize/calib_model.h"
@@ -132,6 +136,47 @@ TEST(QuantizeModel, InterruptedJobResumesWithoutRedoingFinishedLayers) {
   o.bpw = 5.0;
   const QuantizeReport other = quantize_model(hf, tmp / "c", o);
   EXPECT_EQ(other.resumed_layers, 0);
+}
+
+// Killed for real (SIGKILL from inside a forked child, right after its first layer was recorded:
+// no unwinding, no destructors), the job resumes from what the child left on disk.
+TEST(QuantizeModel, KilledJobResumesFromItsPartialDirectory) {
+  EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
+  const auto hf = test::shared_dir() / "data/exl2-ref/qwen2-bias/hf";
+  const auto tmp = test::temp_dir("quantize-killed");
+  QuantizeOptions o;
+  o.threads = 2;
+  o.rope_table = rope_of;
+  o.cal_rows = 2;
+  o.cal_length = 64;
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      quantize_model(hf, tmp / "q", o, [](std::string_view stage, size_t done, size_t) {
+        if (stage == "quantize" && done == 1) std::raise(SIGKILL);
+      });
+    } catch (...) {
+    }
+    _exit(3);  // not reached unless the job failed before its first layer
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child status " << status;
+  EXPECT_FALSE(fs::exists(tmp / "q"));
+  EXPECT_TRUE(fs::exists(tmp / ".q.partial" / "layer_0.safetensors"));
+
+  std::vector<size_t> quantized;
+  bool measured = false;
+  const QuantizeReport r = quantize_model(hf, tmp / "q", o, [&](std::string_view stage, size_t done, size_t) {
+    if (stage == "quantize") quantized.push_back(done);
+    measured = measured || stage == "measure";
+  });
+  EXPECT_EQ(r.resumed_layers, 1);
+  EXPECT_FALSE(measured);
+  EXPECT_EQ(quantized, (std::vector<size_t>{2, 3}));
+  EXPECT_TRUE(ModelDir(tmp / "q").has("model.layers.1.mlp.down_proj.q_weight"));
 }
 
 }  // namespace quantize_resume_test
