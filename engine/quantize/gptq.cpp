@@ -61,8 +61,6 @@ std::vector<double> invert_lower(const std::vector<double>& l, int64_t n, Thread
 
 }  // namespace gptq_impl
 
-using namespace gptq_impl;
-
 Hessian make_hessian(int64_t dim) {
   EXL_CHECK(dim > 0, "engine: quantize: gptq: Hessian of dimension ", dim);
   return {dim, 0, std::vector<double>(size_t(dim * dim), 0.0)};
@@ -73,7 +71,7 @@ void accumulate_hessian(Hessian& h, const float* x, int64_t rows, ThreadPool* po
   constexpr int64_t kChunk = 128;  // rows summed in float before the double accumulation
   for (int64_t t0 = 0; t0 < rows; t0 += kChunk) {
     const int64_t t1 = std::min(rows, t0 + kChunk);
-    for_range(pool, K, 8, [&](int64_t b, int64_t e) {
+    gptq_impl::for_range(pool, K, 8, [&](int64_t b, int64_t e) {
       std::vector<float> acc(static_cast<size_t>(K));
       for (int64_t i = b; i < e; ++i) {
         std::fill(acc.begin() + i, acc.end(), 0.0f);
@@ -124,8 +122,8 @@ GptqPlan plan_gptq(const Hessian& hs, double damp_fraction, ThreadPool* pool) {
       }
       a[size_t(i * K + i)] = (p.dead[size_t(pi)] ? 1.0 : a[size_t(i * K + i)]) + damp;
     }
-    if (!cholesky_lower(a, K, pool)) continue;
-    const std::vector<double> m = invert_lower(a, K, pool);
+    if (!gptq_impl::cholesky_lower(a, K, pool)) continue;
+    const std::vector<double> m = gptq_impl::invert_lower(a, K, pool);
     p.u.assign(size_t(K * K), 0.0f);
     bool finite = true;
     for (int64_t i = 0; i < K; ++i)
@@ -175,7 +173,7 @@ Exl2Tensors gptq_quantize(std::span<const float> w, int64_t N, int64_t K, const 
         for (int64_t n = 0; n < N; ++n) ri[n] -= c * e[n];
       }
     }
-    for_range(pool, K - r1, 16, [&](int64_t b, int64_t e_) {
+    gptq_impl::for_range(pool, K - r1, 16, [&](int64_t b, int64_t e_) {
       for (int64_t i = r1 + b; i < r1 + e_; ++i) {
         float* ri = rows.data() + i * N;
         for (int64_t j = r0; j < r1; ++j) {

@@ -649,10 +649,9 @@ void write_output(const ModelDir& in, const QuantizeOptions& o, const Calibratio
 
 }  // namespace quantize_model_impl
 
-using namespace quantize_model_impl;
-
 QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, const QuantizeOptions& o,
                               const QuantizeProgress& progress) {
+  using namespace quantize_model_impl;
   EXL_CHECK(o.bpw >= 2.5 && o.bpw <= 8.0, "engine: quantize: --bpw must be in [2.5, 8.0], got ", o.bpw);
   const QuantOption head_option = head_quant_option(o.head_bits);
   EXL_CHECK(o.rope_table, "engine: quantize: no RoPE table function in the options");
