@@ -649,7 +649,7 @@ void write_output(const ModelDir& in, const QuantizeOptions& o, const Calibratio
 
 }  // namespace quantize_model_impl
 
-QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, const QuantizeOptions& o,
+QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, QuantizeOptions o,
                               const QuantizeProgress& progress) {
   using namespace quantize_model_impl;
   EXL_CHECK(o.bpw >= 2.5 && o.bpw <= 8.0, "engine: quantize: --bpw must be in [2.5, 8.0], got ", o.bpw);
@@ -660,14 +660,20 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, const
   const ModelConfig& c = in.config();
   EXL_CHECK(c.quant_method.empty(), "engine: quantize: '", in_dir.string(), "' is already quantized (quant_method '",
             c.quant_method, "')");
-  EXL_CHECK(o.cal_rows > 0 && o.cal_length >= 16, "engine: quantize: --cal-rows must be positive and --cal-length at "
-            "least 16, got ", o.cal_rows, " and ", o.cal_length);
+  EXL_CHECK(o.cal_rows >= 0 && o.cal_length >= 16, "engine: quantize: --cal-rows must not be negative and "
+            "--cal-length at least 16, got ", o.cal_rows, " and ", o.cal_length);
 
   std::vector<LinearSpec> specs;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (auto& s : decoder_layer_linears(c, l)) specs.push_back(std::move(s));
   const size_t n_decoder = specs.size();
   specs.push_back(head_linear(c));
+  if (!o.cal_rows) {
+    // GPTQ needs a well-sampled Hessian: rows x length tokens of at least 8x the widest input.
+    int64_t widest = 0;
+    for (const auto& s : specs) widest = std::max(widest, s.in_features);
+    o.cal_rows = std::max<int64_t>(32, (8 * widest + o.cal_length - 1) / o.cal_length);
+  }
   std::set<std::string> consumed;
   for (const auto& s : specs) {
     load_dense(in, s);  // fails fast on missing, malformed or quantized tensors

@@ -48,7 +48,7 @@ struct QuantizeOptions {
   // below engine/rope). Required.
   std::function<RopeTable(const ModelConfig&)> rope_table;
   std::filesystem::path calibration;   // text or JSONL file; empty: self-generated rows
-  int64_t cal_rows = 16;
+  int64_t cal_rows = 0;                // 0: max(32, ⌈8 · widest linear input / cal_length⌉)
   int64_t cal_length = 256;
   uint64_t cal_seed = 1;               // self-generated rows' seed
   int64_t measure_rows = 4;            // rows the measurement scores candidates on (Hessians: all); 0 = all
@@ -93,6 +93,6 @@ using QuantizeProgress = std::function<void(std::string_view stage, size_t done,
 // already quantized tensors, out-of-range options, an existing `out`, bad calibration or
 // measurement files, or I/O failures.
 QuantizeReport quantize_model(const std::filesystem::path& in, const std::filesystem::path& out,
-                              const QuantizeOptions& options, const QuantizeProgress& progress = {});
+                              QuantizeOptions options, const QuantizeProgress& progress = {});
 
 }  // namespace exl

@@ -96,7 +96,7 @@ int cli_quantize(std::span<const std::string> args) {
        {"--bpw", "B", "target bits per weight of the decoder layers, 2.5 to 8.0 (default 4.0)"},
        {"--head-bits", "B", "bits of the output head: 2, 3, 4, 5, 6 or 8 (default 6)"},
        {"--calibration", "FILE", "calibration text or JSONL (default: text the model generates itself)"},
-       {"--cal-rows", "N", "calibration rows (default 16)"},
+       {"--cal-rows", "N", "calibration rows (default: max(32, 8 x the widest linear input / --cal-length))"},
        {"--cal-length", "N", "tokens per calibration row, at least 16 (default 256)"},
        {"--cal-seed", "N", "seed of the self-generated calibration text (default 1)"},
        {"--measure-rows", "N", "calibration rows the measurement scores layouts on; 0 = all (default 4)"},
@@ -113,7 +113,7 @@ int cli_quantize(std::span<const std::string> args) {
     };
     if (auto f = a.get("--calibration")) o.calibration = *f;
     if (auto f = a.get("--measurement")) o.measurement = *f;
-    o.cal_rows = a.get_int("--cal-rows", 16);
+    o.cal_rows = a.get_int("--cal-rows", 0);
     o.cal_length = a.get_int("--cal-length", 256);
     o.cal_seed = uint64_t(a.get_int("--cal-seed", 1));
     o.measure_rows = a.get_int("--measure-rows", 4);

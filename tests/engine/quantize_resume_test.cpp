@@ -138,6 +138,30 @@ TEST(QuantizeModel, InterruptedJobResumesWithoutRedoingFinishedLayers) {
   EXPECT_EQ(other.resumed_layers, 0);
 }
 
+// Without --cal-rows the rows scale with the widest linear input (qwen2-bias: 768, the MLP's
+// down_proj): max(32, 8 · 768 / length) rows, read from the job's saved calibration.
+TEST(QuantizeModel, DefaultCalibrationRowsScaleWithTheWidestInput) {
+  EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
+  const auto hf = test::shared_dir() / "data/exl2-ref/qwen2-bias/hf";
+  const auto tmp = test::temp_dir("quantize-cal-rows");
+  struct Stop {};
+  for (auto [length, rows] : {std::pair<int64_t, size_t>{64, 96}, {256, 32}}) {
+    QuantizeOptions o;
+    o.threads = 2;
+    o.rope_table = rope_of;
+    o.cal_length = length;
+    const auto out = tmp / cat("q", length);
+    EXPECT_THROW(quantize_model(hf, out, o,
+                                [](std::string_view stage, size_t done, size_t) {
+                                  if (stage == "calibrate" && done == 1) throw Stop{};
+                                }),
+                 Stop);
+    const auto cal = read_json_file(tmp / cat(".q", length, ".partial") / "calibration.json");
+    EXPECT_EQ(cal["rows"].size(), rows) << length;
+    EXPECT_EQ(cal["rows"][0].size(), size_t(length));
+  }
+}
+
 // Killed for real (SIGKILL from inside a forked child, right after its first layer was recorded:
 // no unwinding, no destructors), the job resumes from what the child left on disk.
 TEST(QuantizeModel, KilledJobResumesFromItsPartialDirectory) {
