@@ -128,6 +128,7 @@ TEST(QuantizeModel, InterruptedJobResumesWithoutRedoingFinishedLayers) {
   EXPECT_EQ(test::read_file(tmp / "a" / "config.json"), test::read_file(tmp / "b" / "config.json"));
 
   // A partial directory of another job (other options) is replaced, not resumed.
+  o.measurement = tmp / "a" / "measurement.json";
   EXPECT_THROW(quantize_model(hf, tmp / "c", o,
                               [](std::string_view stage, size_t done, size_t) {
                                 if (stage == "quantize" && done == 1) throw Stop{};
