@@ -81,17 +81,6 @@ GroupFit fit_group(const float* x, int64_t rows, int64_t n_cols, int bits) {
 
 }  // namespace
 
-std::span<const QuantOption> quant_option_menu() {
-  static const std::vector<QuantOption> menu = {
-      {{3, 0.05, 64}, {2, 0.95, 64}},  {{3, 0.25, 64}, {2, 0.75, 64}},  {{4, 0.1, 128}, {3, 0.9, 128}},
-      {{4, 0.5, 128}, {3, 0.5, 128}},  {{4, 1.0, 128}},                 {{4, 1.0, 32}},
-      {{5, 0.25, 128}, {4, 0.75, 128}}, {{5, 1.0, 128}},                {{6, 0.25, 128}, {5, 0.75, 128}},
-      {{6, 1.0, 128}},                 {{6, 1.0, 32}},                  {{8, 0.25, 128}, {6, 0.75, 128}},
-      {{8, 0.5, 128}, {6, 0.5, 128}},  {{8, 1.0, 128}},                 {{8, 1.0, 32}},
-  };
-  return menu;
-}
-
 QuantOption head_quant_option(int head_bits) {
   switch (head_bits) {
     case 2: return {{4, 0.3, 32}, {2, 0.7, 32}};
@@ -160,8 +149,11 @@ std::vector<float> permuted_rows(std::span<const float> w, int64_t out_features,
   return out;
 }
 
-double group_error(const float* rows_data, int64_t rows, int64_t out_features, int bits) {
-  return fit_group(rows_data, rows, out_features, bits).error;
+GroupScales fit_group_scales(const float* rows_data, int64_t rows, int64_t n_cols, int bits) {
+  const GroupFit f = fit_group(rows_data, rows, n_cols, bits);
+  GroupScales g{f.qscale, f.smax, std::vector<float>(size_t(n_cols)), std::vector<float>(size_t(n_cols))};
+  scales_for(f, half_to_float(f.smax), g.scale, g.inv);
+  return g;
 }
 
 Exl2Tensors quantize_exl2(std::span<const float> w, int64_t out_features, int64_t in_features,

@@ -1,8 +1,9 @@
-// Round-to-nearest EXL2 quantization of one weight matrix (no calibration data): act-order by a
-// saliency proxy, then per group a scale search in the converter's parameterization
-// (exl2-engine.md §8.4): 4-bit per-column scale codes relative to the group maximum, one fp16
-// maximum per group, and a global multiplier p ∈ [0.70, 1.20] on a 16-point grid chosen to
-// minimize the group's squared weight error. Codes round as q = clamp(rint(w/s) + z, 0, 2^b−1).
+// EXL2 layouts and the quantization of one weight matrix's groups: per group a scale search in
+// the converter's parameterization (exl2-engine.md §8.4): 4-bit per-column scale codes relative to
+// the group maximum, one fp16 maximum per group, and a global multiplier p ∈ [0.70, 1.20] on a
+// 16-point grid chosen to minimize the group's squared weight error. Codes round as
+// q = clamp(rint(w/s) + z, 0, 2^b−1). gptq.h uses the scale search on error-compensated rows;
+// quantize_exl2 is plain round-to-nearest (no calibration), the reference GPTQ is tested against.
 //
 // Layout options ("bits:fraction@group_size" segments, highest width first) follow the
 // converter's segment rule (§8.5): segment i takes ceil(min(K·fraction, remaining)/gs) groups of gs
@@ -27,8 +28,6 @@ struct QuantSegment {
 };
 using QuantOption = std::vector<QuantSegment>;
 
-// The options a decoder-layer linear can take, in ascending cost (about 2.1 to 8.1 bpw).
-std::span<const QuantOption> quant_option_menu();
 // The head's option for --head-bits 2, 3, 4, 5, 6 or 8 (the converter's head options, e.g. 6 →
 // 8:0.15,6:0.85@128). Throws exl::Error for other values.
 QuantOption head_quant_option(int head_bits);
@@ -48,8 +47,15 @@ std::vector<int32_t> saliency_order(std::span<const float> w, int64_t out_featur
 std::vector<float> permuted_rows(std::span<const float> w, int64_t out_features, int64_t in_features,
                                  std::span<const int32_t> perm);
 
-// Squared error of quantizing `rows` permuted rows (rows × N, from permuted_rows) at `bits`.
-double group_error(const float* rows_data, int64_t rows, int64_t out_features, int bits);
+// The scales one group of rows × N values gets from the scale search above: scale codes, the
+// fp16 maximum, and the per-column scale exactly as inference dequantizes with it.
+struct GroupScales {
+  std::vector<uint32_t> qscale;  // [N], in [1, 16] (stored as qscale − 1)
+  uint16_t smax = 0;             // fp16 bits
+  std::vector<float> scale;      // [N]
+  std::vector<float> inv;        // [N] 1/scale, 0 where the scale is 0
+};
+GroupScales fit_group_scales(const float* rows_data, int64_t rows, int64_t n_cols, int bits);
 
 // Quantizes W [N, K] with act-order `perm` and the given groups into EXL2 tensors; adds the
 // total squared weight error to *sq_error when given.

@@ -1,7 +1,8 @@
 // The EXL2 writer and `quantize` against independent references: the bitstream packing examples
 // of exl2-engine.md §1.6, the spec-derived naive dequantizer of tests/kernels/random_weights.h,
-// and the exl2-ref models' transformers logits (quantized models must load in our engine, track
-// the FP16 logits within a bound per bpw, and report the requested average bpw).
+// and on the exl2-ref models the transformers FP16 logits and ExLlamaV2's own converter's files
+// (ours must load in our engine, carry the same tensor set, hit the requested average bpw, and
+// at 4.0 bpw be within 0.9x of the converter's KL divergence from FP16).
 #include "engine/quantize/quantize_model.h"
 
 #include <gmock/gmock.h>
@@ -9,6 +10,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "engine/formats/exl2_writer.h"
 #include "engine/model.h"
 #include "engine/model_summary.h"
+#include "engine/rope.h"
 #include "engine/quantize/quantize_alloc.h"
 #include "engine/quantize/quantize_linear.h"
 #include "kernels/cpu/dequantize.h"
@@ -90,7 +93,8 @@ TEST(Exl2Writer, RejectsLayoutsTheKernelsCannotRun) {
 }
 
 TEST(QuantizeLinear, OptionsFollowTheSegmentRuleAndDescend) {
-  for (const auto& o : quant_option_menu()) {
+  for (const auto& o : {head_quant_option(2), head_quant_option(3), head_quant_option(4), head_quant_option(5),
+                        head_quant_option(6), head_quant_option(8)}) {
     const auto g = option_groups(o, 384);
     int64_t rows = 0;
     for (size_t i = 0; i < g.size(); ++i) {
@@ -134,15 +138,6 @@ TEST(QuantizeLinear, ErrorShrinksWithBitsAndMatchesTheDequantizedWeights) {
   }
 }
 
-TEST(QuantizeAlloc, GreedyPicksTheBestErrorPerBitWithinBudget) {
-  // Layer 0 gains 90 per 100 bits, layer 1 gains 10: the budget goes to layer 0 first.
-  std::vector<LayerOptions> layers = {{{100, 200, 300}, {100, 10, 5}}, {{100, 200}, {20, 10}}};
-  EXPECT_EQ(allocate_bits(layers, 300), (std::vector<size_t>{1, 0}));
-  EXPECT_EQ(allocate_bits(layers, 400), (std::vector<size_t>{1, 1}));
-  EXPECT_EQ(allocate_bits(layers, 500), (std::vector<size_t>{2, 1}));
-  EXPECT_THAT([&] { allocate_bits(layers, 199); }, ::testing::ThrowsMessage<Error>(HasSubstr("raise --bpw")));
-}
-
 std::vector<float> prefill_logits(const fs::path& dir_path) {
   auto j = nlohmann::json::parse(test::read_file(test::shared_dir() / "data/exl2-ref/input_ids.json"));
   const auto ids = j["input_ids"].get<std::vector<int32_t>>();
@@ -158,64 +153,132 @@ std::vector<float> prefill_logits(const fs::path& dir_path) {
   return m.forward(std::span<const ForwardSeq>(&s, 1), *pool);
 }
 
-struct RefCase {
-  const char* model;
-  double bpw;
-  double max_rel_l2;      // vs transformers' FP16 logits
-  double min_argmax;      // agreement with them
-};
+// Options for the exl2-ref models: the calibration the tests use (self-generated, kRows x
+// kLength tokens), 2 threads.
+constexpr int64_t kRows = 16, kLength = 256;
+QuantizeOptions ref_options(double bpw, int head_bits = 6) {
+  QuantizeOptions o;
+  o.bpw = bpw;
+  o.head_bits = head_bits;
+  o.threads = 2;
+  o.rope_table = [](const ModelConfig& c) { return make_rope_table(c.rope, int(c.head_dim), c.max_position_embeddings); };
+  o.cal_rows = kRows;
+  o.cal_length = kLength;
+  return o;
+}
 
-class QuantizeRefModels : public ::testing::TestWithParam<RefCase> {};
+// Mean over positions of KL(softmax(ref) ‖ softmax(got)), in double.
+double mean_kl(const std::vector<float>& ref, const std::vector<float>& got, int64_t vocab) {
+  const int64_t rows = int64_t(ref.size()) / vocab;
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    auto log_softmax = [&](const std::vector<float>& v) {
+      std::vector<double> out(v.begin() + r * vocab, v.begin() + (r + 1) * vocab);
+      const double mx = *std::max_element(out.begin(), out.end());
+      double s = 0;
+      for (double x : out) s += std::exp(x - mx);
+      for (double& x : out) x -= mx + std::log(s);
+      return out;
+    };
+    const auto p = log_softmax(ref), q = log_softmax(got);
+    for (int64_t i = 0; i < vocab; ++i) total += std::exp(p[size_t(i)]) * (p[size_t(i)] - q[size_t(i)]);
+  }
+  return total / double(rows);
+}
 
-// Random-weight models do not average quantization noise out as trained ones do (the converter's
-// own GPTQ-calibrated 4.0 bpw files are 10-40% off in logits, see data/exl2-ref/README.md), and
-// their flat logits make argmax fragile, so the bounds are loose at 4 bpw and tighten with every
-// bit. Measured (logits rel L2 / argmax agreement): llama-gqa 0.41/0.40 at 4.0, 0.10/0.84 at 6.0,
-// 0.043/0.95 at 8.0; qwen2-bias 0.33/0.64 and llama3-rope 0.35/0.51 at 4.0.
-TEST_P(QuantizeRefModels, LoadsTracksFp16LogitsAndHitsTheTarget) {
-  const RefCase c = GetParam();
-  EXL_REQUIRE_SHARED(cat("data/exl2-ref/", c.model, "/hf/config.json"));
-  const auto base = test::shared_dir() / "data/exl2-ref" / c.model;
-  const auto out = test::temp_dir(cat("quantize-", c.model, "-", c.bpw)) / "q";
-  const QuantizeReport r = quantize_model(base / "hf", out, {c.bpw, 6, 2});
-  EXPECT_LE(r.layers_bpw, c.bpw + 1e-9);
+// The 4.0 bpw conversion of an exl2-ref model with the tests' calibration, made once per process;
+// its measurement.json serves the other bit rates.
+const fs::path& converted_4bpw(const std::string& model) {
+  static std::map<std::string, fs::path> done;
+  auto it = done.find(model);
+  if (it != done.end()) return it->second;
+  const auto out = test::temp_dir(cat("quantize-", model, "-40")) / "q";
+  quantize_model(test::shared_dir() / "data/exl2-ref" / model / "hf", out, ref_options(4.0));
+  return done[model] = out;
+}
 
+// Suites named *Slow convert at the full test calibration (minutes of CPU); the sanitizer run
+// skips them. Issue #22's target: at 4.0 bpw, KL(FP16 ‖ ours) ≤ 0.9 · KL(FP16 ‖ ExLlamaV2's converter's file)
+// over the reference inputs, both run on our CPU backend, FP16 as transformers computed it. The
+// files load in our engine, report the requested average bpw, and carry ExLlamaV2's tensor set.
+class QuantizeKlSlow : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QuantizeKlSlow, BeatsExllamav2sConverterAt4Bpw) {
+  const std::string model = GetParam();
+  EXL_REQUIRE_SHARED(cat("data/exl2-ref/", model, "/hf/config.json"));
+  const auto base = test::shared_dir() / "data/exl2-ref" / model;
+  const fs::path& out = converted_4bpw(model);
   ModelDir dir(out);
   const ModelSummary s = summarize_model(dir);
-  EXPECT_NEAR(s.avg_bpw_layers, c.bpw, 0.15);
-  EXPECT_NEAR(s.avg_bpw_layers, r.layers_bpw, 1e-9);
+  EXPECT_LE(s.avg_bpw_layers, 4.0 + 1e-9);
+  EXPECT_NEAR(s.avg_bpw_layers, 4.0, 0.1);
   EXPECT_EQ(s.head.format, WeightFormat::exl2);
   EXPECT_EQ(s.head_bits, 6);
   EXPECT_EQ(dir.config().quant_method, "exl2");
   EXPECT_TRUE(fs::exists(out / "tokenizer.model"));
+  EXPECT_TRUE(fs::exists(out / "measurement.json"));
   EXPECT_FALSE(dir.has("model.layers.0.self_attn.q_proj.weight"));
+  ModelDir theirs(base / "exl2-4.0bpw");
+  auto sorted_names = [](const ModelDir& d) {
+    auto v = d.tensor_names();
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(sorted_names(dir), sorted_names(theirs));
+  for (const auto& name : theirs.tensor_names()) {
+    EXPECT_EQ(dir.require(name).info->dtype, theirs.require(name).info->dtype) << name;
+    if (!name.ends_with(".q_weight") && !name.ends_with(".q_scale") && !name.ends_with(".q_scale_max") &&
+        !name.ends_with(".q_groups")) {
+      EXPECT_EQ(dir.require(name).info->shape, theirs.require(name).info->shape) << name;
+    }
+  }
 
   const auto ref = test::read_f32(base / "hf_logits_f32.bin");
-  const auto got = prefill_logits(out);
-  ASSERT_EQ(got.size(), ref.size());
-  const double rel = test::rel_l2(got, ref), agree = test::argmax_agreement(got, ref, 512);
-  EXPECT_LT(rel, c.max_rel_l2) << c.model << " @ " << c.bpw;
-  EXPECT_GE(agree, c.min_argmax) << c.model << " @ " << c.bpw;
-  std::printf("[ quantize ] %s %.1f bpw: achieved %.3f, head %.3f, weight rel err %.4f, logits rel L2 %.4f, argmax %.3f\n",
-              c.model, c.bpw, s.avg_bpw_layers, s.head_bpw, r.mean_rel_error, rel, agree);
+  const auto ours = prefill_logits(out), exl = prefill_logits(base / "exl2-4.0bpw");
+  ASSERT_EQ(ours.size(), ref.size());
+  const double kl_ours = mean_kl(ref, ours, 512), kl_exl = mean_kl(ref, exl, 512);
+  std::printf("[ quantize ] %s 4.0 bpw: achieved %.3f, KL(FP16 || ours) %.5f, KL(FP16 || ExLlamaV2) %.5f, ratio %.3f\n",
+              model.c_str(), s.avg_bpw_layers, kl_ours, kl_exl, kl_ours / kl_exl);
+  EXPECT_LE(kl_ours, 0.9 * kl_exl) << model;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, QuantizeRefModels,
-                         ::testing::Values(RefCase{"llama-gqa", 4.0, 0.50, 0.30}, RefCase{"llama-gqa", 6.0, 0.14, 0.75},
-                                           RefCase{"llama-gqa", 8.0, 0.06, 0.90},
-                                           RefCase{"qwen2-bias", 4.0, 0.45, 0.45},
-                                           RefCase{"llama3-rope", 4.0, 0.45, 0.40}),
+INSTANTIATE_TEST_SUITE_P(All, QuantizeKlSlow, ::testing::Values("llama-gqa", "qwen2-bias", "llama3-rope"),
                          [](const auto& info) {
-                           std::string n = cat(info.param.model, "_", int(info.param.bpw * 10));
+                           std::string n = info.param;
                            for (char& ch : n)
                              if (ch == '-') ch = '_';
                            return n;
                          });
 
-TEST(QuantizeModel, TiedHeadIsWrittenAsLmHead) {
+// Other bit rates from the 4.0 conversion's measurement (no new measurement): the KL from FP16
+// falls with every bit and the average lands at the target.
+TEST(QuantizeModelSlow, MeasurementServesOtherBitRates) {
+  EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/hf/config.json");
+  const auto base = test::shared_dir() / "data/exl2-ref/llama-gqa";
+  const auto ref = test::read_f32(base / "hf_logits_f32.bin");
+  double prev = mean_kl(ref, prefill_logits(converted_4bpw("llama-gqa")), 512);
+  for (double bpw : {5.0, 8.0}) {
+    QuantizeOptions o = ref_options(bpw);
+    o.measurement = converted_4bpw("llama-gqa") / "measurement.json";
+    const auto out = test::temp_dir(cat("quantize-llama-gqa-", bpw)) / "q";
+    const QuantizeReport r = quantize_model(base / "hf", out, o);
+    EXPECT_TRUE(r.measurement_reused);
+    EXPECT_LE(r.layers_bpw, bpw + 1e-9);
+    EXPECT_NEAR(summarize_model(ModelDir(out)).avg_bpw_layers, bpw, 0.25);
+    const double kl = mean_kl(ref, prefill_logits(out), 512);
+    std::printf("[ quantize ] llama-gqa %.1f bpw: achieved %.3f, KL %.5f\n", bpw, r.layers_bpw, kl);
+    EXPECT_LT(kl, prev) << bpw;
+    prev = kl;
+  }
+  EXPECT_LT(prev, 0.002);
+}
+
+TEST(QuantizeModelSlow, TiedHeadIsWrittenAsLmHead) {
   EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
   const auto out = test::temp_dir("quantize-tied") / "q";
-  quantize_model(test::shared_dir() / "data/exl2-ref/qwen2-bias/hf", out, {5.0, 8, 2});
+  QuantizeOptions o = ref_options(5.0, 8);
+  o.measurement = converted_4bpw("qwen2-bias") / "measurement.json";
+  quantize_model(test::shared_dir() / "data/exl2-ref/qwen2-bias/hf", out, o);
   ModelDir dir(out);
   EXPECT_TRUE(dir.has("lm_head.q_weight"));
   EXPECT_TRUE(dir.has("model.embed_tokens.weight"));
@@ -240,22 +303,23 @@ TEST(QuantizeModel, BadInputIsAClearErrorAndLeavesNoOutput) {
   EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/hf/config.json");
   const auto hf = test::shared_dir() / "data/exl2-ref/llama-gqa/hf";
   const auto tmp = test::temp_dir("quantize-bad");
-  auto expect_error = [&](const fs::path& in, const QuantizeOptions& o, const std::string& needle) {
+  auto expect_error = [&](const fs::path& in, QuantizeOptions o, const std::string& needle) {
     const auto out = tmp / "q";
+    o.rope_table = ref_options(4.0).rope_table;
     EXPECT_THAT([&] { quantize_model(in, out, o); }, ::testing::ThrowsMessage<Error>(HasSubstr(needle)));
     EXPECT_FALSE(fs::exists(out)) << needle;
     EXPECT_FALSE(fs::exists(tmp / ".q.partial")) << needle;
   };
-  expect_error(hf, {9.0, 6, 1}, "--bpw must be in [2.5, 8.0]");
-  expect_error(hf, {2.0, 6, 1}, "--bpw must be in [2.5, 8.0]");
-  expect_error(hf, {4.0, 7, 1}, "--head-bits must be 2, 3, 4, 5, 6 or 8");
-  expect_error(edited_copy("quantize-arch", [](auto& c) { c["architectures"] = {"GPTNeoXForCausalLM"}; }), {4.0, 6, 1},
+  expect_error(hf, ref_options(9.0, 6), "--bpw must be in [2.5, 8.0]");
+  expect_error(hf, ref_options(2.0, 6), "--bpw must be in [2.5, 8.0]");
+  expect_error(hf, ref_options(4.0, 7), "--head-bits must be 2, 3, 4, 5, 6 or 8");
+  expect_error(edited_copy("quantize-arch", [](auto& c) { c["architectures"] = {"GPTNeoXForCausalLM"}; }), ref_options(4.0, 6),
                "unsupported architecture 'GPTNeoXForCausalLM'");
-  expect_error(edited_copy("quantize-missing", [](auto& c) { c["num_hidden_layers"] = 4; }), {4.0, 6, 1},
+  expect_error(edited_copy("quantize-missing", [](auto& c) { c["num_hidden_layers"] = 4; }), ref_options(4.0, 6),
                "model.layers.3.self_attn.q_proj");
-  expect_error(test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw", {4.0, 6, 1}, "already quantized");
+  expect_error(test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw", ref_options(4.0, 6), "already quantized");
   fs::create_directories(tmp / "q");
-  EXPECT_THAT([&] { quantize_model(hf, tmp / "q", {4.0, 6, 1}); },
+  EXPECT_THAT([&] { quantize_model(hf, tmp / "q", ref_options(4.0)); },
               ::testing::ThrowsMessage<Error>(HasSubstr("already exists")));
 }
 

@@ -1,0 +1,222 @@
+#include "engine/quantize/calib_model.h"
+
+#include <cmath>
+
+#include "engine/formats/tensor_access.h"
+#include "kernels/error.h"
+
+namespace exl {
+
+struct CalibModel::Layer {
+  Buffer attn_norm, mlp_norm;
+  std::unique_ptr<PreparedLinear> lin[kAttnLinears + kMlpLinears];
+};
+
+namespace calib_model_impl {
+
+constexpr int kCalibPageSize = 16;
+
+// Backend memory holding a copy of host floats.
+Buffer calib_upload(Backend& be, std::span<const float> v) {
+  Buffer b = be.alloc(std::max<size_t>(v.size(), 1) * sizeof(float));
+  if (!v.empty()) be.upload(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+std::vector<float> calib_download(Backend& be, const Buffer& b, size_t n) {
+  std::vector<float> out(n);
+  be.download(out.data(), b.data(), n * sizeof(float));
+  return out;
+}
+
+// Page tables, positions and cache slots of a CalibPositions batch.
+struct CalibIndex {
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<SeqAttn> seqs;
+  std::vector<int32_t> positions, slots;
+};
+
+CalibIndex calib_index(const CalibPositions& p) {
+  const int64_t ppr = (p.max_len + kCalibPageSize - 1) / kCalibPageSize;
+  EXL_CHECK(p.pos_start + p.n_tokens <= p.max_len, "engine: quantize: calibration positions up to ",
+            p.pos_start + p.n_tokens, " beyond the pool's ", p.max_len);
+  CalibIndex ix;
+  ix.tables.resize(size_t(p.rows));
+  for (int64_t r = 0; r < p.rows; ++r) {
+    auto& t = ix.tables[size_t(r)];
+    for (int64_t i = 0; i < ppr; ++i) t.push_back(int32_t(r * ppr + i));
+  }
+  for (int64_t r = 0; r < p.rows; ++r) {
+    ix.seqs.push_back({r * p.n_tokens, p.n_tokens, p.pos_start, ix.tables[size_t(r)]});
+    for (int64_t i = 0; i < p.n_tokens; ++i) {
+      const int64_t pos = p.pos_start + i;
+      ix.positions.push_back(int32_t(pos));
+      ix.slots.push_back(ix.tables[size_t(r)][size_t(pos / kCalibPageSize)] * kCalibPageSize +
+                         int32_t(pos % kCalibPageSize));
+    }
+  }
+  return ix;
+}
+
+}  // namespace calib_model_impl
+
+using calib_model_impl::calib_download;
+using calib_model_impl::calib_upload;
+
+CalibModel::CalibModel(const ModelDir& dir, Backend& backend, RopeTable rope)
+    : be_(backend), cfg_(dir.config()), rope_(std::move(rope)) {
+  const int64_t H = cfg_.hidden_size;
+  auto emb = dir.require("model.embed_tokens.weight");
+  EXL_CHECK(emb.info->shape.size() == 2 && emb.info->shape[0] == cfg_.vocab_size && emb.info->shape[1] == H,
+            "engine: quantize: tensor 'model.embed_tokens.weight' has shape ", shape_to_string(emb.info->shape));
+  embed_ = be_.prepare_embedding({cfg_.vocab_size, H, emb.info->dtype, emb.data.data()});
+  const int64_t hshape[1] = {H};
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const std::string p = cat("model.layers.", l, ".");
+    Layer L;
+    L.attn_norm = calib_upload(be_, load_f32(dir, p + "input_layernorm.weight", hshape));
+    L.mlp_norm = calib_upload(be_, load_f32(dir, p + "post_attention_layernorm.weight", hshape));
+    const auto specs = decoder_layer_linears(cfg_, l);
+    for (size_t i = 0; i < specs.size(); ++i)
+      L.lin[i] = be_.prepare_linear(load_linear(dir, specs[i].name, specs[i].in_features, specs[i].out_features));
+    layers_.push_back(std::move(L));
+  }
+  final_norm_ = calib_upload(be_, load_f32(dir, "model.norm.weight", hshape));
+  const LinearSpec head = head_linear(cfg_);
+  head_ = be_.prepare_linear(load_linear(dir, head.name, head.in_features, head.out_features));
+}
+
+CalibModel::~CalibModel() = default;
+
+const PreparedLinear& CalibModel::source(int64_t layer, int which) const {
+  return *layers_.at(size_t(layer)).lin[which];
+}
+
+std::vector<float> CalibModel::embed(std::span<const int32_t> ids) const {
+  for (int32_t id : ids)
+    EXL_CHECK(id >= 0 && id < cfg_.vocab_size, "engine: quantize: calibration token id ", id, " out of range [0, ",
+              cfg_.vocab_size, ")");
+  Buffer x = be_.alloc(std::max<size_t>(ids.size(), 1) * size_t(cfg_.hidden_size) * 4);
+  be_.embedding(*embed_, ids, x.f32());
+  return calib_download(be_, x, ids.size() * size_t(cfg_.hidden_size));
+}
+
+std::unique_ptr<KvPool> CalibModel::kv_pool(int64_t rows, int64_t max_len, int n_layers) const {
+  KvLayout l;
+  l.n_layers = n_layers;
+  l.n_kv_heads = int(cfg_.num_kv_heads);
+  l.head_dim = int(cfg_.head_dim);
+  l.page_size = calib_model_impl::kCalibPageSize;
+  l.format = KvFormat::f32;
+  const int64_t ppr = (max_len + l.page_size - 1) / l.page_size;
+  return be_.alloc_kv_pool(l, int(rows * ppr));
+}
+
+std::vector<float> CalibModel::attention_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
+                                               KvPool& pool, int kv_layer,
+                                               std::span<const PreparedLinear* const> qkvo, std::vector<float>* xn_out,
+                                               std::vector<float>* att_out) const {
+  const Layer& L = layers_.at(size_t(layer));
+  const int64_t T = p.tokens(), H = cfg_.hidden_size, D = cfg_.head_dim;
+  const int NH = int(cfg_.num_heads), NKV = int(cfg_.num_kv_heads);
+  EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: attention block input of ", x.size(), " values for ", T,
+            " tokens");
+  const PreparedLinear* w[kAttnLinears];
+  for (int i = 0; i < kAttnLinears; ++i) w[i] = size_t(i) < qkvo.size() && qkvo[size_t(i)] ? qkvo[size_t(i)] : L.lin[i].get();
+  const calib_model_impl::CalibIndex ix = calib_model_impl::calib_index(p);
+  Buffer bx = calib_upload(be_, x), xn = be_.alloc(size_t(T * H) * 4);
+  Buffer q = be_.alloc(size_t(T * NH * D) * 4), k = be_.alloc(size_t(T * NKV * D) * 4),
+         v = be_.alloc(size_t(T * NKV * D) * 4), att = be_.alloc(size_t(T * NH * D) * 4),
+         tmp = be_.alloc(size_t(T * H) * 4);
+  const float eps = float(cfg_.rms_norm_eps);
+  be_.rms_norm(bx.f32(), L.attn_norm.f32(), xn.f32(), T, H, eps);
+  float* outs[3] = {q.f32(), k.f32(), v.f32()};
+  be_.linears_exact(std::span<const PreparedLinear* const>(w, 3), xn.f32(), outs, T);
+  be_.rope_qk_kv_write(q.f32(), k.f32(), v.f32(), T, NH, NKV, int(D), ix.positions, rope_, pool, kv_layer, ix.slots);
+  be_.attention(pool, kv_layer, q.f32(), att.f32(), ix.seqs, NH, float(1.0 / std::sqrt(double(D))),
+                cfg_.sliding_window ? int(*cfg_.sliding_window) : 0);
+  be_.linear_exact(*w[3], att.f32(), tmp.f32(), T);
+  be_.add(bx.f32(), tmp.f32(), T * H);
+  if (xn_out) *xn_out = calib_download(be_, xn, size_t(T * H));
+  if (att_out) *att_out = calib_download(be_, att, size_t(T * NH * D));
+  return calib_download(be_, bx, size_t(T * H));
+}
+
+std::vector<float> CalibModel::mlp_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
+                                         std::span<const PreparedLinear* const> gud, std::vector<float>* xn_out,
+                                         std::vector<float>* act_out) const {
+  const Layer& L = layers_.at(size_t(layer));
+  const int64_t T = p.tokens(), H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: MLP block input of ", x.size(), " values for ", T,
+            " tokens");
+  const PreparedLinear* w[kMlpLinears];
+  for (int i = 0; i < kMlpLinears; ++i)
+    w[i] = size_t(i) < gud.size() && gud[size_t(i)] ? gud[size_t(i)] : L.lin[kAttnLinears + i].get();
+  Buffer bx = calib_upload(be_, x), xn = be_.alloc(size_t(T * H) * 4), g = be_.alloc(size_t(T * I) * 4),
+         u = be_.alloc(size_t(T * I) * 4), tmp = be_.alloc(size_t(T * H) * 4);
+  be_.rms_norm(bx.f32(), L.mlp_norm.f32(), xn.f32(), T, H, float(cfg_.rms_norm_eps));
+  float* outs[2] = {g.f32(), u.f32()};
+  be_.linears_exact(std::span<const PreparedLinear* const>(w, 2), xn.f32(), outs, T);
+  be_.swiglu(g.f32(), u.f32(), g.f32(), T * I);
+  be_.linear_exact(*w[2], g.f32(), tmp.f32(), T);
+  be_.add(bx.f32(), tmp.f32(), T * H);
+  if (xn_out) *xn_out = calib_download(be_, xn, size_t(T * H));
+  if (act_out) *act_out = calib_download(be_, g, size_t(T * I));
+  return calib_download(be_, bx, size_t(T * H));
+}
+
+std::vector<float> CalibModel::final_norm(std::span<const float> x) const {
+  const int64_t H = cfg_.hidden_size, T = int64_t(x.size()) / H;
+  Buffer bx = calib_upload(be_, x);
+  be_.rms_norm(bx.f32(), final_norm_.f32(), bx.f32(), T, H, float(cfg_.rms_norm_eps));
+  return calib_download(be_, bx, x.size());
+}
+
+std::vector<float> CalibModel::logits(std::span<const float> x) const {
+  const int64_t H = cfg_.hidden_size, T = int64_t(x.size()) / H;
+  Buffer bx = calib_upload(be_, final_norm(x)), out = be_.alloc(size_t(T * cfg_.vocab_size) * 4);
+  be_.linear_exact(*head_, bx.f32(), out.f32(), T);
+  return calib_download(be_, out, size_t(T * cfg_.vocab_size));
+}
+
+std::vector<std::vector<int32_t>> CalibModel::generate(
+    std::span<const std::vector<int32_t>> prompts, int64_t length,
+    const std::function<int32_t(int64_t, std::span<const float>)>& next) const {
+  const int64_t rows = int64_t(prompts.size());
+  EXL_CHECK(rows > 0 && !prompts[0].empty(), "engine: quantize: generate: no prompts");
+  std::vector<std::vector<int32_t>> out(prompts.begin(), prompts.end());
+  const int64_t plen = int64_t(prompts[0].size());
+  for (const auto& pr : prompts)
+    EXL_CHECK(int64_t(pr.size()) == plen, "engine: quantize: generate: prompts of unequal length");
+  auto pool = kv_pool(rows, std::max(length, plen), int(cfg_.num_layers));
+  int64_t pos = 0;
+  std::vector<int32_t> step_ids;
+  for (const auto& pr : prompts) step_ids.insert(step_ids.end(), pr.begin(), pr.end());
+  while (true) {
+    const int64_t n = int64_t(step_ids.size()) / rows;
+    const CalibPositions p{rows, n, pos, std::max(length, plen)};
+    std::vector<float> x = embed(step_ids);
+    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+      x = attention_block(l, x, p, *pool, int(l));
+      x = mlp_block(l, x, p);
+    }
+    pos += n;
+    if (pos >= length) break;
+    const int64_t H = cfg_.hidden_size;
+    std::vector<float> last(size_t(rows * H));
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(x.begin() + ((r + 1) * n - 1) * H, H, last.begin() + r * H);
+    const std::vector<float> lg = logits(last);
+    step_ids.assign(size_t(rows), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t id = next(r, std::span<const float>(lg).subspan(size_t(r * cfg_.vocab_size), size_t(cfg_.vocab_size)));
+      out[size_t(r)].push_back(id);
+      step_ids[size_t(r)] = id;
+    }
+    if (int64_t(out[0].size()) >= length) break;
+  }
+  for (auto& o : out) o.resize(size_t(length));
+  return out;
+}
+
+}  // namespace exl
