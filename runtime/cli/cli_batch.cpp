@@ -36,6 +36,10 @@ const CommandSpec& batch_spec() {
       "partial last line (a job killed mid-write) is removed on resume and named on stderr. When a\n"
       "write fails (a full disk: ENOSPC; EIO) the job stops at once and exits 1 naming the error;\n"
       "the output keeps every complete line, and running the job again resumes it.\n"
+      "With --shard I/N the job runs only the I-th of N contiguous blocks of the input's non-blank\n"
+      "lines (0 <= I < N): N replicas (a Kubernetes indexed Job, a Slurm job array; see\n"
+      "examples/batch-shards) together write every result exactly once, each line as the unsharded\n"
+      "job writes it (duplicate ids are judged against the whole input).\n"
       "Exit codes: 0 done (error lines included), 1 an error, 2 bad flags, 3 output in use.",
       {},
       {{"--model", "DIR", "model directory", true},
@@ -48,6 +52,7 @@ const CommandSpec& batch_spec() {
        {"--speculate", "MODE", k_speculate_help},
        {"--draft-model", "DIR", k_draft_model_help},
        {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
+       {"--shard", "I/N", "run only share I of N of the input (0-based; default 0/1: all of it)"},
        {"--quiet", "", "no progress lines (the summary is still printed)"}}};
   return s;
 }
@@ -74,6 +79,25 @@ BatchForm guess_form(const std::vector<std::pair<size_t, std::string>>& lines) {
     }
   }
   return BatchForm::simple;
+}
+
+// --shard I/N: the share [begin, end) of `n_lines` lines.
+std::pair<size_t, size_t> shard_range(const ParsedArgs& a, size_t n_lines) {
+  if (!a.has("--shard")) return {0, n_lines};
+  const std::string v = *a.get("--shard");
+  const size_t slash = v.find('/');
+  size_t i = 0, n = 0;
+  const auto digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  if (slash != std::string::npos && digits(std::string_view(v).substr(0, slash)) &&
+      digits(std::string_view(v).substr(slash + 1))) {
+    i = std::stoul(v.substr(0, slash));
+    n = std::stoul(v.substr(slash + 1));
+  }
+  if (n == 0 || i >= n)
+    throw UsageError(cat("--shard must be I/N with 0 <= I < N (e.g. 0/3, 1/3, 2/3), not '", v, "'"));
+  return {i * n_lines / n, (i + 1) * n_lines / n};
 }
 
 struct Progress {
@@ -109,6 +133,7 @@ int cli_batch(std::span<const std::string> args) {
         a.has("--schema") ? std::optional<ojson>(read_schema_file(*a.get("--schema"), "batch")) : std::nullopt;
     const auto lines = read_lines(*a.get("--input"));
     const BatchForm fallback = guess_form(lines);
+    const auto [shard_begin, shard_end] = shard_range(a, lines.size());
     std::optional<BatchOutputFile> opened;
     try {
       opened.emplace(*a.get("--output"));
@@ -144,13 +169,15 @@ int cli_batch(std::span<const std::string> args) {
     }
 
     Progress pg;
-    pg.total = lines.size();
+    pg.total = shard_end - shard_begin;
     pg.quiet = a.has("--quiet");
     std::vector<BatchItem> todo;
     std::set<std::string> seen;
-    for (const auto& [n, text] : lines) {
+    for (size_t k = 0; k < shard_end; ++k) {
+      const auto& [n, text] = lines[k];
       BatchItem it = parse_batch_line(text, n, fallback, default_schema, engine.tokenizer().vocab_size());
       if (!it.key.starts_with("#") && !seen.insert(it.key).second) mark_duplicate(it);
+      if (k < shard_begin) continue;
       if (done_keys.count(it.key)) ++pg.resumed;
       else todo.push_back(std::move(it));
     }

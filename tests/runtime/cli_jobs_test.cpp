@@ -90,6 +90,48 @@ TEST(CliBatch, SimpleFormErrorLinesAndResume) {
   EXPECT_EQ(read_jsonl(dir / "out.jsonl").size(), 9u);
 }
 
+// Three replicas (--shard 0/3, 1/3, 2/3) of a 300-line job write every id exactly once, each line
+// as the unsharded job writes it; an id repeated across shards is a duplicate in the later one.
+TEST(CliBatch, ShardsTogetherWriteTheUnshardedResult) {
+  EXL_REQUIRE_SHARED(kModel);
+  const auto dir = test::temp_dir("CliBatch_shards");
+  std::string in = simple_lines(299, 3);
+  in += R"({"id":"r7","prompt":"the same id as an early line"})" "\n";
+  test::write_file(dir / "in.jsonl", in);
+  auto run = [&](const fs::path& out, const std::string& shard) {
+    std::vector<std::string> args = {"--model", model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
+                                     out.string(), "--concurrency", "16", "--threads", "1", "--quiet"};
+    if (!shard.empty()) args.insert(args.end(), {"--shard", shard});
+    return test::run_cli(cli_batch, args);
+  };
+  auto whole = run(dir / "whole.jsonl", "");
+  ASSERT_EQ(whole.code, 0) << whole.error << whole.err;
+  std::map<std::string, std::string> expected;
+  for (const auto& l : read_jsonl(dir / "whole.jsonl")) {
+    const std::string key = l.contains("line") ? "#" + l["line"].dump() : l["id"].get<std::string>();
+    expected[key] = l.dump();
+  }
+  ASSERT_EQ(expected.size(), 300u);
+  std::map<std::string, std::string> got;
+  for (int i = 0; i < 3; ++i) {
+    const auto out = dir / ("shard" + std::to_string(i) + ".jsonl");
+    auto r = run(out, std::to_string(i) + "/3");
+    ASSERT_EQ(r.code, 0) << r.error << r.err;
+    EXPECT_NE(r.err.find("batch: 100 requests"), std::string::npos) << r.err;
+    for (const auto& l : read_jsonl(out)) {
+      const std::string key = l.contains("line") ? "#" + l["line"].dump() : l["id"].get<std::string>();
+      EXPECT_TRUE(got.emplace(key, l.dump()).second) << "written twice: " << key;
+    }
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(got.at("#300").find("duplicate_id"), std::string::npos) << got.at("#300");
+  for (const char* bad : {"3/3", "1/0", "x", "1/", "-1/3", "1/3/4"}) {
+    auto r = run(dir / "bad.jsonl", bad);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE((r.err + r.error).find("--shard must be I/N"), std::string::npos) << bad << ": " << r.err;
+  }
+}
+
 TEST(CliBatch, SurvivesSigkillAndResumesEveryIdExactlyOnce) {
   EXL_REQUIRE_SHARED(kModel);
   const fs::path bin = test::binary_dir() / "exlagent";
