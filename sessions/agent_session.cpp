@@ -300,6 +300,16 @@ void AgentSession::dispatch_tools(const std::vector<ToolCall>& calls) {
       if (auto self = weak.lock()) self->deliver(epoch, i, {"Error: " + timeout_text(name, timeout), true});
     });
     auto strand = strand_;
+    slot.cancel->set_progress_sink([weak, strand, epoch, i](const ToolProgress& p) {
+      if (auto self = weak.lock())
+        net::post(strand, [self, epoch, i, p] {
+          if (epoch != self->epoch_ || i >= self->slots_.size() || self->slots_[i]->done) return;
+          json ev = {{"id", self->calls_[i].id}, {"name", self->calls_[i].name}, {"progress", p.progress}};
+          if (p.total) ev["total"] = *p.total;
+          if (!p.message.empty()) ev["message"] = p.message;
+          self->emit("tool_progress", std::move(ev));
+        });
+    });
     try {
       tool->invoke(args, ToolClock::now() + config_.tool_timeout, slot.cancel,
                    [weak, strand, epoch, i](ToolResult r) {

@@ -3,7 +3,8 @@
 // tool with a deadline (errors and timeouts go back to the model as tool results) → append →
 // repeat, until a reply without tool calls (the final answer), max_turns generations, or cancel().
 //
-// Events (AgentEvent.type): "token" {text}, "tool_call" {id, name, arguments}, "tool_result"
+// Events (AgentEvent.type): "token" {text}, "tool_call" {id, name, arguments}, "tool_progress"
+// {id, name, progress, total?, message?} (a running call's, CancelToken::report_progress), "tool_result"
 // {id, name, content, isError} (content cut to env.max_tool_result_bytes, with a note), "turn_end"
 // {turn, finishReason, usage}, "done" {reason: "final"|"max_turns"|"cancelled"|"error", content?,
 // turns, usage}, "error" {message}. Every run

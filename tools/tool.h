@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,14 +33,30 @@ struct ToolResult {
   bool is_error = false;
 };
 
-// Shared between a caller and a running call; the caller sets it, the tool polls it.
+// What a running call reports before it is done (MCP notifications/progress): how far it is, the
+// total when known, and a message (may be empty).
+struct ToolProgress {
+  double progress = 0;
+  std::optional<double> total;
+  std::string message;
+};
+
+// Shared between a caller and a running call: the caller cancels it and the tool polls it; a tool
+// that can tell how far it is reports to report_progress, which calls the caller's sink (set once,
+// before invoke; called from any thread, so it must post to wherever it needs to run).
 class CancelToken {
  public:
   void cancel() { flag_.store(true, std::memory_order_release); }
   bool cancelled() const { return flag_.load(std::memory_order_acquire); }
+  void set_progress_sink(std::function<void(const ToolProgress&)> sink) { sink_ = std::move(sink); }
+  bool wants_progress() const { return static_cast<bool>(sink_); }
+  void report_progress(const ToolProgress& p) const {
+    if (sink_) sink_(p);
+  }
 
  private:
   std::atomic<bool> flag_{false};
+  std::function<void(const ToolProgress&)> sink_;
 };
 
 using ToolClock = std::chrono::steady_clock;

@@ -87,6 +87,29 @@ TEST_F(McpAgentSessionTest, TheSessionCallsAnMcpToolAndGetsItsResult) {
   EXPECT_TRUE(tool_message) << "the result goes back to the model as a tool message";
 }
 
+TEST_F(McpAgentSessionTest, AServersProgressBecomesToolProgressEvents) {
+  AgentConfig cfg;
+  cfg.tools = {"fake__progress"};
+  McpEvents ev;
+  auto s = AgentSession::create(env({"[TOOL_CALLS] [{\"name\": \"fake__progress\", \"arguments\": {}}]", "Done."}),
+                                "s-mcp-progress", cfg, ev.sink());
+  ASSERT_TRUE(s->send("go"));
+  EXPECT_EQ(ev.wait_done()["reason"], "final");
+  ASSERT_EQ(ev.of("tool_call").size(), 1u);
+  const auto progress = ev.of("tool_progress");
+  ASSERT_EQ(progress.size(), 2u) << ev.errors();
+  for (int k = 0; k < 2; ++k) {
+    const json& p = progress[size_t(k)].data;
+    EXPECT_EQ(p["id"], ev.of("tool_call")[0].data["id"]);
+    EXPECT_EQ(p["name"], "fake__progress");
+    EXPECT_EQ(p["progress"], k + 1);
+    EXPECT_EQ(p["total"], 2);
+    EXPECT_EQ(p["message"], "step " + std::to_string(k + 1));
+  }
+  ASSERT_EQ(ev.of("tool_result").size(), 1u);
+  EXPECT_FALSE(ev.of("tool_result")[0].data["isError"].get<bool>());
+}
+
 TEST_F(McpAgentSessionTest, AServerCrashMidCallIsAToolErrorNotAHang) {
   AgentConfig cfg;
   cfg.tools = {"fake__crash"};

@@ -48,14 +48,14 @@ def tool(name, props=None, required=None):
 PAGE1 = [tool("add", {"a": {"type": "integer"}, "b": {"type": "integer"}}, ["a", "b"]),
          tool("echo", {"text": {"type": "string"}}, ["text"])]
 PAGE2 = [tool(n) for n in ("crash", "garbage", "wrong_id", "huge", "image", "structured", "fail",
-                           "rpc_error", "change")] + [tool("sleep", {"ms": {"type": "integer"}})]
+                           "rpc_error", "change", "progress")] + [tool("sleep", {"ms": {"type": "integer"}})]
 
 
 def text(t, is_error=False):
     return {"content": [{"type": "text", "text": t}], "isError": is_error}
 
 
-def call(rid, name, a):
+def call(rid, name, a, meta=None):
     if name == "add":
         return send({"jsonrpc": "2.0", "id": rid, "result": text(str(a["a"] + a["b"]))})
     if name == "echo":
@@ -64,6 +64,13 @@ def call(rid, name, a):
         sys.stderr.write("crashing on purpose\n")
         sys.stderr.flush()
         os._exit(3)
+    if name == "progress":
+        token = (meta or {}).get("progressToken")
+        if token is not None:
+            for k in (1, 2):
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": k, "total": 2, "message": "step %d" % k}})
+        return send({"jsonrpc": "2.0", "id": rid, "result": text("token " + json.dumps(token))})
     if name == "sleep":
         def late():
             time.sleep(a.get("ms", 2000) / 1000)
@@ -112,6 +119,6 @@ for line in sys.stdin:
         else:
             send({"jsonrpc": "2.0", "id": rid, "result": {"tools": PAGE2 + extra}})
     elif method == "tools/call":
-        call(rid, msg["params"]["name"], msg["params"].get("arguments") or {})
+        call(rid, msg["params"]["name"], msg["params"].get("arguments") or {}, msg["params"].get("_meta"))
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no " + method}})

@@ -3,6 +3,8 @@
 // list_changed) and against the real @modelcontextprotocol/server-everything from tests/node
 // (skipped when `npm ci` has not been run there).
 #include <gtest/gtest.h>
+
+#include <mutex>
 #include <signal.h>
 #include <unistd.h>
 
@@ -125,7 +127,7 @@ TEST_F(McpClientTest, ListsEveryPageAndCallsThroughTheRegistry) {
   auto c = McpClient::start(config());
   EXPECT_EQ(c->protocol_version(), "2025-06-18");
   EXPECT_EQ(c->server_info()["name"], "fake-mcp");
-  EXPECT_EQ(c->remote_tools().size(), 12u) << "both pages of tools/list";
+  EXPECT_EQ(c->remote_tools().size(), 13u) << "both pages of tools/list";
   ToolRegistry reg;
   EXPECT_TRUE(register_mcp_tools(reg, c).empty());
   ASSERT_TRUE(reg.contains("fake__add"));
@@ -248,6 +250,35 @@ TEST_F(McpClientTest, MalformedLinesAreClearErrors) {
   EXPECT_TRUE(contains(r.content, "sent a line longer than 4096 bytes")) << r.content;
   EXPECT_EQ(call(*c, "echo", {{"text", "restarted"}}).content, "echo: restarted");
   EXPECT_EQ(starts(), 2);
+}
+
+// A caller that wants progress (a sink on its CancelToken) sends a progressToken in _meta; the
+// server's notifications/progress for it reach the sink. Without a sink no token is sent.
+TEST_F(McpClientTest, ProgressReachesTheCallersTokenOnlyWhenItAsks) {
+  auto c = McpClient::start(config());
+  std::mutex mu;
+  std::vector<ToolProgress> seen;
+  auto token = std::make_shared<CancelToken>();
+  token->set_progress_sink([&](const ToolProgress& p) {
+    std::lock_guard lk(mu);
+    seen.push_back(p);
+  });
+  std::promise<ToolResult> p;
+  auto f = p.get_future();
+  c->call("progress", json::object(), ToolClock::now() + std::chrono::seconds(30),
+          [&p](ToolResult r) { p.set_value(std::move(r)); }, token);
+  const ToolResult r = f.get();
+  EXPECT_FALSE(r.is_error) << r.content;
+  EXPECT_TRUE(contains(r.content, "token \"exl-")) << r.content;
+  {
+    std::lock_guard lk(mu);
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[0].progress, 1);
+    EXPECT_EQ(seen[1].progress, 2);
+    EXPECT_EQ(seen[1].total, 2);
+    EXPECT_EQ(seen[1].message, "step 2");
+  }
+  EXPECT_EQ(call(*c, "progress", json::object()).content, "token null");
 }
 
 TEST_F(McpClientTest, ListChangedReRegistersTheTools) {

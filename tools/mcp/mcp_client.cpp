@@ -317,7 +317,23 @@ void McpClient::on_notification(const McpLink* from, const json& msg) {
     return;
   }
   if (method == "notifications/progress") {
-    log_->append(cat("[progress] ", msg.value("params", json::object()).dump(), "\n"));
+    const json params = msg.value("params", json::object());
+    log_->append(cat("[progress] ", params.dump(), "\n"));
+    const auto tok = params.find("progressToken");
+    const auto prog = params.find("progress");
+    if (tok == params.end() || prog == params.end() || !prog->is_number()) return;
+    std::shared_ptr<CancelToken> to;
+    {
+      std::lock_guard lk(mu_);
+      if (auto it = progress_.find(tok->is_string() ? tok->get<std::string>() : tok->dump()); it != progress_.end())
+        to = it->second.lock();
+    }
+    if (!to) return;
+    ToolProgress p;
+    p.progress = prog->get<double>();
+    if (auto t = params.find("total"); t != params.end() && t->is_number()) p.total = t->get<double>();
+    if (auto m = params.find("message"); m != params.end() && m->is_string()) p.message = m->get<std::string>();
+    to->report_progress(p);
     return;
   }
   if (method != "notifications/tools/list_changed") return;
@@ -390,8 +406,21 @@ void McpClient::call(const std::string& tool, const json& arguments, ToolClock::
 void McpClient::send_call(const std::shared_ptr<McpLink>& link, const std::string& tool, const json& arguments,
                           ToolClock::time_point deadline, ToolDone done, std::shared_ptr<CancelToken> cancel) {
   const std::string who = cat(prefix(), ": tool '", tool, "'");
-  link->request("tools/call", {{"name", tool}, {"arguments", arguments}}, deadline, std::move(cancel),
-                [who, done = std::move(done)](McpAnswer a) {
+  json params = {{"name", tool}, {"arguments", arguments}};
+  std::string progress_token;
+  if (cancel && cancel->wants_progress()) {
+    std::lock_guard lk(mu_);
+    progress_token = cat("exl-", next_progress_++);
+    progress_[progress_token] = cancel;
+    params["_meta"] = {{"progressToken", progress_token}};
+  }
+  std::weak_ptr<McpClient> weak = weak_from_this();
+  link->request("tools/call", std::move(params), deadline, std::move(cancel),
+                [who, weak, progress_token, done = std::move(done)](McpAnswer a) {
+                  if (auto self = weak.lock(); self && !progress_token.empty()) {
+                    std::lock_guard lk(self->mu_);
+                    self->progress_.erase(progress_token);
+                  }
                   if (!a.failure.empty()) {
                     const bool ours = mcp_failure_is_ours(a.failure);
                     return done({cat(who, ours ? " " : " failed: the server ", a.failure), true});

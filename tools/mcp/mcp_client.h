@@ -28,7 +28,9 @@
 // A call that finds the server gone (the process ended; the HTTP server ended the session)
 // restarts it (re-initialize, re-list) at most max_restarts times in the client's life; after
 // that, or when the restart fails, calls get an error that says so. Late answers to timed-out
-// requests are ignored. `notifications/progress` and `notifications/message` go to the log.
+// requests are ignored. `notifications/message` goes to the log; so does `notifications/progress`,
+// which also reaches the call's CancelToken progress sink when the caller set one (tools/call then
+// carries a `_meta.progressToken`; agent sessions emit them as "tool_progress" events).
 //
 // Destruction closes the server's stdin, then SIGTERM and SIGKILL after kill_grace each (HTTP: a
 // DELETE of the session, waiting at most kill_grace), and fails calls still pending. Callbacks (done, on_tools_changed) run on the client's reader thread
@@ -37,6 +39,7 @@
 #pragma once
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -132,6 +135,9 @@ class McpClient : public std::enable_shared_from_this<McpClient> {
   std::string protocol_;
   nlohmann::json server_info_;
   std::function<void()> on_changed_;
+  // The progressTokens of running calls whose caller wants progress, to their CancelTokens; guarded by mu_.
+  std::map<std::string, std::weak_ptr<CancelToken>> progress_;
+  uint64_t next_progress_ = 1;  // guarded by mu_
 };
 
 // Adds the client's tools to `registry` with owner "mcp:NAME" and keeps them in step with its
