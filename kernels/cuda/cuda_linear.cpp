@@ -116,7 +116,9 @@ class Exl2Linear final : public CudaLinear {
     if (n_segs > 0) segs_ = ctx.upload_new(segs, size_t(n_segs) * sizeof(Exl2Segment));
     q_weight_ = ctx.upload_new(m.q_weight, size_t(m.q_rows * Np) * 4);
     q_scale_ = ctx.upload_new(m.q_scale, size_t(G * (Np / 8)) * 4);
-    q_scale_max_ = ctx.upload_new(m.q_scale_max, size_t(G) * 2);
+    std::vector<uint16_t> scale_max(m.q_scale_max, m.q_scale_max + G);
+    scale_max.resize(size_t(G + (G & 1)), 0);  // whole aligned pairs for exl2_mma_set
+    q_scale_max_ = ctx.upload_new(scale_max);
     groups_ = ctx.upload_new(groups);
     group_of_row_ = ctx.upload_new(group_of_row);
     perm_ = ctx.upload_new(m.perm);
@@ -140,6 +142,9 @@ class Exl2Linear final : public CudaLinear {
     view_.segs = static_cast<const Exl2Segment*>(segs_.data());
     view_.n_segs = n_segs;
     view_.n_groups = int(G);
+    view_.max_bits = std::max_element(groups.begin(), groups.end(), [](const Exl2GroupDesc& a, const Exl2GroupDesc& b) {
+                       return a.bits < b.bits;
+                     })->bits;
     view_.K = int(K);
     view_.N = int(N);
     view_.Np = int(Np);
@@ -394,7 +399,8 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, staged, ctx.stream()));
+    EXL_CUDA_CHECK(
+        exl2_mma_set(s, in.x, int(rows), ks, exl2_mma_target_blocks(ctx, rows) / ctx.sm_count(), staged, ctx.stream()));
   }
   else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }
@@ -522,7 +528,7 @@ int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows) {
     const int v = e ? std::atoi(e) : 0;
     return v > 0 && v <= 64 ? v : 0;
   }();
-  return (n > 0 ? n : rows <= 8 ? 4 : 2) * ctx.sm_count();
+  return (n > 0 ? n : exl2_mma_blocks_per_sm(int(rows))) * ctx.sm_count();
 }
 
 void gemv_walk_only_from_env() {

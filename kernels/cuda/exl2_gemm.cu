@@ -1,5 +1,8 @@
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/rope_math.cuh"
@@ -867,24 +870,9 @@ __device__ __forceinline__ void mma_dequant(const uint32_t (&w)[8], __half2 s2, 
   }
 }
 
-template <int H>
-__device__ __forceinline__ void mma_dequant_bits(int bits, const uint32_t (&w)[8], __half2 s2, uint32_t (&out)[8]) {
-  switch (bits) {
-    case 2: mma_dequant<2, H>(w, s2, out); break;
-    case 3: mma_dequant<3, H>(w, s2, out); break;
-    case 4: mma_dequant<4, H>(w, s2, out); break;
-    case 5: mma_dequant<5, H>(w, s2, out); break;
-    case 6: mma_dequant<6, H>(w, s2, out); break;
-    case 8: mma_dequant<8, H>(w, s2, out); break;
-    default:
-#pragma unroll
-      for (int i = 0; i < 8; ++i) out[i] = 0u;
-  }
-}
-
 __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                           uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -929,55 +917,158 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(gmem) : "memory");
 }
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(at), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-constexpr int k_mma_stages = 4;  // activation chunks in flight per block (a ring in shared memory)
+// Half H of a lane's 32-row block of BITS for its four columns (words at wl[b·T], b < BITS) as
+// scaled fp16 A fragments.
+template <int BITS, int H, int MT>
+__device__ __forceinline__ void mma_decode_half(const uint4* wl, const __half2 (&s2)[4], uint32_t (&a)[MT][2][8]) {
+  constexpr int T = k_exl2_gemv_threads;
+  uint32_t wv[4][8];  // the other half's words are dead code
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const uint4 v = b < BITS ? wl[b * T] : make_uint4(0u, 0u, 0u, 0u);
+    wv[0][b] = v.x, wv[1][b] = v.y, wv[2][b] = v.z, wv[3][b] = v.w;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) mma_dequant<BITS, H>(wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
+}
 
-// One lane's share of a chunk's weights: its 32-row block for its four columns.
-struct MmaChunkWeights {
-  uint32_t wv[4][8];
-  uint32_t scode;
-  float smax;
-  int bits;
+// The lane's width is its own (the four lanes of a quad may hold blocks of different widths), so
+// decoding branches per lane, once per half, and the warp then meets at the mma (mma.sync needs
+// every lane). Width 0 (past the K-slice or the columns): zero fragments.
+template <int H, int MT>
+__device__ __forceinline__ void mma_decode_half_bits(int bits, const uint4* wl, const __half2 (&s2)[4],
+                                                     uint32_t (&a)[MT][2][8]) {
+  switch (bits) {
+    case 2: mma_decode_half<2, H>(wl, s2, a); break;
+    case 3: mma_decode_half<3, H>(wl, s2, a); break;
+    case 4: mma_decode_half<4, H>(wl, s2, a); break;
+    case 5: mma_decode_half<5, H>(wl, s2, a); break;
+    case 6: mma_decode_half<6, H>(wl, s2, a); break;
+    case 8: mma_decode_half<8, H>(wl, s2, a); break;
+    default:
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) a[mt][cc][i] = 0u;
+  }
+}
+
+// One 128-row chunk: each half decoded, then multiplied by the chunk's activation fragments xw for
+// every n-tile. Consecutive mma go to different accumulators.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], const uint32_t* xw, int g,
+                                          int t, float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t a[MT][2][8];
+    if (h == 0) mma_decode_half_bits<0>(bits, wl, s2, a);
+    else mma_decode_half_bits<1>(bits, wl, s2, a);
+    __syncwarp();
+#pragma unroll
+    for (int uu = 0; uu < 2; ++uu) {
+      const int u = 2 * h + uu, l = 4 * uu;  // l: local pair index of step 2u within this half
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int m = g + 8 * j;
+        const uint4 b = *reinterpret_cast<const uint4*>(xw + m * 64 + (((u ^ (m & 1)) << 4) | (t << 2)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          mma_16816(acc[mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b.x, b.y);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          mma_16816(acc[mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b.z, b.w);
+      }
+    }
+  }
+}
+
+// A lane's 32-row block of a chunk: its width (0 past the K-slice), first word row and scale group.
+struct MmaBlockAt {
+  int bits, qrow, grp;
 };
+
+// `s` is the lane's cursor into the segments; rows only move forward.
+__device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int& s, int rb, int k1) {
+  MmaBlockAt r{0, 0, 0};
+  if (rb < k1) {
+    while (rb >= segs[s].row_start + segs[s].rows) ++s;
+    const Exl2Segment& sg = segs[s];
+    const int boff = (rb - sg.row_start) >> 5;
+    r.bits = sg.bits;
+    r.qrow = sg.qrow_start + boff * sg.bits;
+    r.grp = sg.group0 + (sg.block_shift >= 0 ? boff >> sg.block_shift : boff * 32 / sg.group_rows);
+  }
+  return r;
+}
 
 // Block: 4 warps on 128 columns (a warp on 32: two 16-column m-tiles whose A rows g, g+8 of m-tiles
 // 0, 1 are the lane's columns 4g .. 4g+3 of the warp's 32), MB = 8·NT activation rows
-// (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk). The slice's activations, staged in
-// fragment order by exl2_mma_stage_kernel, stream through a ring of k_mma_stages chunks in shared
-// memory (cp.async, k_mma_stages − 1 chunks ahead); each lane of a quad decodes its own 32-row
-// block of every chunk for 4 columns into scaled fp16 pairs (the next chunk's weights loaded while
-// this one is multiplied), then the warp runs m16n8k16 mma with fp32 accumulation. With several
-// K-slices each block writes its partial sums and exl2_mma_sum_kernel adds them up.
-template <int NT>
-__global__ void __launch_bounds__(k_exl2_gemv_threads)
-    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice) {
-  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16;
+// (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk), chunk by chunk through a ring of S
+// stages in shared memory filled by cp.async S − 1 chunks ahead: the chunk's activations (staged in
+// fragment order by exl2_mma_stage_kernel, shared by the block) and each lane's own words of its
+// 32-row block for its four columns (`wrows` 16-byte rows per lane and stage: the widest block of
+// the set), its scale code and its group's scale maximum (as the aligned pair of fp16 that holds
+// it). No registers hold a chunk in flight, and a lane's weights need no barrier (it reads back
+// only what it copied). Each lane decodes its block into scaled fp16 pairs, then the warp runs
+// m16n8k16 mma with fp32 accumulation. With several K-slices each block writes its partial sums and
+// exl2_mma_sum_kernel adds them up.
+// Registers bounded for 6 resident blocks up to 16 rows, 4 at 32 and 3 at 64 (ptxas, unbounded:
+// 72, 84, 113 and 162 registers; no spills bounded).
+template <int NT, int S>
+__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT))
+    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
+  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads;
   extern __shared__ uint4 xs_raw[];
+  uint4* const wring = xs_raw + S * kChunkVecs;
+  uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);
   const auto [w, bias, y, part, job, bx] = block_job(set);
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
   const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
   const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
   __shared__ Exl2Segment segs[k_exl2_max_segments];
   if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
-  const uint4* tile = reinterpret_cast<const uint4*>(staged) +
-                      (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
-  const auto fetch = [&](int c) {
-    if (c < chunks)
-      for (int i = threadIdx.x; i < kChunkVecs; i += k_exl2_gemv_threads)
-        cp_async16(xs_raw + (c % k_mma_stages) * kChunkVecs + i, tile + size_t(c) * kChunkVecs + i);
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int c = 0; c < k_mma_stages - 1; ++c) fetch(c);
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int nw = bx * k_exl2_gemv_cols_per_block + warp * 16 * MT, n4 = nw + 4 * g;
+  const bool cols_on = n4 < w.Np;
+  const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
+  const uint4* tile = reinterpret_cast<const uint4*>(staged) +
+                      (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
+  const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
+  int s_fetch = 0, s_use = 0;
+  const auto fetch = [&](int c) {
+    if (c < chunks) {
+      const int st = c % S;
+      for (int i = threadIdx.x; i < kChunkVecs; i += T) cp_async16(xs_raw + st * kChunkVecs + i, tile + size_t(c) * kChunkVecs + i);
+      const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
+      if (at.bits && cols_on) {
+        for (int b = 0; b < at.bits; ++b)
+          cp_async16(wring + (st * wrows + b) * T + threadIdx.x, view.q_weight + size_t(at.qrow + b) * np + n4);
+        cp_async4(sring + (2 * st) * T + threadIdx.x, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
+        cp_async4(sring + (2 * st + 1) * T + threadIdx.x,
+                  reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int c = 0; c < S - 1; ++c) fetch(c);
+
   float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -985,78 +1076,30 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
-  const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
-  int s = 0;
-  // The lane's four columns n4 .. n4+3 (A rows g and g+8 of m-tiles 0 and 1): one 16-byte load
-  // per word row, a quarter warp's loads one 128-byte line.
-  const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
-  const auto load = [&](int c, MmaChunkWeights& cw) {
-    const int rb = k0 + c * k_mma_chunk + 32 * t;
-    int qrow = 0, grp = 0;
-    cw.bits = 0;
-    if (c < chunks && rb < k1) {
-      while (rb >= segs[s].row_start + segs[s].rows) ++s;
-      const Exl2Segment& sg = segs[s];
-      const int boff = (rb - sg.row_start) >> 5;
-      cw.bits = sg.bits;
-      qrow = sg.qrow_start + boff * sg.bits;
-      grp = sg.group0 + (sg.block_shift >= 0 ? boff >> sg.block_shift : boff * 32 / sg.group_rows);
-    }
-    const bool on = cw.bits && n4 < view.Np;
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-      const uint4 v = on && b < cw.bits ? __ldg(reinterpret_cast<const uint4*>(view.q_weight + size_t(qrow + b) * np + n4))
-                                        : make_uint4(0u, 0u, 0u, 0u);
-      cw.wv[0][b] = v.x, cw.wv[1][b] = v.y, cw.wv[2][b] = v.z, cw.wv[3][b] = v.w;
-    }
-    cw.smax = on ? __half2float(__ushort_as_half(__ldg(view.q_scale_max + grp))) * (1.0f / 256.0f) : 0.0f;
-    cw.scode = on ? __ldg(view.q_scale + size_t(grp) * sstride + (n4 >> 3)) >> (4 * (n4 & 7)) : 0u;
-  };
-  MmaChunkWeights cur, next;
-  load(0, cur);
 #pragma unroll 1
   for (int c = 0; c < chunks; ++c) {
-    cp_async_wait<k_mma_stages - 2>();
-    __syncthreads();  // chunk c is in; every warp is done with chunk c − 1, whose slot is refilled
-    fetch(c + k_mma_stages - 1);
-    load(c + 1, next);
-    const int bits = cur.bits;
-    const bool on = bits && n4 < w.Np;
+    cp_async_wait<S - 2>();
+    __syncthreads();  // chunk c is in; every warp is done with chunk c − 1, whose stage is refilled
+    fetch(c + S - 1);
+    const int st = c % S;
+    const MmaBlockAt at = mma_block_at(segs, s_use, k0 + c * k_mma_chunk + 32 * t, k1);
+    const int bits = cols_on ? at.bits : 0;
+    uint32_t scode = 0;
+    float smax = 0.0f;
+    if (bits) {
+      scode = sring[(2 * st) * T + threadIdx.x] >> (4 * (n4 & 7));
+      const uint32_t pair = sring[(2 * st + 1) * T + threadIdx.x];
+      smax = __half2float(__ushort_as_half(uint16_t(pair >> (16 * (at.grp & 1))))) * (1.0f / 256.0f);
+    }
     __half2 s2[4];
 #pragma unroll
     for (int col = 0; col < 4; ++col) {
-      const uint32_t q = (cur.scode >> (4 * col)) & 15u;
-      s2[col] = __float2half2_rn(on ? float((q + 1) * (q + 1)) * cur.smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
+      const uint32_t q = (scode >> (4 * col)) & 15u;
+      s2[col] = __float2half2_rn(bits ? float((q + 1) * (q + 1)) * smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
     }
-    const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs_raw + (c % k_mma_stages) * kChunkVecs);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t a[MT][2][8];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int cc = 0; cc < 2; ++cc) {
-          if (h == 0) mma_dequant_bits<0>(bits, cur.wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
-          else mma_dequant_bits<1>(bits, cur.wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
-        }
-      __syncwarp();
-#pragma unroll
-      for (int uu = 0; uu < 2; ++uu) {
-        const int u = 2 * h + uu;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int m = g + 8 * j;
-          const uint4 b = *reinterpret_cast<const uint4*>(xw + m * 64 + (((u ^ (m & 1)) << 4) | (t << 2)));
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const int l = 4 * uu;  // local pair index of step 2u within this half
-            mma_16816(acc[mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b.x, b.y);
-            mma_16816(acc[mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b.z, b.w);
-          }
-        }
-      }
-    }
-    cur = next;
+    const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs_raw + st * kChunkVecs);
+    const uint4* wl = wring + st * wrows * T + threadIdx.x;
+    mma_chunk(bits, wl, s2, xw, g, t, acc);
   }
   cp_async_wait<0>();
 
@@ -1158,48 +1201,91 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
   return cudaGetLastError();
 }
 
-int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
 
-size_t exl2_mma_smem_bytes(int rows) { return size_t(exl2_mma_rows_per_block(rows)) * k_mma_stages * 256; }
+size_t exl2_mma_smem_bytes(int rows, int wrows, int stages) {
+  return size_t(stages) * (size_t(exl2_mma_rows_per_block(rows)) * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 8));
+}
 
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
   const int mb = exl2_mma_rows_per_block(rows);
   return size_t(n_jobs) * size_t((rows + mb - 1) / mb) * size_t(mma_chunks(K)) * size_t(mb) * 256;
 }
 
-cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
-                         cudaStream_t stream) {
+namespace {
+
+// Stages in flight for `blocks_per_sm` resident blocks: the deepest of k_mma_stage_counts whose ring
+// leaves room for that many blocks in a multiprocessor's shared memory (228 KiB on sm_90, 1 KiB of
+// it reserved per block, this kernel's static arrays); EXL_CUDA_MMA_STAGES overrides.
+constexpr int k_mma_stage_counts[] = {2, 3, 4, 6};
+
+int mma_stages(int rows, int wrows, int blocks_per_sm) {
+  static const int forced = [] {
+    const char* e = std::getenv("EXL_CUDA_MMA_STAGES");
+    return e ? std::atoi(e) : 0;
+  }();
+  for (int s : k_mma_stage_counts)
+    if (s == forced) return s;
+  const size_t budget = (228u * 1024u) / size_t(std::max(1, blocks_per_sm)) - 2048u;
+  int best = 2;
+  for (int s : k_mma_stage_counts)
+    if (exl2_mma_smem_bytes(rows, wrows, s) <= budget) best = s;
+  return best;
+}
+
+}  // namespace
+
+cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, int blocks_per_sm,
+                         uint16_t* staged, cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
       set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged)
     return cudaErrorInvalidValue;
-  int tiles = 0;
+  int tiles = 0, wrows = 0;
   for (int j = 0; j < set.n_jobs; ++j) {
-    if (set.jobs[j].tile_begin != tiles || set.jobs[j].w.K != set.jobs[0].w.K || set.jobs[j].w.n_segs < 1)
+    const Exl2DeviceView& v = set.jobs[j].w;
+    if (set.jobs[j].tile_begin != tiles || v.K != set.jobs[0].w.K || v.n_segs < 1 || v.max_bits < 2 || v.max_bits > 8)
       return cudaErrorInvalidValue;
-    tiles += exl2_gemv_tiles(set.jobs[j].w.N);
+    tiles += exl2_gemv_tiles(v.N);
+    wrows = std::max(wrows, v.max_bits);
   }
   const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
   const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (K + k_slice - 1) / k_slice);
   const dim3 stage_grid(unsigned(mma_chunks(K)), grid.y * unsigned(mb / 8), unsigned(set.n_jobs));
-  const size_t smem = exl2_mma_smem_bytes(rows);
+  const int stages = mma_stages(rows, wrows, blocks_per_sm);
+  const size_t smem = exl2_mma_smem_bytes(rows, wrows, stages);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
     stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, reinterpret_cast<__half*>(staged));
-    // The kernel's static shared memory (segments, a flag) counts against the 48 KiB default too:
-    // a full 48 KiB activation tile launches only with the opt-in (measured: cudaErrorInvalidValue).
+    // The kernel's static shared memory (segments) counts against the 48 KiB default too: a full
+    // 48 KiB ring launches only with the opt-in (measured: cudaErrorInvalidValue).
     if (smem + 1024 > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
     }
-    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice);
+    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
     if (grid.z > 1) exl2_mma_sum_kernel<<<dim3(grid.x, (rows + 7) / 8), T, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
+  const auto by_stages = [&](auto stage, auto k2, auto k3, auto k4, auto k6) -> cudaError_t {
+    switch (stages) {
+      case 2: return launch(stage, k2);
+      case 3: return launch(stage, k3);
+      case 4: return launch(stage, k4);
+      default: return launch(stage, k6);
+    }
+  };
   switch (mb) {
-    case 8: return launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1>);
-    case 16: return launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2>);
-    case 32: return launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4>);
-    default: return launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8>);
+    case 8:
+      return by_stages(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 2>, exl2_mma_kernel<1, 3>, exl2_mma_kernel<1, 4>,
+                       exl2_mma_kernel<1, 6>);
+    case 16:
+      return by_stages(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 2>, exl2_mma_kernel<2, 3>, exl2_mma_kernel<2, 4>,
+                       exl2_mma_kernel<2, 6>);
+    case 32:
+      return by_stages(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 2>, exl2_mma_kernel<4, 3>, exl2_mma_kernel<4, 4>,
+                       exl2_mma_kernel<4, 6>);
+    default:
+      return by_stages(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 2>, exl2_mma_kernel<8, 3>, exl2_mma_kernel<8, 4>,
+                       exl2_mma_kernel<8, 6>);
   }
 }
 

@@ -435,6 +435,9 @@ inline void asm_cp_async_cg_shared_global(unsigned smem, const void* g, unsigned
   const char* src = static_cast<const char*>(g);
   cur->cp_open.push_back({smem, std::vector<char>(src, src + n)});
 }
+inline void asm_cp_async_ca_shared_global(unsigned smem, const void* g, unsigned n) {
+  asm_cp_async_cg_shared_global(smem, g, n);
+}
 inline void asm_cp_async_commit_group() {
   cur->cp_groups.push_back(std::move(cur->cp_open));
   cur->cp_open.clear();
