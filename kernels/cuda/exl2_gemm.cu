@@ -800,6 +800,7 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
 // ---- exl2_mma: tensor-core products for 3..k_exl2_mma_max_rows activation rows ----------------
 
 constexpr int k_mma_chunk = 128;  // permuted rows per step of a warp: four 32-row blocks, one per quad lane
+constexpr int k_mma_out_stride = 132;  // floats per row of exl2_mma_kernel's result tile (16-byte rows)
 
 // Where value v (0..31) of a 32-row block of `bits` sits in the fragment order of its lane's
 // 32 values (slot p: mma step p / 4, half2 (p & 3) / 2 of that step's pair of registers).
@@ -1102,30 +1103,56 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     mma_chunk(bits, wl, s2, xw, g, t, acc);
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the ring: it now holds the block's results
 
-  const bool split = gridDim.z > 1;
+  // The block's [mc, 128] results meet in shared memory (rows of k_mma_out_stride floats; see
+  // exl2_mma_smem_bytes), then leave as whole rows: one float4 per lane, where the
+  // fragments' own layout would touch four sectors per 128 useful bytes.
+  float* out_tile = reinterpret_cast<float*>(xs_raw);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      const int n = n4 + 2 * mt + cc;
-      if (n >= w.N) continue;
+    for (int cc = 0; cc < 2; ++cc)
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int m = 8 * j + 2 * t + e;
-          if (m >= mc) continue;
-          const float v = acc[mt][j][2 * cc + e];
-          if (split) {
-            part[(size_t(blockIdx.z) * rows + m0 + m) * w.N + n] = v;
-          } else {
-            float& out = y[size_t(m0 + m) * w.N + n];
-            const float r = v + (bias ? bias[n] : 0.0f);
-            out = set.residual ? out + r : r;
-          }
+        for (int e = 0; e < 2; ++e)
+          out_tile[(8 * j + 2 * t + e) * k_mma_out_stride + warp * 32 + 4 * g + 2 * mt + cc] = acc[mt][j][2 * cc + e];
+  __syncthreads();
+  const bool split = gridDim.z > 1;
+  const int nb = bx * k_exl2_gemv_cols_per_block, ncols = min(k_exl2_gemv_cols_per_block, w.N - nb);
+  // Whole float4 only where every row starts 16-byte aligned (a set's later jobs' partials follow
+  // earlier jobs of any width).
+  const bool vec = (w.N & 3) == 0 && (reinterpret_cast<uintptr_t>(split ? part : y) & 15) == 0;
+  for (int i = threadIdx.x; i < mc * 32; i += T) {
+    const int m = i >> 5, c4 = (i & 31) * 4;
+    if (c4 >= ncols) continue;
+    const float4 v = *reinterpret_cast<const float4*>(out_tile + m * k_mma_out_stride + c4);
+    float r[4] = {v.x, v.y, v.z, v.w};
+    float* dst = split ? part + (size_t(blockIdx.z) * rows + m0 + m) * w.N + nb + c4 : y + size_t(m0 + m) * w.N + nb + c4;
+    if (!split) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (c4 + q < ncols) r[q] += bias ? bias[nb + c4 + q] : 0.0f;
+      if (set.residual) {
+        if (vec) {
+          const float4 o = *reinterpret_cast<const float4*>(dst);
+          r[0] += o.x, r[1] += o.y, r[2] += o.z, r[3] += o.w;
+        } else {
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            if (c4 + q < ncols) r[q] += dst[q];
         }
+      }
     }
+    if (vec) {
+      *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (c4 + q < ncols) dst[q] = r[q];
+    }
+  }
 }
 
 // Block (column tile, 8 rows): the K-slices of exl2_mma_kernel's partial sums added in slice order,
@@ -1203,7 +1230,9 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 
 
 size_t exl2_mma_smem_bytes(int rows, int wrows, int stages) {
-  return size_t(stages) * (size_t(exl2_mma_rows_per_block(rows)) * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 8));
+  const size_t mb = size_t(exl2_mma_rows_per_block(rows));
+  return std::max(size_t(stages) * (mb * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 8)),
+                  mb * k_mma_out_stride * sizeof(float));
 }
 
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
