@@ -1022,8 +1022,8 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
 // stages in shared memory filled by cp.async S − 1 chunks ahead: the chunk's activations (staged in
 // fragment order by exl2_mma_stage_kernel, shared by the block) and each lane's own words of its
 // 32-row block for its four columns (`wrows` 16-byte rows per lane and stage: the widest block of
-// the set), its scale code and its group's scale maximum (as the aligned pair of fp16 that holds
-// it). No registers hold a chunk in flight, and a lane's weights need no barrier (it reads back
+// the set), its scale code, its group's scale maximum (as the aligned pair of fp16 that holds it)
+// and its block's width. No registers hold a chunk in flight, and a lane's weights need no barrier (it reads back
 // only what it copied). Each lane decodes its block into scaled fp16 pairs, then the warp runs
 // m16n8k16 mma with fp32 accumulation. With several K-slices each block writes its partial sums and
 // exl2_mma_sum_kernel adds them up.
@@ -1035,7 +1035,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads;
   extern __shared__ uint4 xs_raw[];
   uint4* const wring = xs_raw + S * kChunkVecs;
-  uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);
+  uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);  // [S][3][T]
   const auto [w, bias, y, part, job, bx] = block_job(set);
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
   const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
@@ -1051,19 +1051,25 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   const uint4* tile = reinterpret_cast<const uint4*>(staged) +
                       (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
   const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
-  int s_fetch = 0, s_use = 0;
+  int s_fetch = 0;
+  // A lane's stage: words [wrows][T] in wring; in sring [3][T]: scale code, scale-maximum pair, and
+  // the block's width | (group parity << 4) (0: nothing to add), so the consumer walks no segments.
   const auto fetch = [&](int c) {
     if (c < chunks) {
       const int st = c % S;
-      for (int i = threadIdx.x; i < kChunkVecs; i += T) cp_async16(xs_raw + st * kChunkVecs + i, tile + size_t(c) * kChunkVecs + i);
+#pragma unroll
+      for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
+        cp_async16(xs_raw + st * kChunkVecs + r * T + threadIdx.x, tile + size_t(c) * kChunkVecs + r * T + threadIdx.x);
       const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
-      if (at.bits && cols_on) {
+      const bool on = at.bits && cols_on;
+      if (on) {
         for (int b = 0; b < at.bits; ++b)
           cp_async16(wring + (st * wrows + b) * T + threadIdx.x, view.q_weight + size_t(at.qrow + b) * np + n4);
-        cp_async4(sring + (2 * st) * T + threadIdx.x, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
-        cp_async4(sring + (2 * st + 1) * T + threadIdx.x,
+        cp_async4(sring + (3 * st) * T + threadIdx.x, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
+        cp_async4(sring + (3 * st + 1) * T + threadIdx.x,
                   reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
       }
+      sring[(3 * st + 2) * T + threadIdx.x] = on ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
     }
     cp_async_commit();
   };
@@ -1083,20 +1089,20 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     __syncthreads();  // chunk c is in; every warp is done with chunk c − 1, whose stage is refilled
     fetch(c + S - 1);
     const int st = c % S;
-    const MmaBlockAt at = mma_block_at(segs, s_use, k0 + c * k_mma_chunk + 32 * t, k1);
-    const int bits = cols_on ? at.bits : 0;
+    const uint32_t meta = sring[(3 * st + 2) * T + threadIdx.x];
+    const int bits = int(meta & 15u);
     uint32_t scode = 0;
     float smax = 0.0f;
     if (bits) {
-      scode = sring[(2 * st) * T + threadIdx.x] >> (4 * (n4 & 7));
-      const uint32_t pair = sring[(2 * st + 1) * T + threadIdx.x];
-      smax = __half2float(__ushort_as_half(uint16_t(pair >> (16 * (at.grp & 1))))) * (1.0f / 256.0f);
+      scode = sring[(3 * st) * T + threadIdx.x] >> (4 * (n4 & 7));
+      const uint32_t pair = sring[(3 * st + 1) * T + threadIdx.x];
+      smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) * (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
     }
     __half2 s2[4];
 #pragma unroll
     for (int col = 0; col < 4; ++col) {
       const uint32_t q = (scode >> (4 * col)) & 15u;
-      s2[col] = __float2half2_rn(bits ? float((q + 1) * (q + 1)) * smax * (bits == 8 ? 16.0f : 1.0f) : 0.0f);
+      s2[col] = __float2half2_rn(float((q + 1) * (q + 1)) * smax);
     }
     const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs_raw + st * kChunkVecs);
     const uint4* wl = wring + st * wrows * T + threadIdx.x;
@@ -1231,7 +1237,7 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 
 size_t exl2_mma_smem_bytes(int rows, int wrows, int stages) {
   const size_t mb = size_t(exl2_mma_rows_per_block(rows));
-  return std::max(size_t(stages) * (mb * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 8)),
+  return std::max(size_t(stages) * (mb * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 12)),
                   mb * k_mma_out_stride * sizeof(float));
 }
 
