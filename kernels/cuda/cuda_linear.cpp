@@ -399,8 +399,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(
-        exl2_mma_set(s, in.x, int(rows), ks, exl2_mma_target_blocks(ctx, rows) / ctx.sm_count(), staged, ctx.stream()));
+    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, staged, ctx.stream()));
   }
   else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }

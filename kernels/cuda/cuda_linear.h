@@ -117,8 +117,7 @@ int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 // `target_blocks` blocks (at most 4096 rows: the activations stream through a ring of chunks).
 int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 // Tensor-core blocks aimed for: exl2_mma_blocks_per_sm (as many as the kernel's registers allow),
-// or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64). The shared-memory ring is as deep
-// as that many blocks allow (exl2_mma_set).
+// or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64).
 int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows);
 
 // EXL2 gemv blocks aimed for per multiprocessor: 8 for one or two activation rows, 4 for more

@@ -1,7 +1,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/kv_access.cuh"
@@ -800,7 +799,11 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
 // ---- exl2_mma: tensor-core products for 3..k_exl2_mma_max_rows activation rows ----------------
 
 constexpr int k_mma_chunk = 128;  // permuted rows per step of a warp: four 32-row blocks, one per quad lane
-constexpr int k_mma_out_stride = 132;  // floats per row of exl2_mma_kernel's result tile (16-byte rows)
+constexpr int k_mma_out_stride = 132;
+// exl2_mma_kernel's ring: double buffering. Deeper rings (3, 4, 6 stages) measured no faster at any
+// batch on the H200, and up to 30% slower at 64 rows where they cost resident blocks (BENCHMARKS.md,
+// session 19).
+constexpr int k_mma_stages = 2;  // floats per row of exl2_mma_kernel's result tile (16-byte rows)
 
 // Where value v (0..31) of a 32-row block of `bits` sits in the fragment order of its lane's
 // 32 values (slot p: mma step p / 4, half2 (p & 3) / 2 of that step's pair of registers).
@@ -1027,12 +1030,12 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
 // only what it copied). Each lane decodes its block into scaled fp16 pairs, then the warp runs
 // m16n8k16 mma with fp32 accumulation. With several K-slices each block writes its partial sums and
 // exl2_mma_sum_kernel adds them up.
-// Registers bounded for 6 resident blocks up to 16 rows, 4 at 32 and 3 at 64 (ptxas, unbounded:
-// 72, 84, 113 and 162 registers; no spills bounded).
-template <int NT, int S>
+// Registers bounded for 6 resident blocks up to 16 rows, 4 at 32 and 3 at 64 (ptxas, sm_90a: 72,
+// 80, 128 and 168 registers, no spills).
+template <int NT>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT))
     exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
-  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads;
+  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads, S = k_mma_stages;
   extern __shared__ uint4 xs_raw[];
   uint4* const wring = xs_raw + S * kChunkVecs;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);  // [S][3][T]
@@ -1235,9 +1238,9 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 }
 
 
-size_t exl2_mma_smem_bytes(int rows, int wrows, int stages) {
+size_t exl2_mma_smem_bytes(int rows, int wrows) {
   const size_t mb = size_t(exl2_mma_rows_per_block(rows));
-  return std::max(size_t(stages) * (mb * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 12)),
+  return std::max(size_t(k_mma_stages) * (mb * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 12)),
                   mb * k_mma_out_stride * sizeof(float));
 }
 
@@ -1246,31 +1249,8 @@ size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
   return size_t(n_jobs) * size_t((rows + mb - 1) / mb) * size_t(mma_chunks(K)) * size_t(mb) * 256;
 }
 
-namespace {
-
-// Stages in flight for `blocks_per_sm` resident blocks: the deepest of k_mma_stage_counts whose ring
-// leaves room for that many blocks in a multiprocessor's shared memory (228 KiB on sm_90, 1 KiB of
-// it reserved per block, this kernel's static arrays); EXL_CUDA_MMA_STAGES overrides.
-constexpr int k_mma_stage_counts[] = {2, 3, 4, 6};
-
-int mma_stages(int rows, int wrows, int blocks_per_sm) {
-  static const int forced = [] {
-    const char* e = std::getenv("EXL_CUDA_MMA_STAGES");
-    return e ? std::atoi(e) : 0;
-  }();
-  for (int s : k_mma_stage_counts)
-    if (s == forced) return s;
-  const size_t budget = (228u * 1024u) / size_t(std::max(1, blocks_per_sm)) - 2048u;
-  int best = 2;
-  for (int s : k_mma_stage_counts)
-    if (exl2_mma_smem_bytes(rows, wrows, s) <= budget) best = s;
-  return best;
-}
-
-}  // namespace
-
-cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, int blocks_per_sm,
-                         uint16_t* staged, cudaStream_t stream) {
+cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
+                         cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
       set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged)
     return cudaErrorInvalidValue;
@@ -1285,8 +1265,7 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
   const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (K + k_slice - 1) / k_slice);
   const dim3 stage_grid(unsigned(mma_chunks(K)), grid.y * unsigned(mb / 8), unsigned(set.n_jobs));
-  const int stages = mma_stages(rows, wrows, blocks_per_sm);
-  const size_t smem = exl2_mma_smem_bytes(rows, wrows, stages);
+  const size_t smem = exl2_mma_smem_bytes(rows, wrows);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
     stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, reinterpret_cast<__half*>(staged));
@@ -1300,27 +1279,11 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     if (grid.z > 1) exl2_mma_sum_kernel<<<dim3(grid.x, (rows + 7) / 8), T, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
-  const auto by_stages = [&](auto stage, auto k2, auto k3, auto k4, auto k6) -> cudaError_t {
-    switch (stages) {
-      case 2: return launch(stage, k2);
-      case 3: return launch(stage, k3);
-      case 4: return launch(stage, k4);
-      default: return launch(stage, k6);
-    }
-  };
   switch (mb) {
-    case 8:
-      return by_stages(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 2>, exl2_mma_kernel<1, 3>, exl2_mma_kernel<1, 4>,
-                       exl2_mma_kernel<1, 6>);
-    case 16:
-      return by_stages(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 2>, exl2_mma_kernel<2, 3>, exl2_mma_kernel<2, 4>,
-                       exl2_mma_kernel<2, 6>);
-    case 32:
-      return by_stages(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 2>, exl2_mma_kernel<4, 3>, exl2_mma_kernel<4, 4>,
-                       exl2_mma_kernel<4, 6>);
-    default:
-      return by_stages(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 2>, exl2_mma_kernel<8, 3>, exl2_mma_kernel<8, 4>,
-                       exl2_mma_kernel<8, 6>);
+    case 8: return launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1>);
+    case 16: return launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2>);
+    case 32: return launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4>);
+    default: return launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8>);
   }
 }
 

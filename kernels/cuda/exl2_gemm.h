@@ -144,8 +144,8 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // gathers every job's activations through its perm (silu(x)·x_up with x_up) once, as fp16
 // (saturated at ±65504) in fragment order, into `staged` (exl2_mma_staged_bytes; the caller's
 // scratch, overwritten); then each block streams its K-slice of them, and each lane its own words,
-// through a ring of shared memory (cp.async; as many stages as fit `blocks_per_sm` resident blocks
-// of exl2_mma_smem_bytes(rows, widest group's bits, stages)), each lane
+// through a double-buffered ring of shared memory (cp.async; exl2_mma_smem_bytes(rows, the widest
+// group's bits) per block), each lane
 // of a quad decodes one 32-row block of a 128-row chunk for four columns straight into scaled fp16
 // mma fragments (w = (q − z)·scale rounded once to fp16, as exl2_reconstruct forms it), and
 // m16n8k16 mma accumulate in fp32; K-slices (their partial sums in the jobs' `partials`, no
@@ -158,10 +158,10 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
 // Resident blocks per multiprocessor the kernel's registers are bounded for.
 EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
-size_t exl2_mma_smem_bytes(int rows, int wrows, int stages);
+size_t exl2_mma_smem_bytes(int rows, int wrows);
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
-cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, int blocks_per_sm,
-                         uint16_t* staged, cudaStream_t stream);
+cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
+                         cudaStream_t stream);
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);
