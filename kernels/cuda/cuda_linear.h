@@ -33,14 +33,14 @@ inline constexpr int64_t k_quant_gemv_max_rows = 16;
 // EXL2 matrices with streamed layouts (Exl2DeviceView::n_segs > 0) take the tensor-core kernel
 // (exl2_mma_set) for exl2_mma_min_rows()..exl2_mma_max_rows() rows outside the exact path: run(),
 // run_fused() and run_linears() with exact false. By default that is where it was measured faster
-// than the gemv and cuBLAS paths (k_exl2_mma_auto_*: 4..64 rows, llama3-8b decode on the H200,
-// BENCHMARKS.md session 17); EXL_CUDA_MMA=1 widens it to every count the kernel takes
+// than the gemv and cuBLAS paths (k_exl2_mma_auto_*: 4..128 rows, llama3-8b decode and prefill on
+// the H200, BENCHMARKS.md sessions 17 and 19: at 256 rows cuBLAS on dequantized weights wins); EXL_CUDA_MMA=1 widens it to every count the kernel takes
 // (k_exl2_mma_min_rows..k_exl2_mma_max_rows; the CUDA tests do), EXL_CUDA_MMA=0 turns it off, and
 // EXL_CUDA_MMA_MAX_ROWS (16..4096) moves the top for tuning runs.
 inline constexpr int64_t k_exl2_mma_min_rows = 3;
-inline constexpr int64_t k_exl2_mma_max_rows = 64;
+inline constexpr int64_t k_exl2_mma_max_rows = 128;
 inline constexpr int64_t k_exl2_mma_auto_min_rows = 4;
-inline constexpr int64_t k_exl2_mma_auto_max_rows = 64;
+inline constexpr int64_t k_exl2_mma_auto_max_rows = 128;
 bool exl2_mma_enabled();
 int64_t exl2_mma_min_rows();
 int64_t exl2_mma_max_rows();

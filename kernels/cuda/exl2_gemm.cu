@@ -497,13 +497,13 @@ struct BlockJob {
   float* part;
   int job, bx;
 };
-__device__ __forceinline__ BlockJob block_job(const Exl2GemvSet& set) {
-  BlockJob r{set.jobs[0].w, set.jobs[0].bias, set.jobs[0].y, set.jobs[0].partials, 0, int(blockIdx.x)};
+// `tile`: the block's column tile over all jobs (blockIdx.x, or blockIdx.y for exl2_mma_kernel).
+__device__ __forceinline__ BlockJob block_job(const Exl2GemvSet& set, int tile = int(blockIdx.x)) {
+  BlockJob r{set.jobs[0].w, set.jobs[0].bias, set.jobs[0].y, set.jobs[0].partials, 0, tile};
 #pragma unroll
   for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
-    if (j < set.n_jobs && int(blockIdx.x) >= set.jobs[j].tile_begin)
-      r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, j,
-           int(blockIdx.x) - set.jobs[j].tile_begin};
+    if (j < set.n_jobs && tile >= set.jobs[j].tile_begin)
+      r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, j, tile - set.jobs[j].tile_begin};
   return r;
 }
 
@@ -1019,17 +1019,18 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
   return r;
 }
 
-// Block: 4 warps on 128 columns (a warp on 32: two 16-column m-tiles whose A rows g, g+8 of m-tiles
-// 0, 1 are the lane's columns 4g .. 4g+3 of the warp's 32), MB = 8·NT activation rows
-// (NT n-tiles of 8), one K-slice (a multiple of k_mma_chunk), chunk by chunk through a ring of S
-// stages in shared memory filled by cp.async S − 1 chunks ahead: the chunk's activations (staged in
-// fragment order by exl2_mma_stage_kernel, shared by the block) and each lane's own words of its
-// 32-row block for its four columns (`wrows` 16-byte rows per lane and stage: the widest block of
-// the set), its scale code, its group's scale maximum (as the aligned pair of fp16 that holds it)
-// and its block's width. No registers hold a chunk in flight, and a lane's weights need no barrier (it reads back
-// only what it copied). Each lane decodes its block into scaled fp16 pairs, then the warp runs
-// m16n8k16 mma with fp32 accumulation. With several K-slices each block writes its partial sums and
-// exl2_mma_sum_kernel adds them up.
+// Block (row block x, column tile y, K-slice z): 4 warps on 128 columns (a warp on 32: two
+// 16-column m-tiles whose A rows g, g+8 of m-tiles 0, 1 are the lane's columns 4g .. 4g+3 of the
+// warp's 32), MB = 8·NT activation rows (NT n-tiles of 8), one K-slice (a multiple of
+// k_mma_chunk), chunk by chunk through a ring of S stages in shared memory filled by cp.async
+// S − 1 chunks ahead: the chunk's activations (staged in fragment order by exl2_mma_stage_kernel,
+// shared by the block) and each lane's own words of its 32-row block for its four columns (`wrows`
+// 16-byte rows per lane and stage: the widest block of the set), its scale code, its group's scale
+// maximum (as the aligned pair of fp16 that holds it) and its block's width. No registers hold a
+// chunk in flight, and a lane's weights need no barrier (it reads back only what it copied). Each
+// lane decodes its block into scaled fp16 pairs, then the warp runs m16n8k16 mma with fp32
+// accumulation. With several K-slices each block writes its partial sums and exl2_mma_sum_kernel
+// adds them up.
 // Registers bounded for 6 resident blocks up to 16 rows, 4 at 32 and 3 at 64 (ptxas, sm_90a: 72,
 // 80, 128 and 168 registers, no spills).
 template <int NT>
@@ -1039,10 +1040,10 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   extern __shared__ uint4 xs_raw[];
   uint4* const wring = xs_raw + S * kChunkVecs;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);  // [S][3][T]
-  const auto [w, bias, y, part, job, bx] = block_job(set);
+  const auto [w, bias, y, part, job, bx] = block_job(set, int(blockIdx.y));
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
   const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
-  const int m0 = blockIdx.y * MB, mc = min(MB, rows - m0);
+  const int m0 = blockIdx.x * MB, mc = min(MB, rows - m0);
   __shared__ Exl2Segment segs[k_exl2_max_segments];
   if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
   __syncthreads();
@@ -1052,7 +1053,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   const bool cols_on = n4 < w.Np;
   const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
   const uint4* tile = reinterpret_cast<const uint4*>(staged) +
-                      (size_t(job * gridDim.y + blockIdx.y) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
+                      (size_t(job * gridDim.x + blockIdx.x) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
   const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
   int s_fetch = 0;
   // A lane's stage: words [wrows][T] in wring; in sring [3][T]: scale code, scale-maximum pair, and
@@ -1263,8 +1264,10 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     wrows = std::max(wrows, v.max_bits);
   }
   const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
-  const dim3 grid(unsigned(tiles), (rows + mb - 1) / mb, (K + k_slice - 1) / k_slice);
-  const dim3 stage_grid(unsigned(mma_chunks(K)), grid.y * unsigned(mb / 8), unsigned(set.n_jobs));
+  // Row blocks of one column tile are neighbours in launch order, so that beyond 64 rows the later
+  // ones find the tile's weights in L2.
+  const dim3 grid((rows + mb - 1) / mb, unsigned(tiles), (K + k_slice - 1) / k_slice);
+  const dim3 stage_grid(unsigned(mma_chunks(K)), grid.x * unsigned(mb / 8), unsigned(set.n_jobs));
   const size_t smem = exl2_mma_smem_bytes(rows, wrows);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
@@ -1276,7 +1279,7 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (e != cudaSuccess) return e;
     }
     kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
-    if (grid.z > 1) exl2_mma_sum_kernel<<<dim3(grid.x, (rows + 7) / 8), T, 0, stream>>>(set, rows, int(grid.z));
+    if (grid.z > 1) exl2_mma_sum_kernel<<<dim3(grid.y, (rows + 7) / 8), T, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
   switch (mb) {
