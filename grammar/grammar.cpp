@@ -572,11 +572,127 @@ Rule determinize_bytes(const Nfa& nfa, std::string name, size_t max_states) {
   return determinize(nfa, std::move(name), max_states, false);
 }
 
+// Rules whose definitions are equal once their callees are replaced by canonical ones are one
+// rule: schemas expanded into alternatives (oneOf exclusions, dependencies) repeat the same
+// members and objects many times over, and each copy would be determinized again. Rules are
+// visited callees first (Tarjan's order of strongly connected components); a recursive rule
+// keeps its own id (its callees are still replaced), so every merge is of rules whose languages
+// are equal by construction.
+std::vector<int32_t> GrammarBuilder::merge_equal_rules() {
+  const size_t n = nfas_.size();
+  std::vector<int32_t> canon(n);
+  for (size_t i = 0; i < n; ++i) canon[i] = int32_t(i);
+  auto callees = [&](size_t i, auto&& f) {
+    if (is_repeat_[i]) return f(repeats_[i].body);
+    for (const auto& edges : nfas_[i].out)
+      for (const NfaEdge& e : edges)
+        if (e.kind == NfaEdge::Kind::call) f(e.callee);
+  };
+  auto hash_of = [&](size_t i) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&](uint64_t x) { h = (h ^ x) * 0x100000001b3ull, h ^= h >> 32; };
+    if (ready_[i]) return mix(1), mix(uint64_t(reinterpret_cast<uintptr_t>(ready_[i].get()))), h;
+    if (is_repeat_[i]) return mix(2), mix(uint32_t(canon[size_t(repeats_[i].body)])), mix(repeats_[i].min), mix(repeats_[i].max), h;
+    mix(3);
+    for (const auto& edges : nfas_[i].out) {
+      mix(edges.size());
+      for (const NfaEdge& e : edges)
+        mix(uint64_t(e.kind) | uint64_t(e.lo) << 8 | uint64_t(e.hi) << 16 |
+            uint64_t(uint32_t(e.kind == NfaEdge::Kind::call ? canon[size_t(e.callee)] : 0)) << 24 ^ uint64_t(uint32_t(e.to)) << 40);
+    }
+    return h;
+  };
+  auto equal = [&](size_t a, size_t b) {
+    if (bool(ready_[a]) != bool(ready_[b]) || is_repeat_[a] != is_repeat_[b]) return false;
+    if (ready_[a]) return ready_[a] == ready_[b];
+    if (is_repeat_[a])
+      return canon[size_t(repeats_[a].body)] == canon[size_t(repeats_[b].body)] && repeats_[a].min == repeats_[b].min &&
+             repeats_[a].max == repeats_[b].max;
+    const Nfa &x = nfas_[a], &y = nfas_[b];
+    if (x.out.size() != y.out.size()) return false;
+    for (size_t s = 0; s < x.out.size(); ++s) {
+      if (x.out[s].size() != y.out[s].size()) return false;
+      for (size_t k = 0; k < x.out[s].size(); ++k) {
+        const NfaEdge &e = x.out[s][k], &f = y.out[s][k];
+        if (e.kind != f.kind || e.lo != f.lo || e.hi != f.hi || e.to != f.to) return false;
+        if (e.kind == NfaEdge::Kind::call && canon[size_t(e.callee)] != canon[size_t(f.callee)]) return false;
+      }
+    }
+    return true;
+  };
+  // Tarjan's algorithm, iteratively; a component is complete when its root is popped.
+  std::vector<int32_t> index(n, -1), low(n, 0), stack;
+  std::vector<uint8_t> on_stack(n, 0);
+  std::vector<std::vector<int32_t>> out(n);
+  for (size_t i = 0; i < n; ++i) callees(i, [&](int32_t c) { out[i].push_back(c); });
+  std::unordered_multimap<uint64_t, int32_t> seen;
+  int32_t next_index = 0;
+  std::vector<std::pair<int32_t, size_t>> dfs;
+  for (size_t r = 0; r < n; ++r) {
+    if (index[r] >= 0) continue;
+    dfs.push_back({int32_t(r), 0});
+    while (!dfs.empty()) {
+      auto& [v, k] = dfs.back();
+      auto vi = size_t(v);
+      if (k == 0) {
+        index[vi] = low[vi] = next_index++;
+        stack.push_back(v);
+        on_stack[vi] = 1;
+      }
+      if (k < out[vi].size()) {
+        auto w = size_t(out[vi][k++]);
+        if (index[w] < 0) dfs.push_back({int32_t(w), 0});
+        else if (on_stack[w]) low[vi] = std::min(low[vi], index[w]);
+        continue;
+      }
+      if (low[vi] == index[vi]) {
+        bool single = stack.back() == v &&
+                      std::find(out[vi].begin(), out[vi].end(), v) == out[vi].end();
+        for (int32_t x = -1; x != v;) {
+          x = stack.back();
+          stack.pop_back();
+          on_stack[size_t(x)] = 0;
+        }
+        if (single) {
+          uint64_t h = hash_of(vi);
+          auto [b, e] = seen.equal_range(h);
+          for (; b != e; ++b)
+            if (equal(vi, size_t(b->second))) break;
+          if (b != e) canon[vi] = b->second;
+          else seen.emplace(h, v);
+        }
+      }
+      int32_t done = v;
+      dfs.pop_back();
+      if (!dfs.empty()) low[size_t(dfs.back().first)] = std::min(low[size_t(dfs.back().first)], low[size_t(done)]);
+    }
+  }
+  return canon;
+}
+
 Grammar GrammarBuilder::finish(int32_t root) {
   Grammar g;
   g.root = root;
   const size_t max_states = grammar_automaton_limit();
+  const std::vector<int32_t> canon = merge_equal_rules();
   for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (is_repeat_[i]) repeats_[i].body = canon[size_t(repeats_[i].body)];
+    for (auto& edges : nfas_[i].out)
+      for (NfaEdge& e : edges)
+        if (e.kind == NfaEdge::Kind::call) e.callee = canon[size_t(e.callee)];
+  }
+  for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (canon[i] != int32_t(i)) {
+      // a copy: nothing calls it any more; it forwards to its equal (it may be the root)
+      Rule r;
+      r.name = names_[i];
+      r.states.resize(2);
+      r.trans.assign(2, -1);
+      r.states[0].calls.push_back({canon[i], 1});
+      r.states[1].accepting = true;
+      g.rules.push_back(std::move(r));
+      continue;
+    }
     if (ready_[i]) {
       g.rules.push_back(*ready_[i]);
       g.rules.back().name = names_[i];

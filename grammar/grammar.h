@@ -118,11 +118,15 @@ class GrammarBuilder {
   // large automata built directly, such as length-bounded strings).
   void set_dfa(int32_t rule, std::shared_ptr<const Rule> d);
   // Determinizes every rule (each within the active GrammarBudget's per-automaton limit, all
-  // charged to it: grammar/grammar_budget.h) and prunes; throws GrammarError.
+  // charged to it: grammar/grammar_budget.h) and prunes; throws GrammarError. Rules equal to an
+  // earlier one once their callees are merged (same NFA, same repeat, same set_dfa automaton; not
+  // recursive ones) are determinized once: every call goes to the first, the copies forward to it.
   Grammar finish(int32_t root);
 
  private:
   friend Rule determinize_rule(const GrammarBuilder&, int32_t, size_t);
+  // Per rule, the rule it equals (itself when none came before): see finish.
+  std::vector<int32_t> merge_equal_rules();
   std::deque<Nfa> nfas_;  // a deque: FragBuilders keep pointers while rules are added
   std::vector<std::string> names_;
   std::vector<Rule> repeats_;  // kind == repeat entries, by rule id (others kind automaton unused)
