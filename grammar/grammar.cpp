@@ -561,6 +561,114 @@ void check_left_recursion(const Grammar& g) {
   }
 }
 
+// A rule that only calls another: state 0 calls X and returns to an accepting state that reads
+// nothing (what a schema alternative compiled to one call becomes). Returns X, or r itself.
+int32_t forward_target(const Grammar& g, int32_t r) {
+  for (int hops = 0; hops < 8; ++hops) {
+    const Rule& x = g.rules[size_t(r)];
+    if (x.kind != Rule::Kind::automaton || x.states.empty()) return r;
+    const DfaState& s0 = x.states[0];
+    if (s0.accepting || s0.has_bytes || s0.calls.size() != 1) return r;
+    const DfaState& s1 = x.states[size_t(s0.calls[0].next)];
+    if (!s1.accepting || s1.has_bytes || !s1.calls.empty() || s0.calls[0].callee == r) return r;
+    r = s0.calls[0].callee;
+  }
+  return r;
+}
+
+bool is_callfree(const Rule& r) {
+  if (r.kind != Rule::Kind::automaton || r.states.empty()) return false;
+  return std::all_of(r.states.begin(), r.states.end(), [](const DfaState& s) { return s.calls.empty(); });
+}
+
+// Two states of one automaton with the same accepting flag, byte row and calls: the same future.
+bool same_row(const Rule& r, int32_t a, int32_t b) {
+  if (a == b) return true;
+  const DfaState &x = r.states[size_t(a)], &y = r.states[size_t(b)];
+  if (x.accepting != y.accepting || x.calls.size() != y.calls.size()) return false;
+  for (size_t k = 0; k < x.calls.size(); ++k)
+    if (x.calls[k].callee != y.calls[k].callee || x.calls[k].next != y.calls[k].next) return false;
+  const auto nc = size_t(r.n_classes);
+  return std::equal(r.trans.begin() + std::ptrdiff_t(size_t(a) * nc), r.trans.begin() + std::ptrdiff_t(size_t(a) * nc + nc),
+                    r.trans.begin() + std::ptrdiff_t(size_t(b) * nc));
+}
+
+// Alternatives that call byte-only rules and continue alike become one call of their union (a
+// byte-only DFA): a oneOf of string patterns is then one automaton position per step instead of
+// one per branch, so a mask classifies the vocabulary once. A union larger than
+// kMaxUnionStates (or than the active budget's per-automaton limit) keeps the separate calls.
+void merge_callfree_alternatives(Grammar& g) {
+  constexpr size_t kMaxUnionStates = 20000;
+  std::map<std::vector<int32_t>, int32_t> unions;  // callees -> union rule (-1: too large)
+  const size_t n = g.rules.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (g.rules[i].kind != Rule::Kind::automaton) continue;
+    for (size_t s = 0; s < g.rules[i].states.size(); ++s) {
+      std::vector<CallEdge> calls = g.rules[i].states[s].calls;
+      if (calls.size() < 2) continue;
+      std::vector<int32_t> target(calls.size());
+      for (size_t k = 0; k < calls.size(); ++k) {
+        int32_t t = forward_target(g, calls[k].callee);
+        target[k] = is_callfree(g.rules[size_t(t)]) ? t : -1;
+      }
+      std::vector<bool> used(calls.size(), false);
+      std::vector<CallEdge> out;
+      bool changed = false;
+      for (size_t k = 0; k < calls.size(); ++k) {
+        if (used[k]) continue;
+        used[k] = true;
+        if (target[k] < 0) {
+          out.push_back(calls[k]);
+          continue;
+        }
+        std::vector<size_t> group{k};
+        for (size_t j = k + 1; j < calls.size(); ++j)
+          if (!used[j] && target[j] >= 0 && same_row(g.rules[i], calls[k].next, calls[j].next)) used[j] = true, group.push_back(j);
+        std::vector<int32_t> callees;
+        for (size_t j : group) callees.push_back(target[j]);
+        std::sort(callees.begin(), callees.end());
+        callees.erase(std::unique(callees.begin(), callees.end()), callees.end());
+        int32_t u = callees.size() == 1 ? callees[0] : -1;
+        if (callees.size() > 1) {
+          auto it = unions.find(callees);
+          if (it == unions.end()) {
+            size_t states = 0;
+            Nfa nfa;
+            FragBuilder fb(nfa);
+            std::vector<Frag> alts;
+            for (int32_t c : callees) {
+              states += g.rules[size_t(c)].states.size();
+              alts.push_back(fb.dfa(g.rules[size_t(c)]));
+            }
+            fb.set_root(fb.alt(alts));
+            int32_t id = -1;
+            try {
+              Rule d = determinize_bytes(nfa, g.rules[size_t(callees[0])].name + "|union", std::min(kMaxUnionStates, 2 * states + 64));
+              grammar_charge(0, d.trans.size() * sizeof(int32_t) + d.states.size() * sizeof(DfaState));
+              id = int32_t(g.rules.size());
+              g.rules.push_back(std::move(d));
+            } catch (const GrammarBudgetError&) {
+              throw;
+            } catch (const GrammarCancelled&) {
+              throw;
+            } catch (const GrammarError&) {
+            }
+            it = unions.emplace(callees, id).first;
+          }
+          u = it->second;
+        }
+        if (u < 0) {
+          for (size_t j : group) out.push_back(calls[j]);
+          continue;
+        }
+        out.push_back({u, calls[k].next});
+        changed = true;
+      }
+      if (changed) g.rules[i].states[s].calls = std::move(out);
+    }
+  }
+}
+
 }  // namespace
 
 bool accepts_nothing(const Grammar& g) {
@@ -714,6 +822,7 @@ Grammar GrammarBuilder::finish(int32_t root) {
   }
   prune(g);
   check_left_recursion(g);
+  merge_callfree_alternatives(g);
   return g;
 }
 
