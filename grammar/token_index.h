@@ -10,6 +10,7 @@
 // threads.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -65,6 +66,8 @@ struct PositionMask {
 
 class TokenIndex {
  public:
+  static constexpr size_t kMaskCacheEntries = size_t(1) << 17;
+  static constexpr size_t kMaskCacheBytes = size_t(256) << 20;
   // eos ids must lie in [0, token_bytes.size()); their bytes are ignored.
   TokenIndex(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids);
 
@@ -84,7 +87,10 @@ class TokenIndex {
   const std::vector<TokenSlice>& slices() const { return slices_; }
 
   // A cache shared by every grammar on this vocabulary: position masks of call-free automata,
-  // keyed by a canonical serialization of the automaton from that position. Thread-safe.
+  // keyed by a canonical serialization of the automaton from that position. Thread-safe. Bounded
+  // (kMaskCacheBytes, kMaskCacheEntries; the table is sized for the entries up front, so an
+  // insertion never rehashes it): past a bound the oldest entries go, a few at a time, so no
+  // single call pays for rebuilding or freeing the whole cache.
   std::shared_ptr<const PositionMask> cached_mask(const std::string& key) const;
   void cache_mask(const std::string& key, std::shared_ptr<const PositionMask> mask) const;
 
@@ -100,6 +106,7 @@ class TokenIndex {
   std::vector<TokenSlice> slices_;
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const PositionMask>> cache_;
+  mutable std::deque<std::pair<const std::string*, size_t>> cache_order_;  // oldest first: key, bytes
   mutable size_t cache_bytes_ = 0;
 };
 
