@@ -595,8 +595,9 @@ bool same_row(const Rule& r, int32_t a, int32_t b) {
 
 // Alternatives that call byte-only rules and continue alike become one call of their union (a
 // byte-only DFA): a oneOf of string patterns is then one automaton position per step instead of
-// one per branch, so a mask classifies the vocabulary once. A union larger than
-// kMaxUnionStates (or than the active budget's per-automaton limit) keeps the separate calls.
+// one per branch, so a mask classifies the vocabulary once. A union larger than 4 times its
+// parts (at least 4096 states, at most kMaxUnionStates, within the active budget's per-automaton
+// limit) keeps the separate calls.
 void merge_callfree_alternatives(Grammar& g) {
   constexpr size_t kMaxUnionStates = 20000;
   std::map<std::vector<int32_t>, int32_t> unions;  // callees -> union rule (-1: too large)
@@ -643,7 +644,7 @@ void merge_callfree_alternatives(Grammar& g) {
             fb.set_root(fb.alt(alts));
             int32_t id = -1;
             try {
-              Rule d = determinize_bytes(nfa, g.rules[size_t(callees[0])].name + "|union", std::min(kMaxUnionStates, 2 * states + 64));
+              Rule d = determinize_bytes(nfa, g.rules[size_t(callees[0])].name + "|union", std::min(kMaxUnionStates, std::max<size_t>(4096, 4 * states)));
               grammar_charge(0, d.trans.size() * sizeof(int32_t) + d.states.size() * sizeof(DfaState));
               id = int32_t(g.rules.size());
               g.rules.push_back(std::move(d));
@@ -669,6 +670,10 @@ void merge_callfree_alternatives(Grammar& g) {
   }
 }
 
+}  // namespace
+
+namespace {
+Rule intersect_bytes_unpruned(const Rule& a, const Rule& b, bool difference, size_t max_states);
 }  // namespace
 
 bool accepts_nothing(const Grammar& g) {
@@ -827,6 +832,24 @@ Grammar GrammarBuilder::finish(int32_t root) {
 }
 
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states) {
+  auto t0 = std::chrono::steady_clock::now();
+  Rule out = intersect_bytes_unpruned(a, b, difference, max_states);
+  size_t built = out.states.size();
+  auto t1 = std::chrono::steady_clock::now();
+  Grammar g;
+  g.rules.push_back(std::move(out));
+  prune(g);
+  if (std::getenv("EXL_GRAMMAR_DEBUG"))
+    std::fprintf(stderr, "product %s: %zu x %zu -> %zu states, %d classes, %.3f ms (prune %.3f ms)\n", a.name.c_str(),
+                 a.states.size(), b.states.size(), built, g.rules[0].n_classes,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
+  return std::move(g.rules[0]);
+}
+
+namespace {
+
+Rule intersect_bytes_unpruned(const Rule& a, const Rule& b, bool difference, size_t max_states) {
   max_states = std::min(max_states, grammar_automaton_limit());
   GrammarTransientBytes transient;
   Rule r;
@@ -840,18 +863,30 @@ Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_s
     r.byte_class[size_t(x)] = uint8_t(it - class_of.begin());
   }
   r.n_classes = int32_t(class_of.size());
+  // Pair ids by x * (|b| + 1) + y + 1 in a table zeroed by the allocator (pages are touched only
+  // where pairs are reached) when the pair space is small enough, else in a hash map.
+  constexpr size_t kMaxFlatPairs = size_t(16) << 20;
+  const size_t stride = b.states.size() + 1, n_pairs = a.states.size() * stride;
+  std::unique_ptr<uint32_t, decltype(&std::free)> flat(
+      n_pairs <= kMaxFlatPairs ? static_cast<uint32_t*>(std::calloc(n_pairs, sizeof(uint32_t))) : nullptr, &std::free);
+  if (flat) transient.charge(n_pairs * sizeof(uint32_t) / 8);  // about the pages a product touches
   std::unordered_map<uint64_t, int32_t> ids;
   std::vector<std::pair<int32_t, int32_t>> pairs;
   auto intern = [&](int32_t x, int32_t y) {
-    uint64_t key = (uint64_t(uint32_t(x)) << 32) | uint32_t(y);
-    auto [it, fresh] = ids.emplace(key, int32_t(pairs.size()));
-    if (fresh) {
-      if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
-      grammar_charge(1, 0);
-      transient.charge(r.n_classes * sizeof(int32_t) + sizeof(DfaState) + 48);
-      pairs.push_back({x, y});
+    uint32_t* slot = flat ? flat.get() + size_t(x) * stride + size_t(y + 1) : nullptr;
+    if (slot && *slot) return int32_t(*slot - 1);
+    if (!slot) {
+      uint64_t key = (uint64_t(uint32_t(x)) << 32) | uint32_t(y);
+      auto it = ids.find(key);
+      if (it != ids.end()) return it->second;
+      ids.emplace(key, int32_t(pairs.size()));
     }
-    return it->second;
+    if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
+    grammar_charge(1, 0);
+    transient.charge(r.n_classes * sizeof(int32_t) + sizeof(DfaState) + 48);
+    if (slot) *slot = uint32_t(pairs.size() + 1);
+    pairs.push_back({x, y});
+    return int32_t(pairs.size() - 1);
   };
   intern(0, b.states.empty() ? -1 : 0);
   const auto nc = size_t(r.n_classes);
@@ -873,11 +908,10 @@ Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_s
     }
     r.states.push_back(std::move(ds));
   }
-  Grammar g;
-  g.rules.push_back(std::move(r));
-  prune(g);
-  return std::move(g.rules[0]);
+  return r;
 }
+
+}  // namespace
 
 bool is_empty_bytes(const Rule& a) {
   if (a.states.empty()) return true;
