@@ -515,6 +515,9 @@ PositionMask MatchCaches::compute_position(int32_t rule, int32_t state) {
       break;
     }
   }
+  if (pm.slice >= 0 && trie == &idx->trie())
+    for (const auto& [k, t] : idx->slices()[size_t(pm.slice)].rest_longer)
+      if (k <= pm.slice_len) trie = &t;
   std::vector<int32_t> acc, unc;
   walk_trie(rule, state, *trie, acc, unc);
   if (verify) verify_position(rule, state, pm, acc, unc);

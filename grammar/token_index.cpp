@@ -101,6 +101,12 @@ TokenSlice TokenIndex::build_slice(std::vector<std::vector<SliceRange>> states) 
   sl.short_len = std::min(TokenSlice::kShortLen, sl.max_len);
   std::vector<int32_t> rest_short = rest;
   for (size_t k = sl.short_len + 1; k <= sl.max_len; ++k) rest_short.insert(rest_short.end(), exact[k].begin(), exact[k].end());
+  for (uint32_t k : TokenSlice::kLongerThan) {
+    if (k >= sl.short_len) break;
+    std::vector<int32_t> longer = rest;
+    for (size_t j = k + 1; j <= sl.max_len; ++j) longer.insert(longer.end(), exact[j].begin(), exact[j].end());
+    sl.rest_longer.emplace_back(k, build_trie(std::move(longer)));
+  }
   sl.rest = build_trie(std::move(rest));
   sl.rest_short = build_trie(std::move(rest_short));
   return sl;

@@ -41,7 +41,8 @@ struct SliceRange {
 };
 // Positions deep inside long strings use the slice up to short_len characters and walk
 // rest_short (the other tokens plus the few longer members), so the search for how much of the
-// language a position surely accepts stays short.
+// language a position surely accepts stays short; positions that accept members up to a few
+// characters walk the matching rest_longer trie.
 struct TokenSlice {
   static constexpr size_t kShortLen = 16;
   std::vector<std::vector<SliceRange>> states;
@@ -50,6 +51,10 @@ struct TokenSlice {
   std::vector<std::vector<uint32_t>> by_len;  // [k]: bitset of the members of at most k characters
   TokenTrie rest;                             // every other token with bytes
   TokenTrie rest_short;                       // rest and the members longer than short_len
+  // For positions that surely accept the members of up to k < short_len characters but not
+  // every longer one: rest and the members longer than k, by increasing k (kLongerThan).
+  static constexpr uint32_t kLongerThan[] = {4, 8, 12};
+  std::vector<std::pair<uint32_t, TokenTrie>> rest_longer;
 };
 
 // The tokens an automaton position allows without looking below its own rule frame: `accepted`

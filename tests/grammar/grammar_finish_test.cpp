@@ -1,10 +1,12 @@
 // What GrammarBuilder::finish does beyond determinizing (issue #25: bounded compile and mask
 // time): equal rules merged, byte-only alternatives unioned, each checked against RE2 on random
-// inputs; any-order object layouts that stay small; and the matcher's tables that grow without
-// a one-shot rebuild (node ids, the vocabulary's position-mask cache).
+// inputs; any-order object layouts that stay small; the matcher's tables that grow without a
+// one-shot rebuild (node ids, the vocabulary's position-mask cache); partly sliced positions.
 #include <gtest/gtest.h>
 #include <re2/re2.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include "grammar/json_schema.h"
@@ -170,6 +172,40 @@ TEST(GrammarFinish, PositionMaskCacheEvictsOldestFirst) {
   EXPECT_EQ(ix.cached_mask("k0"), nullptr);
   EXPECT_NE(ix.cached_mask("k1"), nullptr);
   EXPECT_NE(ix.cached_mask("k" + std::to_string(TokenIndex::kMaskCacheEntries)), nullptr);
+}
+
+// Strings without 14 'a's in a row: after k of them a position surely accepts the slice's
+// members of up to 13 - k characters but not all longer ones, so its mask walks the trie of the
+// rest and the longer members (TokenSlice::rest_longer) instead of the whole vocabulary. Masks
+// must equal accepting each token, and with EXL_GRAMMAR_VERIFY every sliced position is checked
+// against a full walk.
+TEST(GrammarFinish, PartlySlicedPositionsKeepMasksExact) {
+  setenv("EXL_GRAMMAR_VERIFY", "1", 1);
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, char(b)));
+  for (size_t n : {2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 21}) vocab.push_back(std::string(n, 'a'));
+  for (const char* t : {"ab", "ba", "aab", "a\"", "aa\"", "\"a", "bbbbbbbbbbbbbbbbbbbbbbbb", "\u00e9"}) vocab.push_back(t);
+  vocab.push_back("<eos>");
+  auto ix = std::make_shared<const TokenIndex>(vocab, std::vector<int32_t>{int32_t(vocab.size() - 1)});
+  ASSERT_EQ(ix->slices()[0].rest_longer.size(), 3u);
+  auto g = std::make_shared<const CompiledGrammar>(compile_json_schema_text(R"({"type":"string","not":{"pattern":"a{14}"}})"), ix);
+  unsetenv("EXL_GRAMMAR_VERIFY");
+  std::vector<int32_t> path{'"'};
+  for (int i = 0; i < 13; ++i) path.push_back('a');
+  path.push_back('b');
+  path.push_back(int32_t(std::find(vocab.begin(), vocab.end(), std::string(12, 'a')) - vocab.begin()));
+  path.push_back('"');
+  Matcher m(g);
+  std::vector<uint32_t> mask(ix->mask_words());
+  for (size_t step = 0; step <= path.size(); ++step) {
+    std::fill(mask.begin(), mask.end(), 0);
+    m.fill_mask(mask);
+    for (int32_t t = 0; t < int32_t(ix->vocab_size()); ++t) {
+      Matcher copy = m;
+      ASSERT_EQ(bool(mask[size_t(t) / 32] >> (t % 32) & 1), copy.accept(t)) << "step " << step << " token '" << vocab[size_t(t)] << "'";
+    }
+    if (step < path.size()) ASSERT_TRUE(m.accept(path[step])) << "step " << step;
+  }
 }
 
 }  // namespace grammar_finish_test
