@@ -380,7 +380,7 @@ std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive
     for (size_t s = 0; s < n; ++s) {
       const int32_t* row = &r.trans[s * nc];
       for (size_t c = 0; c < nc; ++c)
-        if (row[c] >= 0) f(size_t(row[c]), int32_t(s));
+        if (row[c] >= 0 && (c == 0 || row[c] != row[c - 1])) f(size_t(row[c]), int32_t(s));  // runs once
       for (const CallEdge& e : r.states[s].calls)
         if (productive[size_t(e.callee)]) f(size_t(e.next), int32_t(s));
     }
