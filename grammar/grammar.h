@@ -139,6 +139,10 @@ class GrammarBuilder {
 Rule determinize_bytes(const Nfa& nfa, std::string name, size_t max_states);
 // Product automata of two byte-only DFAs: intersection (a AND b) or difference (a AND NOT b).
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states);
+// Calls of byte-only rules (directly or through one-call rules) that continue in equivalent
+// states become one call of their union DFA, added to g (unless it passes max(4,096, 4 x its
+// parts) or 20,000 states). Same language; finish calls it.
+void merge_callfree_alternatives(Grammar& g);
 // Whether no input at all matches the grammar (its root's language is empty: an unsatisfiable
 // schema, a regex like [^\x00-\x{10FFFF}]).
 bool accepts_nothing(const Grammar& g);
