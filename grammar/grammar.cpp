@@ -380,7 +380,7 @@ std::vector<bool> live_states(const Rule& r, const std::vector<bool>& productive
     for (size_t s = 0; s < n; ++s) {
       const int32_t* row = &r.trans[s * nc];
       for (size_t c = 0; c < nc; ++c)
-        if (row[c] >= 0) f(size_t(row[c]), int32_t(s));
+        if (row[c] >= 0 && (c == 0 || row[c] != row[c - 1])) f(size_t(row[c]), int32_t(s));  // runs once
       for (const CallEdge& e : r.states[s].calls)
         if (productive[size_t(e.callee)]) f(size_t(e.next), int32_t(s));
     }
@@ -563,6 +563,10 @@ void check_left_recursion(const Grammar& g) {
 
 }  // namespace
 
+namespace {
+Rule intersect_bytes_unpruned(const Rule& a, const Rule& b, bool difference, size_t max_states);
+}  // namespace
+
 bool accepts_nothing(const Grammar& g) {
   if (g.root < 0 || size_t(g.root) >= g.rules.size()) return true;
   return !productive_rules(g)[size_t(g.root)];
@@ -576,7 +580,25 @@ Grammar GrammarBuilder::finish(int32_t root) {
   Grammar g;
   g.root = root;
   const size_t max_states = grammar_automaton_limit();
+  const std::vector<int32_t> canon = merge_equal_rules();
   for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (is_repeat_[i]) repeats_[i].body = canon[size_t(repeats_[i].body)];
+    for (auto& edges : nfas_[i].out)
+      for (NfaEdge& e : edges)
+        if (e.kind == NfaEdge::Kind::call) e.callee = canon[size_t(e.callee)];
+  }
+  for (size_t i = 0; i < nfas_.size(); ++i) {
+    if (canon[i] != int32_t(i)) {
+      // a copy: nothing calls it any more; it forwards to its equal (it may be the root)
+      Rule r;
+      r.name = names_[i];
+      r.states.resize(2);
+      r.trans.assign(2, -1);
+      r.states[0].calls.push_back({canon[i], 1});
+      r.states[1].accepting = true;
+      g.rules.push_back(std::move(r));
+      continue;
+    }
     if (ready_[i]) {
       g.rules.push_back(*ready_[i]);
       g.rules.back().name = names_[i];
@@ -598,10 +620,29 @@ Grammar GrammarBuilder::finish(int32_t root) {
   }
   prune(g);
   check_left_recursion(g);
+  merge_callfree_alternatives(g);
   return g;
 }
 
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states) {
+  auto t0 = std::chrono::steady_clock::now();
+  Rule out = intersect_bytes_unpruned(a, b, difference, max_states);
+  size_t built = out.states.size();
+  auto t1 = std::chrono::steady_clock::now();
+  Grammar g;
+  g.rules.push_back(std::move(out));
+  prune(g);
+  if (std::getenv("EXL_GRAMMAR_DEBUG"))
+    std::fprintf(stderr, "product %s: %zu x %zu -> %zu states, %d classes, %.3f ms (prune %.3f ms)\n", a.name.c_str(),
+                 a.states.size(), b.states.size(), built, g.rules[0].n_classes,
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
+  return std::move(g.rules[0]);
+}
+
+namespace {
+
+Rule intersect_bytes_unpruned(const Rule& a, const Rule& b, bool difference, size_t max_states) {
   max_states = std::min(max_states, grammar_automaton_limit());
   GrammarTransientBytes transient;
   Rule r;
@@ -615,18 +656,30 @@ Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_s
     r.byte_class[size_t(x)] = uint8_t(it - class_of.begin());
   }
   r.n_classes = int32_t(class_of.size());
+  // Pair ids by x * (|b| + 1) + y + 1 in a table zeroed by the allocator (pages are touched only
+  // where pairs are reached) when the pair space is small enough, else in a hash map.
+  constexpr size_t kMaxFlatPairs = size_t(16) << 20;
+  const size_t stride = b.states.size() + 1, n_pairs = a.states.size() * stride;
+  std::unique_ptr<uint32_t, decltype(&std::free)> flat(
+      n_pairs <= kMaxFlatPairs ? static_cast<uint32_t*>(std::calloc(n_pairs, sizeof(uint32_t))) : nullptr, &std::free);
+  if (flat) transient.charge(n_pairs * sizeof(uint32_t) / 8);  // about the pages a product touches
   std::unordered_map<uint64_t, int32_t> ids;
   std::vector<std::pair<int32_t, int32_t>> pairs;
   auto intern = [&](int32_t x, int32_t y) {
-    uint64_t key = (uint64_t(uint32_t(x)) << 32) | uint32_t(y);
-    auto [it, fresh] = ids.emplace(key, int32_t(pairs.size()));
-    if (fresh) {
-      if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
-      grammar_charge(1, 0);
-      transient.charge(r.n_classes * sizeof(int32_t) + sizeof(DfaState) + 48);
-      pairs.push_back({x, y});
+    uint32_t* slot = flat ? flat.get() + size_t(x) * stride + size_t(y + 1) : nullptr;
+    if (slot && *slot) return int32_t(*slot - 1);
+    if (!slot) {
+      uint64_t key = (uint64_t(uint32_t(x)) << 32) | uint32_t(y);
+      auto it = ids.find(key);
+      if (it != ids.end()) return it->second;
+      ids.emplace(key, int32_t(pairs.size()));
     }
-    return it->second;
+    if (pairs.size() >= max_states) grammar_fail("grammar: automaton product exceeds ", max_states, " states");
+    grammar_charge(1, 0);
+    transient.charge(r.n_classes * sizeof(int32_t) + sizeof(DfaState) + 48);
+    if (slot) *slot = uint32_t(pairs.size() + 1);
+    pairs.push_back({x, y});
+    return int32_t(pairs.size() - 1);
   };
   intern(0, b.states.empty() ? -1 : 0);
   const auto nc = size_t(r.n_classes);
@@ -648,11 +701,10 @@ Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_s
     }
     r.states.push_back(std::move(ds));
   }
-  Grammar g;
-  g.rules.push_back(std::move(r));
-  prune(g);
-  return std::move(g.rules[0]);
+  return r;
 }
+
+}  // namespace
 
 bool is_empty_bytes(const Rule& a) {
   if (a.states.empty()) return true;

@@ -118,11 +118,15 @@ class GrammarBuilder {
   // large automata built directly, such as length-bounded strings).
   void set_dfa(int32_t rule, std::shared_ptr<const Rule> d);
   // Determinizes every rule (each within the active GrammarBudget's per-automaton limit, all
-  // charged to it: grammar/grammar_budget.h) and prunes; throws GrammarError.
+  // charged to it: grammar/grammar_budget.h) and prunes; throws GrammarError. Rules equal to an
+  // earlier one once their callees are merged (same NFA, same repeat, same set_dfa automaton; not
+  // recursive ones) are determinized once: every call goes to the first, the copies forward to it.
   Grammar finish(int32_t root);
 
  private:
   friend Rule determinize_rule(const GrammarBuilder&, int32_t, size_t);
+  // Per rule, the rule it equals (itself when none came before): see finish.
+  std::vector<int32_t> merge_equal_rules();
   std::deque<Nfa> nfas_;  // a deque: FragBuilders keep pointers while rules are added
   std::vector<std::string> names_;
   std::vector<Rule> repeats_;  // kind == repeat entries, by rule id (others kind automaton unused)
@@ -135,6 +139,10 @@ class GrammarBuilder {
 Rule determinize_bytes(const Nfa& nfa, std::string name, size_t max_states);
 // Product automata of two byte-only DFAs: intersection (a AND b) or difference (a AND NOT b).
 Rule intersect_bytes(const Rule& a, const Rule& b, bool difference, size_t max_states);
+// Calls of byte-only rules (directly or through one-call rules) that continue in equivalent
+// states become one call of their union DFA, added to g (unless it passes max(4,096, 4 x its
+// parts) or 20,000 states). Same language; finish calls it.
+void merge_callfree_alternatives(Grammar& g);
 // Whether no input at all matches the grammar (its root's language is empty: an unsatisfiable
 // schema, a regex like [^\x00-\x{10FFFF}]).
 bool accepts_nothing(const Grammar& g);

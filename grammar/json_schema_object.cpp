@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <unordered_map>
 
 #include <re2/re2.h>
 
@@ -303,11 +304,21 @@ class ObjectFragCompiler {
       fail(ptr_, "minProperties/maxProperties/dependentRequired need property order 'any' (or to be implied by required)");
   }
 
-  // A member m between NFA states from and to, after a ',' when with_sep.
+  // A member m between NFA states from and to, after a ',' when with_sep. The members leaving one
+  // state share its separator (one "after the comma" state per source), so a layout's NFA grows
+  // with its states and members, not with a separator copy per edge (any order over ten tracked
+  // properties: 50,000 NFA states before, 2,000 now).
   void edge(int32_t from, int32_t to, int32_t m, bool with_sep) {
-    Frag c = with_sep ? gb_.frags(rule_).seq({sc_.sep(rule_, ','), gb_.frags(rule_).call(m)}) : gb_.frags(rule_).call(m);
-    gb_.frags(rule_).eps(from, c.in);
-    gb_.frags(rule_).eps(c.out, to);
+    if (with_sep) {
+      auto [it, fresh] = after_sep_.try_emplace(from, -1);
+      if (fresh) {
+        Frag c = sc_.sep(rule_, ',');
+        gb_.frags(rule_).eps(from, c.in);
+        it->second = c.out;
+      }
+      from = it->second;
+    }
+    gb_.nfa(rule_).out[size_t(from)].push_back({NfaEdge::Kind::call, 0, 0, m, to});
   }
 
   // Schema order: named properties in their order (optional ones may be skipped), additional
@@ -442,6 +453,7 @@ class ObjectFragCompiler {
   std::vector<int32_t> named_rules_;  // member rule of named_[i]
   std::vector<int32_t> extras_;       // member rules of pattern regions and additional keys
   std::optional<uint64_t> min_props_, max_props_;
+  std::unordered_map<int32_t, int32_t> after_sep_;  // layout NFA state -> its state after ','
 };
 
 }  // namespace

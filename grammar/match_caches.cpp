@@ -34,15 +34,53 @@ MatchCaches::MatchCaches(const Grammar& grammar, const TokenIndex* ix)
   if (idx) max_depth = idx->max_depth();
 }
 
+// The slot of k in t (t's size a power of two): where k's id is, or the empty slot to put it in.
+size_t MatchCaches::NodeTable::slot(const std::vector<int32_t>& t, const NodeKey& k, const std::vector<NodeKey>& keys) {
+  size_t m = t.size() - 1, i = NodeKeyHash{}(k) & m;
+  while (t[i] >= 0 && !(keys[size_t(t[i])] == k)) i = (i + 1) & m;
+  return i;
+}
+
+int32_t MatchCaches::NodeTable::find(const NodeKey& k, const std::vector<NodeKey>& keys) const {
+  if (!cur.empty()) {
+    int32_t id = cur[slot(cur, k, keys)];
+    if (id >= 0) return id;
+  }
+  return old.empty() ? -1 : old[slot(old, k, keys)];
+}
+
+void MatchCaches::NodeTable::insert(int32_t id, const std::vector<NodeKey>& keys) {
+  if (2 * (n_cur + 1) > cur.size()) {
+    // old is drained long before cur is half full again: it held at most a quarter of cur's size
+    for (; drain < old.size(); ++drain)
+      if (old[drain] >= 0) cur[slot(cur, keys[size_t(old[drain])], keys)] = old[drain], ++n_cur;
+    old = std::move(cur);
+    cur.assign(std::max<size_t>(64, 2 * old.size()), -1);
+    n_cur = 0;
+    drain = 0;
+  }
+  cur[slot(cur, keys[size_t(id)], keys)] = id;
+  ++n_cur;
+  for (size_t moved = 0; moved < kMovesPerInsert && drain < old.size(); ++drain) {
+    int32_t x = old[drain];
+    if (x < 0) continue;
+    cur[slot(cur, keys[size_t(x)], keys)] = x;
+    ++n_cur;
+    ++moved;
+  }
+  if (drain >= old.size() && !old.empty()) old = {}, drain = 0;
+}
+
 int32_t MatchCaches::intern(int32_t rule, int32_t state, int32_t parent) {
   NodeKey k{rule, state, parent};
-  auto [it, fresh] = node_ids.emplace(k, int32_t(nodes.size()));
-  if (fresh) {
-    nodes.push_back(k);
-    node_steps.emplace_back();
-    table_bytes += 2 * sizeof(NodeKey) + sizeof(int32_t) + sizeof(std::vector<uint32_t>) + 16;
-  }
-  return it->second;
+  int32_t id = node_ids.find(k, nodes);
+  if (id >= 0) return id;
+  id = int32_t(nodes.size());
+  nodes.push_back(k);
+  node_ids.insert(id, nodes);
+  node_steps.emplace_back();
+  table_bytes += 2 * sizeof(NodeKey) + 2 * sizeof(int32_t) + sizeof(std::vector<uint32_t>) + 16;
+  return id;
 }
 
 void MatchCaches::pop_to(int32_t parent, MatchState& out) {
@@ -477,6 +515,9 @@ PositionMask MatchCaches::compute_position(int32_t rule, int32_t state) {
       break;
     }
   }
+  if (pm.slice >= 0 && trie == &idx->trie())
+    for (const auto& [k, t] : idx->slices()[size_t(pm.slice)].rest_longer)
+      if (k <= pm.slice_len) trie = &t;
   std::vector<int32_t> acc, unc;
   walk_trie(rule, state, *trie, acc, unc);
   if (verify) verify_position(rule, state, pm, acc, unc);
@@ -605,7 +646,12 @@ const std::vector<uint32_t>& MatchCaches::mask(const MatchState& s) {
   key += s.accept ? '1' : '0';
   auto it = masks.find(key);
   if (it != masks.end()) return it->second;
-  if (masks.size() >= kMaskCacheEntries) masks.clear(), mask_bytes = 0;
+  while (masks.size() >= kMaskCacheEntries) {
+    auto old = masks.find(*mask_order.front());
+    mask_order.pop_front();
+    mask_bytes -= old->first.size() + old->second.size() * sizeof(uint32_t) + 64;
+    masks.erase(old);
+  }
   std::vector<uint32_t> m(idx->mask_words(), 0);
   for (int32_t n : s.nodes) {
     NodeKey k = nodes[size_t(n)];
@@ -651,7 +697,9 @@ const std::vector<uint32_t>& MatchCaches::mask(const MatchState& s) {
   if (s.accept)
     for (int32_t e : idx->eos_ids()) m[size_t(e) / 32] |= 1u << (e % 32);
   mask_bytes += key.size() + m.size() * sizeof(uint32_t) + 64;
-  return masks.emplace(std::move(key), std::move(m)).first->second;
+  auto added = masks.emplace(std::move(key), std::move(m)).first;
+  mask_order.push_back(&added->first);
+  return added->second;
 }
 
 size_t MatchCaches::memory_bytes() const {

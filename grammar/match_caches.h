@@ -15,7 +15,7 @@
 //
 // Invariants: node ids, step results and position masks never change once made, so ids stored in
 // a MatchState stay valid for the life of the caches. The whole-mask cache is bounded
-// (kMaskCacheEntries, cleared when full) and so are the uncertain results (cleared past
+// (kMaskCacheEntries, the oldest evicted one by one) and so are the uncertain results (cleared past
 // kUncertainWords words); the node and step tables grow with the distinct stacks matchers reach.
 // A closure that expands more than kMaxClosure frames throws GrammarError.
 //
@@ -141,10 +141,22 @@ class MatchCaches {
   const TokenIndex* idx;
   std::vector<NodeKey> nodes;
   std::vector<std::vector<uint32_t>> node_steps;  // per node, per byte class: index into step_results
-  std::unordered_map<NodeKey, int32_t, NodeKeyHash> node_ids;
+  // Node ids by key: open addressing over ids (the keys are nodes[id]), grown incrementally: a
+  // table twice the size takes the old one's ids a few per insertion, so no single step pays for
+  // moving all of them (a one-shot rehash of ~100,000 nodes cost a mask ~10 ms).
+  struct NodeTable {
+    static constexpr size_t kMovesPerInsert = 8;
+    std::vector<int32_t> cur, old;  // -1: empty slot
+    size_t n_cur = 0, drain = 0;
+    static size_t slot(const std::vector<int32_t>& t, const NodeKey& k, const std::vector<NodeKey>& keys);
+    int32_t find(const NodeKey& k, const std::vector<NodeKey>& keys) const;
+    void insert(int32_t id, const std::vector<NodeKey>& keys);
+  };
+  NodeTable node_ids;
   std::deque<MatchState> step_results;  // [0] is the dead state
   std::unordered_map<uint64_t, std::shared_ptr<const PositionMask>> positions;
   std::unordered_map<std::string, std::vector<uint32_t>> masks;
+  std::deque<const std::string*> mask_order;  // keys of masks, oldest first
   size_t max_depth = 0;
   std::vector<int32_t> work;
   std::vector<int32_t> seen;
@@ -159,7 +171,7 @@ class MatchCaches {
   std::vector<uint8_t> walk_seen;
   Scratch scratch;
   size_t table_bytes = 0;  // nodes, steps and position masks (never freed before the caches)
-  size_t mask_bytes = 0;   // whole masks (freed when that cache is cleared)
+  size_t mask_bytes = 0;   // whole masks (freed as they are evicted)
   bool debug = false;   // EXL_GRAMMAR_DEBUG: position timings on stderr
   bool verify = false;  // EXL_GRAMMAR_VERIFY: self-checks of the mask shortcuts
 };

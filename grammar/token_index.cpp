@@ -59,6 +59,7 @@ TokenIndex::TokenIndex(std::vector<std::string> token_bytes, std::vector<int32_t
     if (e < 0 || size_t(e) >= bytes_.size()) grammar_fail("grammar: token index: eos id ", e, " out of range");
     is_eos_[size_t(e)] = 1;
   }
+  cache_.reserve(kMaskCacheEntries);
   std::vector<int32_t> ids;
   for (size_t i = 0; i < bytes_.size(); ++i)
     if (!is_eos_[i] && !bytes_[i].empty()) {
@@ -100,6 +101,12 @@ TokenSlice TokenIndex::build_slice(std::vector<std::vector<SliceRange>> states) 
   sl.short_len = std::min(TokenSlice::kShortLen, sl.max_len);
   std::vector<int32_t> rest_short = rest;
   for (size_t k = sl.short_len + 1; k <= sl.max_len; ++k) rest_short.insert(rest_short.end(), exact[k].begin(), exact[k].end());
+  for (uint32_t k : TokenSlice::kLongerThan) {
+    if (k >= sl.short_len) break;
+    std::vector<int32_t> longer = rest;
+    for (size_t j = k + 1; j <= sl.max_len; ++j) longer.insert(longer.end(), exact[j].begin(), exact[j].end());
+    sl.rest_longer.emplace_back(k, build_trie(std::move(longer)));
+  }
   sl.rest = build_trie(std::move(rest));
   sl.rest_short = build_trie(std::move(rest_short));
   return sl;
@@ -153,11 +160,18 @@ std::shared_ptr<const PositionMask> TokenIndex::cached_mask(const std::string& k
 }
 
 void TokenIndex::cache_mask(const std::string& key, std::shared_ptr<const PositionMask> mask) const {
-  constexpr size_t kMaxCacheBytes = size_t(256) << 20;
   std::lock_guard lock(cache_mu_);
   size_t bytes = key.size() + mask->bits.size() * 4 + (mask->accepted.size() + mask->uncertain.size()) * 4;
-  if (cache_bytes_ + bytes > kMaxCacheBytes) cache_.clear(), cache_bytes_ = 0;
-  if (cache_.emplace(key, std::move(mask)).second) cache_bytes_ += bytes;
+  auto [it, fresh] = cache_.emplace(key, std::move(mask));
+  if (!fresh) return;
+  cache_bytes_ += bytes;
+  cache_order_.push_back({&it->first, bytes});
+  while ((cache_bytes_ > kMaskCacheBytes || cache_.size() > kMaskCacheEntries) && cache_order_.size() > 1) {
+    auto [old, old_bytes] = cache_order_.front();
+    cache_order_.pop_front();
+    cache_bytes_ -= old_bytes;
+    cache_.erase(*old);
+  }
 }
 
 bool TokenIndex::is_eos(int32_t id) const { return id >= 0 && size_t(id) < is_eos_.size() && is_eos_[size_t(id)]; }

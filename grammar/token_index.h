@@ -10,6 +10,7 @@
 // threads.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,7 +41,8 @@ struct SliceRange {
 };
 // Positions deep inside long strings use the slice up to short_len characters and walk
 // rest_short (the other tokens plus the few longer members), so the search for how much of the
-// language a position surely accepts stays short.
+// language a position surely accepts stays short; positions that accept members up to a few
+// characters walk the matching rest_longer trie.
 struct TokenSlice {
   static constexpr size_t kShortLen = 16;
   std::vector<std::vector<SliceRange>> states;
@@ -49,6 +51,10 @@ struct TokenSlice {
   std::vector<std::vector<uint32_t>> by_len;  // [k]: bitset of the members of at most k characters
   TokenTrie rest;                             // every other token with bytes
   TokenTrie rest_short;                       // rest and the members longer than short_len
+  // For positions that surely accept the members of up to k < short_len characters but not
+  // every longer one: rest and the members longer than k, by increasing k (kLongerThan).
+  static constexpr uint32_t kLongerThan[] = {4, 8, 12};
+  std::vector<std::pair<uint32_t, TokenTrie>> rest_longer;
 };
 
 // The tokens an automaton position allows without looking below its own rule frame: `accepted`
@@ -65,6 +71,8 @@ struct PositionMask {
 
 class TokenIndex {
  public:
+  static constexpr size_t kMaskCacheEntries = size_t(1) << 17;
+  static constexpr size_t kMaskCacheBytes = size_t(256) << 20;
   // eos ids must lie in [0, token_bytes.size()); their bytes are ignored.
   TokenIndex(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids);
 
@@ -84,7 +92,10 @@ class TokenIndex {
   const std::vector<TokenSlice>& slices() const { return slices_; }
 
   // A cache shared by every grammar on this vocabulary: position masks of call-free automata,
-  // keyed by a canonical serialization of the automaton from that position. Thread-safe.
+  // keyed by a canonical serialization of the automaton from that position. Thread-safe. Bounded
+  // (kMaskCacheBytes, kMaskCacheEntries; the table is sized for the entries up front, so an
+  // insertion never rehashes it): past a bound the oldest entries go, a few at a time, so no
+  // single call pays for rebuilding or freeing the whole cache.
   std::shared_ptr<const PositionMask> cached_mask(const std::string& key) const;
   void cache_mask(const std::string& key, std::shared_ptr<const PositionMask> mask) const;
 
@@ -100,6 +111,7 @@ class TokenIndex {
   std::vector<TokenSlice> slices_;
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const PositionMask>> cache_;
+  mutable std::deque<std::pair<const std::string*, size_t>> cache_order_;  // oldest first: key, bytes
   mutable size_t cache_bytes_ = 0;
 };
 
