@@ -45,6 +45,7 @@
 // (required properties tracked as a set, at most 12 per object; with more, the required ones
 // must keep their schema order among themselves — never accepting a missing one).
 #pragma once
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,9 @@ struct JsonSchemaOptions {
   // counts as integers from draft-06 on. Off for generation, so integers come out canonical
   // (parsers read 1.0 as a float).
   bool integer_zero_fraction = false;
+  // Documents that references may name by absolute URI (without fragment), as if retrieved from
+  // there; nothing is ever fetched, and a reference to any other document is an error naming it.
+  std::map<std::string, nlohmann::ordered_json> schema_store;
   // What the compilation may spend (grammar/grammar_budget.h); a budget already active on the
   // calling thread (the server's, per request) takes precedence.
   GrammarBudget budget;

@@ -79,9 +79,13 @@ class SchemaCompiler {
   // uniqueItems: true over items of few enumerated values (the set of values used is the state).
   Frag unique_array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail, uint64_t min,
-                     uint64_t max, uint64_t m);
+                     uint64_t max, uint64_t m, uint64_t mc);
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag enum_frag(int32_t rule, const Json& s, const std::string& ptr);
+  // One JSON value, in the output style: numbers equal to it (an integral float as its integer,
+  // with a zero fraction when integer_zero_fraction), members in any order when the property
+  // order is "any".
+  Frag value_frag(int32_t rule, const Json& v, const std::string& ptr);
   Frag repeat_frag(int32_t rule, int32_t body_rule, uint32_t min, uint32_t max);
   // json_schema_oneof.cpp
   bool provably_disjoint(const Json& a, const Json& b, int depth);
@@ -106,6 +110,16 @@ inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
 // Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
 // names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
 inline constexpr char kNegated[] = "$exl_negated";
+
+// Internal keyword, at the root of a rewritten document (resolve_references): the copies of the
+// schema resources its references reach, other than the document itself.
+inline constexpr char kResources[] = "$exl_resources";
+
+// A document whose references need base URIs ($id), anchors of embedded resources, the schema
+// store or dynamic scopes ($dynamicRef), rewritten into one whose every $ref is a JSON pointer
+// into itself (json_schema_ref.cpp); nullopt when the document needs no rewriting. Throws
+// GrammarError naming a reference that resolves nowhere.
+std::optional<Json> resolve_references(const Json& root, const JsonSchemaOptions& opts);
 
 // Whether a format name is one JSON Schema defines (enforced, or refused when not implemented);
 // other names are annotations.

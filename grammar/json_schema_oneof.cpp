@@ -196,17 +196,38 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     }
   }
   if (s.contains("enum")) {
-    // values outside the list: whole types it does not mention, other booleans, other strings
+    // values outside the list: whole types it does not mention, other booleans, other strings,
+    // the numbers in the open intervals around and between the listed ones
     Json strings = Json::array();
     std::set<std::string> seen;
+    std::vector<Json> numbers;
     for (const Json& v : s["enum"]) {
       std::string t = value_type(v);
-      if (t == "object" || t == "array" || t == "integer" || t == "number") return std::nullopt;
+      if (t == "object" || t == "array") return std::nullopt;
+      if (t == "integer" || t == "number") {
+        if (!std::isfinite(v.get<double>())) return std::nullopt;
+        numbers.push_back(v);
+        t = "number";
+      }
       seen.insert(t);
       if (v.is_string()) strings.push_back(v);
     }
+    std::sort(numbers.begin(), numbers.end(), [](const Json& a, const Json& b) { return a.get<double>() < b.get<double>(); });
+    for (size_t i = 0; i + 1 < numbers.size(); ++i)
+      if (numbers[i].get<double>() == numbers[i + 1].get<double>() && numbers[i] != numbers[i + 1])
+        return std::nullopt;  // equal as doubles but written apart: beyond what the bounds can tell
+    const bool numbers_wanted = types.count("number") || types.count("integer");
+    if (numbers_wanted && !numbers.empty()) {
+      Json num_type = Json::array({integers_only ? "integer" : "number"});
+      out.push_back(Json{{"type", num_type}, {"exclusiveMaximum", numbers.front()}});
+      out.push_back(Json{{"type", num_type}, {"exclusiveMinimum", numbers.back()}});
+      for (size_t i = 0; i + 1 < numbers.size(); ++i)
+        if (numbers[i].get<double>() < numbers[i + 1].get<double>())
+          out.push_back(Json{{"type", num_type}, {"exclusiveMinimum", numbers[i]}, {"exclusiveMaximum", numbers[i + 1]}});
+    }
     for (const std::string& t : kAllTypes) {
       if (t == "integer" || !types.count(t)) continue;
+      if (t == "number" && !numbers.empty()) continue;
       if (!seen.count(t)) out.push_back(Json{{"type", {t}}});
       else if (t == "string") out.push_back(Json{{"type", {"string"}}, {kNotEnum, strings}});
       else if (t == "boolean")

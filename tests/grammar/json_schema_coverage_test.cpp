@@ -67,7 +67,12 @@ TEST(GrammarJsonSchemaCoverage, OneOfBranchPropertiesAreNegated) {
 TEST(GrammarJsonSchemaCoverage, OneOfDisjointByValuesOrObjects) {
   EXPECT_TRUE(ok(R"({"oneOf":[{"type":"null"},{"enum":["GET","POST"]}]})", "null"));
   EXPECT_TRUE(ok(R"({"oneOf":[{"type":"null"},{"enum":["GET","POST"]}]})", R"("GET")"));
-  EXPECT_FALSE(compiles(R"({"oneOf":[{"type":"string"},{"enum":["GET",1]}]})"));
+  // a number in the enum: the other branch excludes it as the numbers around it
+  const std::string num = R"({"oneOf":[{"type":"string"},{"enum":["GET",1]}]})";
+  EXPECT_TRUE(ok(num, R"("POST")"));
+  EXPECT_TRUE(ok(num, "1"));
+  EXPECT_FALSE(ok(num, R"("GET")"));
+  EXPECT_FALSE(ok(num, "2"));
   // discriminated objects without a type: non-objects match both branches, so they are refused
   const std::string d = R"({"oneOf":[{"properties":{"k":{"const":"a"}},"required":["k"]},
     {"properties":{"k":{"const":"b"},"n":{"type":"integer"}},"required":["k"]}]})";
@@ -141,7 +146,18 @@ TEST(GrammarJsonSchemaCoverage, NotOfRequiredEnumAndProperties) {
   EXPECT_FALSE(ok(p, R"({"k":"ab"})"));
   EXPECT_FALSE(ok(p, "{}"));
   EXPECT_FALSE(ok(p, "2"));
-  EXPECT_FALSE(compiles(R"({"not":{"enum":[1]}})"));
+  // numbers: the open intervals around and between the listed ones
+  const std::string n = R"({"not":{"enum":[1,"a",2.5]}})";
+  EXPECT_TRUE(ok(n, "0"));
+  EXPECT_TRUE(ok(n, "1.5"));
+  EXPECT_TRUE(ok(n, "3"));
+  EXPECT_TRUE(ok(n, R"("b")"));
+  EXPECT_FALSE(ok(n, "1"));
+  EXPECT_FALSE(ok(n, "1.0"));
+  EXPECT_FALSE(ok(n, "2.5"));
+  EXPECT_FALSE(ok(n, "2.50"));
+  EXPECT_FALSE(ok(n, R"("a")"));
+  EXPECT_FALSE(compiles(R"({"not":{"enum":[[1]]}})"));
 }
 
 TEST(GrammarJsonSchemaCoverage, LeapSecondsOnlyAt2359Utc) {
