@@ -333,7 +333,6 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     }
   }
   if (!n.is_object() || unevaluated.empty()) return n;
-  if (n.contains(kNegated)) fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
   if (n.contains("anyOf") || n.contains("oneOf")) {
     for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
     return n;
@@ -408,6 +407,8 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
+    } else if (k == kNegated) {
+      for (auto p = v.begin(); p != v.end(); ++p) o[p.key()] = o.contains(p.key()) ? all_of(o[p.key()], p.value()) : p.value();
     } else if (k == kNotEnum || k == kNotString || k == kHasKeyOutside) {
       for (const Json& x : v) o.push_back(x);
     } else if (k == "multipleOf") {
@@ -511,8 +512,6 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
     }
     for (Json& a : alts) {
       if (unevaluated.empty() || !a.is_object()) continue;
-      if (a.contains(kNegated))
-        fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
       if (a.contains("$ref") || a.contains("allOf")) a = Json{{"allOf", Json::array({a})}};
       for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) a[it.key()] = it.value();
     }
@@ -529,8 +528,26 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
   (void)fb;
 }
 
-Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
-  Json types = n.contains("type") ? n["type"] : Json(kTypes);
+Frag SchemaCompiler::typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth) {
+  Json types = s.contains("type") ? s["type"] : Json(kTypes);
+  Json n = s;
+  if (n.contains(kNegated)) {
+    // the negations' property constraints, on what evaluates each property (named, else additional)
+    Json negs = n[kNegated];
+    n.erase(kNegated);
+    if (has_type(types, "object")) {
+      Json addl = n.contains("additionalProperties") ? n["additionalProperties"] : Json(true);
+      for (auto p = negs.begin(); p != negs.end(); ++p) {
+        if (n.contains("properties") && n["properties"].contains(p.key())) {
+          n["properties"][p.key()] = Json{{"allOf", Json::array({n["properties"][p.key()], p.value()})}};
+          continue;
+        }
+        if (n.contains("patternProperties"))
+          fail(ptr, "a negated property constraint beside patternProperties is not supported");
+        n["properties"][p.key()] = addl == true ? p.value() : Json{{"allOf", Json::array({p.value(), addl})}};
+      }
+    }
+  }
   if (n.contains("enum")) return enum_frag(rule, n, ptr);
 
   if (n.contains(kHasKeyOutside) && has_type(types, "object"))

@@ -107,8 +107,9 @@ inline constexpr char kFractional[] = "$exl_fractional";
 // negation of "additionalProperties": false). Compiled only inside a closed object, where it is
 // "one of its own keys outside the list is present".
 inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
-// Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
-// names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
+// Internal keyword: property schemas from a negation ('not', if/then/else, oneOf exclusivity): a
+// property present must satisfy its schema, but the negation does not evaluate it (for
+// unevaluatedProperties, what else names the property, or additionalProperties, still applies).
 inline constexpr char kNegated[] = "$exl_negated";
 
 // Internal keyword, at the root of a rewritten document (resolve_references): the copies of the

@@ -191,7 +191,7 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
         if (!np) return std::nullopt;
         for (const Json& alt : *np)
           out.push_back(
-              Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}, {kNegated, true}});
+              Json{{"type", {"object"}}, {"required", {p.key()}}, {kNegated, {{p.key(), alt}}}});
       }
     }
   }

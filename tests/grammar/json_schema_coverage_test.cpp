@@ -215,9 +215,20 @@ TEST(GrammarJsonSchemaCoverage, IfThenElse) {
   EXPECT_FALSE(ok(pat, R"("abc")"));
   EXPECT_TRUE(ok(pat, R"("bcd")"));
   EXPECT_FALSE(ok(pat, R"("bc")"));
-  // annotations of a failed 'if' do not count as evaluated: refused rather than guessed
-  EXPECT_FALSE(compiles(R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
-                        R"("unevaluatedProperties":false})"));
+  // annotations of a failed 'if' do not count as evaluated: its negation constrains 'a' without
+  // evaluating it
+  const std::string unev = R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
+                           R"("unevaluatedProperties":false})";
+  EXPECT_TRUE(ok(unev, R"({"a":1})"));
+  EXPECT_TRUE(ok(unev, "{}"));
+  EXPECT_FALSE(ok(unev, R"({"a":2,"b":0})"));
+  EXPECT_FALSE(ok(unev, R"({"b":0})"));
+  EXPECT_FALSE(ok(unev, R"({"a":1,"b":0})"));
+  // evaluated elsewhere, the property is allowed under the negation's constraint
+  const std::string named = R"({"properties":{"a":true,"b":true},"if":{"properties":{"a":{"const":1}}},)"
+                            R"("else":{"required":["b"]},"unevaluatedProperties":false})";
+  EXPECT_TRUE(ok(named, R"({"a":2,"b":0})"));
+  EXPECT_FALSE(ok(named, R"({"a":2})"));
 }
 
 TEST(GrammarJsonSchemaCoverage, NotOfBoundsAndSizes) {
