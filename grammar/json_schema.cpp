@@ -23,7 +23,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated, kEvaluates};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -333,6 +333,9 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     }
   }
   if (!n.is_object() || unevaluated.empty()) return n;
+  if (n.contains(kEvaluates))
+    fail(ptr, "unevaluatedProperties/unevaluatedItems beside the negation of a oneOf whose branches evaluate "
+              "properties or items is not supported");
   if (n.contains("anyOf") || n.contains("oneOf")) {
     for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
     return n;
@@ -531,6 +534,7 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
 Frag SchemaCompiler::typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth) {
   Json types = s.contains("type") ? s["type"] : Json(kTypes);
   Json n = s;
+  n.erase(kEvaluates);
   if (n.contains(kNegated)) {
     // the negations' property constraints, on what evaluates each property (named, else additional)
     Json negs = n[kNegated];

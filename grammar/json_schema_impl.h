@@ -111,6 +111,9 @@ inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
 // property present must satisfy its schema, but the negation does not evaluate it (for
 // unevaluatedProperties, what else names the property, or additionalProperties, still applies).
 inline constexpr char kNegated[] = "$exl_negated";
+// Internal keyword: the schema is part of a negation (two oneOf branches at once) but evaluates
+// properties or items, which a failed oneOf does not: refused beside unevaluatedProperties/Items.
+inline constexpr char kEvaluates[] = "$exl_negationEvaluates";
 
 // Internal keyword, at the root of a rewritten document (resolve_references): the copies of the
 // schema resources its references reach, other than the document itself.

@@ -147,10 +147,36 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     // counts as an anyOf when its branches are provably disjoint
     std::vector<Json> branches;
     for (const Json& b : s[kw]) branches.push_back(normalize(b, "", 0));
-    if (std::string(kw) == "oneOf")
+    if (std::string(kw) == "oneOf") {
+      // not exactly one = none, or two at once: each pair of overlapping branches, merged, its
+      // properties made non-evaluating (kNegated), or marked when it evaluates otherwise
       for (size_t i = 0; i < branches.size(); ++i)
-        for (size_t j = i + 1; j < branches.size(); ++j)
-          if (!provably_disjoint(branches[i], branches[j], 0)) return std::nullopt;
+        for (size_t j = i + 1; j < branches.size(); ++j) {
+          if (provably_disjoint(branches[i], branches[j], 0)) continue;
+          Json both;
+          try {
+            both = merge(branches[i], branches[j], "", 0);
+          } catch (const GrammarError&) {
+            grammar_budget_check();
+            return std::nullopt;
+          }
+          if (both == false) continue;
+          if (both.is_object() && both.contains("properties") && !both.contains("patternProperties") &&
+              both.value("additionalProperties", Json(true)) == true) {
+            Json negs = both.value(kNegated, Json::object());
+            for (auto p = both["properties"].begin(); p != both["properties"].end(); ++p)
+              negs[p.key()] = negs.contains(p.key()) ? Json{{"allOf", Json::array({negs[p.key()], p.value()})}} : p.value();
+            both.erase("properties");
+            both[kNegated] = negs;
+          }
+          if (both.is_object())
+            for (const char* ev : {"properties", "patternProperties", "additionalProperties", "prefixItems", "items",
+                                   "contains", "unevaluatedProperties", "unevaluatedItems", "anyOf", "oneOf", "allOf", "$ref"})
+              if (both.contains(ev)) both[kEvaluates] = true;
+          out.push_back(std::move(both));
+          if (out.size() > kMaxNegationAlternatives) return std::nullopt;
+        }
+    }
     std::vector<Json> acc{Json::object()};
     for (const Json& b : branches) {
       auto nb = negate(b, depth + 1);

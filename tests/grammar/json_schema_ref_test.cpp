@@ -138,5 +138,26 @@ TEST(GrammarJsonSchemaRef, IfWithoutThenOrElseConstrainsNothing) {
   EXPECT_FALSE(accepts(s, "1"));
 }
 
+TEST(GrammarJsonSchemaRef, NotOfOverlappingOneOfIsNoneOrTwoAtOnce) {
+  const std::string s = R"({"not":{"oneOf":[{"type":"integer"},{"minimum":2}]}})";
+  EXPECT_TRUE(accepts(s, "1.5"));   // neither
+  EXPECT_TRUE(accepts(s, "3"));     // both
+  EXPECT_FALSE(accepts(s, "1"));    // only the first
+  EXPECT_FALSE(accepts(s, "2.5"));  // only the second
+  EXPECT_FALSE(accepts(s, R"("a")"));
+  // two branches at once evaluate nothing: 'a' stays unevaluated; non-objects match both branches
+  const std::string u = R"({"not":{"oneOf":[{"properties":{"a":{"type":"string"}}},{"required":["a"]}]},)"
+                        R"("unevaluatedProperties":false})";
+  EXPECT_TRUE(accepts(u, "1"));
+  EXPECT_FALSE(accepts(u, R"({"a":"x"})"));
+  EXPECT_FALSE(accepts(u, R"({"a":1})"));
+  EXPECT_FALSE(accepts(u, "{}"));
+  // beside unevaluatedProperties, a pair that evaluates
+  // properties through more than 'properties' is refused
+  std::string e = error_of(R"({"not":{"oneOf":[{"anyOf":[{"properties":{"a":true}}]},{"required":["a"]}]},)"
+                           R"("unevaluatedProperties":false})");
+  EXPECT_NE(e.find("beside the negation of a oneOf whose branches evaluate properties or items"), std::string::npos) << e;
+}
+
 }  // namespace json_schema_ref_test
 }  // namespace exl
