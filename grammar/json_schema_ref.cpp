@@ -11,6 +11,7 @@
 
 #include <re2/re2.h>
 
+#include "grammar/grammar_budget.h"
 #include "grammar/grammar_error.h"
 #include "grammar/json_schema_impl.h"
 
@@ -163,8 +164,11 @@ void each_subschema(const Json& s, const std::string& ptr, F&& f) {
 
 bool is_anchor_id(const Json& id) { return id.is_string() && !id.get_ref<const std::string&>().empty() && id.get_ref<const std::string&>()[0] == '#'; }
 
-bool needs_rewrite(const Json& s, bool root) {
-  if (!s.is_object()) return false;
+// Deeper schemas are the compiler's to refuse (it stops at 64 levels of normalization).
+constexpr int kMaxWalkDepth = 300;
+
+bool needs_rewrite(const Json& s, bool root, int depth = 0) {
+  if (!s.is_object() || depth > kMaxWalkDepth) return false;
   if (s.contains("$dynamicRef") || s.contains("$dynamicAnchor")) return true;
   if (s.contains("$ref") && s["$ref"].is_string()) {
     const std::string& r = s["$ref"].get_ref<const std::string&>();
@@ -172,7 +176,7 @@ bool needs_rewrite(const Json& s, bool root) {
   }
   if (!root && s.contains("$id") && s["$id"].is_string() && !is_anchor_id(s["$id"])) return true;
   bool found = false;
-  each_subschema(s, "", [&](const std::string&, const Json& sub) { found = found || needs_rewrite(sub, false); });
+  each_subschema(s, "", [&](const std::string&, const Json& sub) { found = found || needs_rewrite(sub, false, depth + 1); });
   return found;
 }
 
@@ -259,7 +263,8 @@ class Rewriter {
     return !(s.contains("$ref") && docs_[d].old_draft == 1);
   }
 
-  void index(int d, const Json& s, const std::string& ptr, std::string base, std::string resource) {
+  void index(int d, const Json& s, const std::string& ptr, std::string base, std::string resource, int depth = 0) {
+    if (depth > kMaxWalkDepth) fail(ptr, "schema nesting deeper than 300");
     if (!s.is_object()) {
       if (ptr.empty()) resource_uri_[Loc{d, ""}] = base, docs_[d].resources[""], name(base, Loc{d, ""});
       return;
@@ -287,7 +292,7 @@ class Rewriter {
         name(base + "#" + a, Loc{d, ptr});
         if (std::string(kw) == "$dynamicAnchor") docs_[d].resources[resource][a] = ptr;
       }
-    each_subschema(s, ptr, [&](const std::string& p, const Json& sub) { index(d, sub, p, base, resource); });
+    each_subschema(s, ptr, [&](const std::string& p, const Json& sub) { index(d, sub, p, base, resource, depth + 1); });
   }
 
   // The scope after entering the resource rooted at `res`: its dynamic anchors, unless bound already.
@@ -303,15 +308,15 @@ class Rewriter {
   }
 
   // The embedded resources of the document, at their own place for the scope they get there.
-  void note_natural(const Json& s, const std::string& ptr, Scope scope) {
-    if (!s.is_object()) return;
+  void note_natural(const Json& s, const std::string& ptr, Scope scope, int depth = 0) {
+    if (!s.is_object() || depth > kMaxWalkDepth) return;
     if (!ptr.empty() && docs_[0].resources.count(ptr) && resource_uri_.count(Loc{0, ptr})) {
       scope = enter(scope, Loc{0, ptr});
       prefix_of_.emplace(key_of(Loc{0, ptr}, scope), ptr);
     } else if (ptr.empty()) {
       prefix_of_.emplace(key_of(Loc{0, ""}, scope), "");
     }
-    each_subschema(s, ptr, [&](const std::string& p, const Json& sub) { note_natural(sub, p, scope); });
+    each_subschema(s, ptr, [&](const std::string& p, const Json& sub) { note_natural(sub, p, scope, depth + 1); });
   }
 
   const Json& at(const Loc& loc, const std::string& where) const {
@@ -408,7 +413,14 @@ class Rewriter {
     return out;
   }
 
-  Json copy(int d, const Json& s, const std::string& ptr, std::string base, Scope scope) {
+  // `loose`: s is under a keyword that holds no schema (an unknown keyword), compiled only if a
+  // JSON pointer reaches it; a reference there that resolves nowhere becomes one that fails then.
+  Json copy(int d, const Json& s, const std::string& ptr, std::string base, Scope scope, bool loose = false) {
+    if (s.is_array() && loose) {
+      Json a = Json::array();
+      for (size_t i = 0; i < s.size(); ++i) a.push_back(copy(d, s[i], pointer_append(ptr, std::to_string(i)), base, scope, true));
+      return a;
+    }
     if (!s.is_object()) return s;
     const std::string parent_base = base;
     if (id_applies(d, s) && !is_anchor_id(s["$id"])) {
@@ -425,7 +437,20 @@ class Rewriter {
       const Json& v = it.value();
       std::string kp = pointer_append(ptr, k);
       if (k == "$id" || k == "$anchor" || k == "$dynamicAnchor") continue;
-      if ((k == "$ref" || k == "$dynamicRef") && !v.is_string()) fail(kp, "must be a string");
+      if ((k == "$ref" || k == "$dynamicRef") && !v.is_string()) {
+        if (!loose) fail(kp, "must be a string");
+        out[k] = v;
+        continue;
+      }
+      if (loose && (k == "$ref" || k == "$dynamicRef")) {
+        try {
+          out[k] = rewrite(v.get<std::string>(), k == "$dynamicRef", base, scope, kp);
+        } catch (const GrammarError&) {
+          grammar_budget_check();
+          out[k] = "exl:unresolved:" + v.get<std::string>();
+        }
+        continue;
+      }
       if (k == "$ref") {
         if (docs_[d].old_draft == 0 && base != parent_base) {
           std::optional<Loc> draft7, later;
@@ -433,6 +458,7 @@ class Rewriter {
             draft7 = locate(v.get<std::string>(), resolve_uri(parent_base, v.get<std::string>(), kp), kp);
             later = locate(v.get<std::string>(), resolve_uri(base, v.get<std::string>(), kp), kp);
           } catch (const GrammarError&) {
+            grammar_budget_check();
           }
           if (draft7 && draft7 != later)
             fail(pointer_append(ptr, "$id"),
@@ -448,10 +474,10 @@ class Rewriter {
         continue;
       }
       switch (holds_of(k, v)) {
-        case Holds::one: out[k] = copy(d, v, kp, base, scope); break;
+        case Holds::one: out[k] = copy(d, v, kp, base, scope, loose); break;
         case Holds::array: {
           Json a = Json::array();
-          for (size_t i = 0; i < v.size(); ++i) a.push_back(copy(d, v[i], pointer_append(kp, std::to_string(i)), base, scope));
+          for (size_t i = 0; i < v.size(); ++i) a.push_back(copy(d, v[i], pointer_append(kp, std::to_string(i)), base, scope, loose));
           out[k] = a;
           break;
         }
@@ -459,11 +485,16 @@ class Rewriter {
           Json m = Json::object();
           for (auto e = v.begin(); e != v.end(); ++e)
             m[e.key()] = k == "dependencies" && e.value().is_array() ? e.value()
-                                                                      : copy(d, e.value(), pointer_append(kp, e.key()), base, scope);
+                                                                      : copy(d, e.value(), pointer_append(kp, e.key()), base, scope, loose);
           out[k] = m;
           break;
         }
-        case Holds::none: out[k] = v; break;
+        case Holds::none: {
+          static const std::set<std::string> data = {"enum", "const", "default", "examples", "example", "required",
+                                                     "type", "dependentRequired", "$comment", "description", "title"};
+          out[k] = data.count(k) ? v : copy(d, v, kp, base, scope, true);
+          break;
+        }
       }
     }
     if (dynamic_ref) {

@@ -64,6 +64,19 @@ TEST(GrammarJsonSchemaRef, TheSchemaStoreServesRemoteDocumentsAndUnknownOnesAreN
   EXPECT_NE(json_schema_options_key(o), json_schema_options_key(any_order()));
 }
 
+TEST(GrammarJsonSchemaRef, RefsUnderUnknownKeywordsResolveAgainstTheirBase) {
+  JsonSchemaOptions o = any_order();
+  o.ignore_unknown_keywords = true;
+  const std::string s = R"({"$id":"http://e.com/r/","components":{"A":{"$ref":"b.json"},"bad":{"$ref":"nowhere.json"}},
+    "$defs":{"b":{"$id":"b.json","type":"integer"}},"properties":{"x":{"$ref":"#/components/A"}}})";
+  EXPECT_TRUE(accepts(s, R"({"x":1})", o));
+  EXPECT_FALSE(accepts(s, R"({"x":"a"})", o));
+  // one that resolves nowhere fails only where it is used
+  std::string bad = s;
+  bad.replace(bad.find("#/components/A"), 14, "#/components/bad");
+  EXPECT_NE(error_of(bad, o).find("'exl:unresolved:nowhere.json' does not resolve"), std::string::npos) << error_of(bad, o);
+}
+
 TEST(GrammarJsonSchemaRef, IdBesideRefIsRefusedWhenTheDraftIsUnsaid) {
   const std::string s = R"({"$id":"http://e.com/","allOf":[{"$id":"http://e.com/x/","$ref":"a.json"}],
     "$defs":{"a":{"$id":"a.json","type":"string"}}})";
