@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <set>
 
 #include "grammar/grammar_budget.h"
@@ -238,25 +239,33 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     n.erase("dependentSchemas");
     n["allOf"] = all;
   }
-  if (n.contains("if") && !n.contains("then") && !n.contains("else")) n.erase("if");
+  // 'if' alone constrains nothing; beside unevaluated* it still evaluates what it names when it
+  // holds (as if "then": true), when its negation is expressible
+  const bool bare_if = n.contains("if") && !n.contains("then") && !n.contains("else");
+  if (bare_if && !n.contains("unevaluatedProperties") && !n.contains("unevaluatedItems")) n.erase("if");
   if (n.contains("if")) {
     // (if and then) or (not if and else): the negation as for 'not'
     std::string ip = pointer_append(ptr, "if");
     Json then_s = n.contains("then") ? n["then"] : Json(true);
     Json else_s = n.contains("else") ? n["else"] : Json(true);
-    Json cond = normalize(n["if"], ip, depth + 1);
-    Json branch;
-    if (cond == true || (cond.is_object() && cond.empty())) {
-      branch = then_s;
-    } else if (cond == false) {
-      branch = else_s;
-    } else {
-      auto neg = negate(cond, 0);
-      if (!neg)
-        fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
-                 "property types, string lengths, patterns, formats, number bounds and array sizes only");
-      Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
-      branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
+    Json branch = true;
+    try {
+      Json cond = normalize(n["if"], ip, depth + 1);
+      if (cond == true || (cond.is_object() && cond.empty())) {
+        branch = then_s;
+      } else if (cond == false) {
+        branch = else_s;
+      } else {
+        auto neg = negate(cond, 0);
+        if (!neg)
+          fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
+                   "property types, string lengths, patterns, formats, number bounds and array sizes only");
+        Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
+        branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
+      }
+    } catch (const GrammarError&) {
+      if (!bare_if) throw;
+      grammar_budget_check();
     }
     Json all = n.contains("allOf") ? n["allOf"] : Json::array();
     all.push_back(branch);
@@ -617,9 +626,26 @@ namespace {
 std::optional<std::vector<Json>> finite_values(const Json& s) {
   if (s == false) return std::vector<Json>{};
   if (!s.is_object()) return std::nullopt;
-  for (auto it = s.begin(); it != s.end(); ++it)
-    if (it.key() != "enum" && it.key() != "type") return std::nullopt;
+  static const std::set<std::string> bounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  bool bounded = false;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (bounds.count(it.key()) && it.value().is_number()) bounded = true;
+    else if (it.key() != "enum" && it.key() != "type") return std::nullopt;
+  }
   Json types = s.contains("type") ? s["type"] : Json(kTypes);
+  if (bounded) {
+    // integers between two bounds, when few
+    if (s.contains("enum") || types.size() != 1 || types[0] != "integer") return std::nullopt;
+    auto num = [&](const char* kw) { return s.contains(kw) ? std::optional<double>(s[kw].get<double>()) : std::nullopt; };
+    std::optional<double> lo = num("minimum"), hi = num("maximum"), xlo = num("exclusiveMinimum"), xhi = num("exclusiveMaximum");
+    if ((!lo && !xlo) || (!hi && !xhi)) return std::nullopt;
+    double first = std::max(lo ? std::ceil(*lo) : -1e300, xlo ? std::floor(*xlo) + 1 : -1e300);
+    double last = std::min(hi ? std::floor(*hi) : 1e300, xhi ? std::ceil(*xhi) - 1 : 1e300);
+    if (last - first >= 12 || std::fabs(first) > 1e15 || std::fabs(last) > 1e15) return std::nullopt;
+    std::vector<Json> out;
+    for (double v = first; v <= last; ++v) out.push_back(int64_t(v));
+    return out;
+  }
   auto type_ok = [&](const Json& v) {
     if (v.is_null()) return has_type(types, "null");
     if (v.is_boolean()) return has_type(types, "boolean");
@@ -648,8 +674,11 @@ Frag SchemaCompiler::unique_array_frag(int32_t rule, const Json& n, const std::s
   std::string up = pointer_append(ptr, "uniqueItems");
   auto refuse = [&] {
     fail(up, "unsupported keyword 'uniqueItems' (true), but for items of at most 12 enumerated values (enum, "
-             "const, boolean, null)");
+             "const, boolean, null, integers between two bounds) or at most one item: no grammar tells "
+             "unbounded values apart");
   };
+  if (n.contains("maxItems") && n["maxItems"].is_number() && n["maxItems"].get<double>() < 2)
+    return array_frag(rule, n, ptr, depth);
   if (n.contains("contains")) refuse();
   std::vector<Json> prefix;
   Json tail = n.contains("items") ? n["items"] : Json(true);

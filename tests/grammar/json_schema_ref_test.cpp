@@ -172,5 +172,24 @@ TEST(GrammarJsonSchemaRef, NotOfOverlappingOneOfIsNoneOrTwoAtOnce) {
   EXPECT_NE(e.find("beside the negation of a oneOf whose branches evaluate properties or items"), std::string::npos) << e;
 }
 
+TEST(GrammarJsonSchemaRef, UniqueItemsOverFewIntegersOrAtMostOneItem) {
+  const std::string s = R"({"type":"array","uniqueItems":true,"items":{"type":"integer","minimum":1,"exclusiveMaximum":4}})";
+  EXPECT_TRUE(accepts(s, "[3,1,2]"));
+  EXPECT_FALSE(accepts(s, "[1,1]"));
+  EXPECT_FALSE(accepts(s, "[4]"));
+  EXPECT_TRUE(accepts(R"({"uniqueItems":true,"maxItems":1})", R"([{"a":[1]}])"));
+  EXPECT_FALSE(accepts(R"({"uniqueItems":true,"maxItems":1})", "[1,2]"));
+  EXPECT_NE(error_of(R"({"uniqueItems":true,"items":{"type":"integer","minimum":0,"maximum":12}})")
+                .find("no grammar tells unbounded values apart"),
+            std::string::npos);
+}
+
+TEST(GrammarJsonSchemaRef, IfAloneStillEvaluatesForUnevaluatedProperties) {
+  const std::string s = R"({"if":{"properties":{"foo":{"const":"a"}}},"unevaluatedProperties":false})";
+  EXPECT_TRUE(accepts(s, R"({"foo":"a"})"));
+  EXPECT_FALSE(accepts(s, R"({"foo":"b"})"));
+  EXPECT_TRUE(accepts(s, "{}"));
+}
+
 }  // namespace json_schema_ref_test
 }  // namespace exl
