@@ -402,7 +402,7 @@ class Rewriter {
     std::string key = key_of(res, inner);
     auto it = prefix_of_.find(key);
     if (it == prefix_of_.end()) {
-      if (prefix_of_.size() >= kMaxResourceCopies)
+      if (n_copies_ >= kMaxResourceCopies)
         fail(where, "'" + ref + "': more than 128 (resource, dynamic scope) pairs are reached");
       std::string n = std::to_string(n_copies_++);
       it = prefix_of_.emplace(key, pointer_append(pointer_append("", kResources), n)).first;
