@@ -555,9 +555,17 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& s, const std::string& 
           n["properties"][p.key()] = Json{{"allOf", Json::array({n["properties"][p.key()], p.value()})}};
           continue;
         }
-        if (n.contains("patternProperties"))
-          fail(ptr, "a negated property constraint beside patternProperties is not supported");
-        n["properties"][p.key()] = addl == true ? p.value() : Json{{"allOf", Json::array({p.value(), addl})}};
+        // a key a pattern matches is evaluated by it (object_frag applies the pattern's schema to
+        // named keys too); any other, by additionalProperties
+        bool by_pattern = false;
+        if (n.contains("patternProperties") && n["patternProperties"].is_object()) {
+          std::string content = Json(p.key()).dump();
+          content = content.substr(1, content.size() - 2);
+          for (auto pp = n["patternProperties"].begin(); pp != n["patternProperties"].end(); ++pp)
+            by_pattern |= accepts_bytes(key_pattern_dfa(pp.key(), pointer_append(pointer_append(ptr, "patternProperties"), pp.key())),
+                                        content);
+        }
+        n["properties"][p.key()] = addl == true || by_pattern ? p.value() : Json{{"allOf", Json::array({p.value(), addl})}};
       }
     }
   }

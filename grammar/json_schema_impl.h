@@ -92,6 +92,7 @@ class SchemaCompiler {
   bool objects_disjoint(const Json& a, const Json& b, int depth);
   std::optional<Json> value_list(const Json& s, int depth) const;
   std::optional<std::vector<Json>> negate(const Json& s, int depth);
+  Json without_evaluation(const Json& s, int depth);
   std::vector<Json> exclusive_branches(const Json& base, const std::vector<Json>& branches, const std::string& ptr);
 };
 

@@ -123,9 +123,17 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
 // Alternatives whose union is the complement of the normalized schema s (exactly, but for the
 // non-integer numbers, which are those written with a fraction and no exponent: a subset, so a
 // negation never accepts what s accepts), or nullopt when s uses keywords this cannot complement.
-std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
-  if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
-  if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& schema, int depth) {
+  if (schema.is_boolean()) return schema == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
+  if (!schema.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+  Json s = schema;
+  if (s.contains("patternProperties") && s.value("additionalProperties", Json(true)) == true && s["patternProperties"].is_object()) {
+    // patterns whose schemas are true constrain nothing (with no additionalProperties to exempt keys from)
+    bool all_true = true;
+    for (auto it = s["patternProperties"].begin(); it != s["patternProperties"].end(); ++it)
+      all_true &= it.value() == true || (it.value().is_object() && it.value().empty());
+    if (all_true) s.erase("patternProperties");
+  }
   static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
                                            "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                                            "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", kNegated};
@@ -148,31 +156,20 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     std::vector<Json> branches;
     for (const Json& b : s[kw]) branches.push_back(normalize(b, "", 0));
     if (std::string(kw) == "oneOf") {
-      // not exactly one = none, or two at once: each pair of overlapping branches, merged, its
-      // properties made non-evaluating (kNegated), or marked when it evaluates otherwise
+      // not exactly one = none, or two at once: each pair of overlapping branches, merged, made
+      // to evaluate nothing (a failed oneOf evaluates nothing)
       for (size_t i = 0; i < branches.size(); ++i)
         for (size_t j = i + 1; j < branches.size(); ++j) {
           if (provably_disjoint(branches[i], branches[j], 0)) continue;
           Json both;
           try {
             both = merge(branches[i], branches[j], "", 0);
+            if (both == false) continue;
+            both = without_evaluation(both, 0);
           } catch (const GrammarError&) {
             grammar_budget_check();
             return std::nullopt;
           }
-          if (both == false) continue;
-          if (both.is_object() && both.contains("properties") && !both.contains("patternProperties") &&
-              both.value("additionalProperties", Json(true)) == true) {
-            Json negs = both.value(kNegated, Json::object());
-            for (auto p = both["properties"].begin(); p != both["properties"].end(); ++p)
-              negs[p.key()] = negs.contains(p.key()) ? Json{{"allOf", Json::array({negs[p.key()], p.value()})}} : p.value();
-            both.erase("properties");
-            both[kNegated] = negs;
-          }
-          if (both.is_object())
-            for (const char* ev : {"properties", "patternProperties", "additionalProperties", "prefixItems", "items",
-                                   "contains", "unevaluatedProperties", "unevaluatedItems", "anyOf", "oneOf", "allOf", "$ref"})
-              if (both.contains(ev)) both[kEvaluates] = true;
           out.push_back(std::move(both));
           if (out.size() > kMaxNegationAlternatives) return std::nullopt;
         }
@@ -294,6 +291,45 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     if (mn && *mn >= 1) out.push_back(Json{{"type", {"array"}}, {"maxItems", uint64_t(std::ceil(*mn)) - 1}});
     if (mx) out.push_back(Json{{"type", {"array"}}, {"minItems", uint64_t(std::floor(*mx)) + 1}});
   }
+  return out;
+}
+
+// The same constraint as the normalized schema s, evaluating nothing: named properties become
+// kNegated, patterns and additional properties that allow anything go, nested anyOf/oneOf branches
+// likewise; marked kEvaluates where something that evaluates stays.
+Json SchemaCompiler::without_evaluation(const Json& s, int depth) {
+  if (!s.is_object()) return s;
+  grammar_poll();
+  Json out = s;
+  if (depth > kMaxNegationDepth) {
+    out[kEvaluates] = true;
+    return out;
+  }
+  if (out.contains("patternProperties") && out["patternProperties"].is_object()) {
+    Json kept = Json::object();
+    for (auto it = out["patternProperties"].begin(); it != out["patternProperties"].end(); ++it)
+      if (!(it.value() == true || (it.value().is_object() && it.value().empty()))) kept[it.key()] = it.value();
+    if (kept.empty() && out.value("additionalProperties", Json(true)) == true) out.erase("patternProperties");
+    else out["patternProperties"] = kept;
+  }
+  if (out.contains("additionalProperties") && out["additionalProperties"] == true) out.erase("additionalProperties");
+  if (out.contains("properties") && out["properties"].is_object() && !out.contains("patternProperties") &&
+      !out.contains("additionalProperties")) {
+    Json negs = out.value(kNegated, Json::object());
+    for (auto p = out["properties"].begin(); p != out["properties"].end(); ++p)
+      negs[p.key()] = negs.contains(p.key()) ? Json{{"allOf", Json::array({negs[p.key()], p.value()})}} : p.value();
+    out.erase("properties");
+    out[kNegated] = negs;
+  }
+  for (const char* kw : {"anyOf", "oneOf"}) {
+    if (!out.contains(kw) || !out[kw].is_array()) continue;
+    Json branches = Json::array();
+    for (const Json& b : out[kw]) branches.push_back(without_evaluation(normalize(b, "", 0), depth + 1));
+    out[kw] = branches;
+  }
+  for (const char* ev : {"properties", "patternProperties", "additionalProperties", "prefixItems", "items", "contains",
+                         "unevaluatedProperties", "unevaluatedItems", "allOf", "$ref"})
+    if (out.contains(ev)) out[kEvaluates] = true;
   return out;
 }
 

@@ -422,6 +422,7 @@ class Rewriter {
       return a;
     }
     if (!s.is_object()) return s;
+    grammar_poll();
     const std::string parent_base = base;
     if (id_applies(d, s) && !is_anchor_id(s["$id"])) {
       Loc here{d, ptr};

@@ -165,10 +165,15 @@ TEST(GrammarJsonSchemaRef, NotOfOverlappingOneOfIsNoneOrTwoAtOnce) {
   EXPECT_FALSE(accepts(u, R"({"a":"x"})"));
   EXPECT_FALSE(accepts(u, R"({"a":1})"));
   EXPECT_FALSE(accepts(u, "{}"));
-  // beside unevaluatedProperties, a pair that evaluates
-  // properties through more than 'properties' is refused
-  std::string e = error_of(R"({"not":{"oneOf":[{"anyOf":[{"properties":{"a":true}}]},{"required":["a"]}]},)"
-                           R"("unevaluatedProperties":false})");
+  // nested anyOf/oneOf branches of a pair evaluate nothing either
+  const std::string nested = R"({"not":{"oneOf":[{"anyOf":[{"properties":{"a":true}}]},{"required":["a"]}]},)"
+                             R"("unevaluatedProperties":false})";
+  EXPECT_TRUE(accepts(nested, "1"));
+  EXPECT_FALSE(accepts(nested, "{}"));
+  EXPECT_FALSE(accepts(nested, R"({"a":1})"));
+  // a pair that evaluates otherwise (a closed object's properties) is refused beside unevaluated*
+  std::string e = error_of(R"({"not":{"oneOf":[{"properties":{"a":{"type":"string"}},"additionalProperties":false},)"
+                           R"({"required":["a"]}]},"unevaluatedProperties":false})");
   EXPECT_NE(e.find("beside the negation of a oneOf whose branches evaluate properties or items"), std::string::npos) << e;
 }
 
