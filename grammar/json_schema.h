@@ -22,7 +22,7 @@
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
 // patterns and formats (as automaton differences), number bounds, array sizes, integers (as the
 // numbers with a non-zero fraction and no exponent: a subset of the non-integers), anyOf and
-// provably disjoint oneOf, "additionalProperties": false (as "one of the object's own keys
+// oneOf (none of the branches, or two at once), "additionalProperties": false (as "one of the object's own keys
 // outside the list", so only where a closed object takes it in), enums of
 // strings/booleans/null/numbers (numbers as the open intervals around the listed ones)),
 // if/then/else (as (if and then) or (not if and else), so 'if' must be negatable as for 'not';
