@@ -162,7 +162,10 @@ void each_subschema(const Json& s, const std::string& ptr, F&& f) {
   }
 }
 
-bool is_anchor_id(const Json& id) { return id.is_string() && !id.get_ref<const std::string&>().empty() && id.get_ref<const std::string&>()[0] == '#'; }
+// draft-07's "$id": "#name", an anchor rather than a base URI
+bool is_anchor_id(const Json& id) {
+  return id.is_string() && id.get_ref<const std::string&>().rfind('#', 0) == 0;
+}
 
 // Deeper schemas are the compiler's to refuse (it stops at 64 levels of normalization).
 constexpr int kMaxWalkDepth = 300;
@@ -265,11 +268,13 @@ class Rewriter {
 
   void index(int d, const Json& s, const std::string& ptr, std::string base, std::string resource, int depth = 0) {
     if (depth > kMaxWalkDepth) fail(ptr, "schema nesting deeper than 300");
-    if (!s.is_object()) {
-      if (ptr.empty()) resource_uri_[Loc{d, ""}] = base, docs_[d].resources[""], name(base, Loc{d, ""});
-      return;
+    if (ptr.empty()) {
+      // the document itself is a resource, at the URI it was retrieved from (or its own $id)
+      resource_uri_[Loc{d, ""}] = base;
+      docs_[d].resources[""];
+      name(base, Loc{d, ""});
     }
-    if (ptr.empty()) resource_uri_[Loc{d, ""}] = base, docs_[d].resources[""], name(base, Loc{d, ""});
+    if (!s.is_object()) return;
     std::string where = pointer_append(ptr, "$id");
     if (id_applies(d, s)) {
       const std::string& id = s["$id"].get_ref<const std::string&>();
@@ -349,7 +354,8 @@ class Rewriter {
     if (!by_uri_.count(uri)) {
       auto it = opts_.schema_store.find(uri);
       if (it == opts_.schema_store.end())
-        fail(where, "'" + ref + "' names '" + uri + "', which is neither a resource of this schema nor in the schema store");
+        fail(where, "'" + ref + "'" + (ref == uri ? "" : " names '" + uri + "', which") +
+                        " is neither a resource of this schema nor in the schema store");
       add_document(it->second, uri);
     }
     if (ambiguous_.count(uri)) fail(where, "'" + uri + "' identifies more than one schema");
