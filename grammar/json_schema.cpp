@@ -24,7 +24,7 @@ const std::set<std::string> kSupported = {
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated, kEvaluates};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated, kNegatedItems, kEvaluates};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -419,7 +419,7 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
-    } else if (k == kNegated) {
+    } else if (k == kNegated || k == kNegatedItems) {
       for (auto p = v.begin(); p != v.end(); ++p) o[p.key()] = o.contains(p.key()) ? all_of(o[p.key()], p.value()) : p.value();
     } else if (k == kNotEnum || k == kNotString || k == kHasKeyOutside) {
       for (const Json& x : v) o.push_back(x);
@@ -544,6 +544,22 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& s, const std::string& 
   Json types = s.contains("type") ? s["type"] : Json(kTypes);
   Json n = s;
   n.erase(kEvaluates);
+  if (n.contains(kNegatedItems)) {
+    // the negations' item constraints, on the positions' own schemas (prefixItems, else items)
+    Json negs = n[kNegatedItems];
+    n.erase(kNegatedItems);
+    if (has_type(types, "array")) {
+      Json pre = n.contains("prefixItems") ? n["prefixItems"] : Json::array();
+      Json tail = n.contains("items") ? n["items"] : Json(true);
+      for (auto p = negs.begin(); p != negs.end(); ++p) {
+        size_t i = std::stoul(p.key());
+        if (i >= 64) fail(ptr, "a negated item constraint beyond position 64 is not supported");
+        while (pre.size() <= i) pre.push_back(tail);
+        pre[i] = Json{{"allOf", Json::array({pre[i], p.value()})}};
+      }
+      n["prefixItems"] = pre;
+    }
+  }
   if (n.contains(kNegated)) {
     // the negations' property constraints, on what evaluates each property (named, else additional)
     Json negs = n[kNegated];

@@ -20,14 +20,15 @@
 // exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
 // provably disjoint from the others, or conjoined with their complement when that is expressible
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
-// patterns and formats (as automaton differences), number bounds, array sizes, integers (as the
+// patterns and formats (as automaton differences), number bounds, array sizes, prefixItems (and
+// items false), integers (as the
 // numbers with a non-zero fraction and no exponent: a subset of the non-integers), anyOf and
 // oneOf (none of the branches, or two at once), "additionalProperties": false (as "one of the object's own keys
 // outside the list", so only where a closed object takes it in), enums of
 // strings/booleans/null/numbers (numbers as the open intervals around the listed ones)),
 // if/then/else (as (if and then) or (not if and else), so 'if' must be negatable as for 'not';
-// 'if' without then/else constrains nothing; a negation's property constraints do not count as
-// evaluating the property for unevaluatedProperties), dependentSchemas / schema-valued
+// 'if' without then/else constrains nothing; a negation's property and item constraints do not
+// count as evaluating them for unevaluatedProperties/unevaluatedItems), dependentSchemas / schema-valued
 // dependencies, contains with minContains/maxContains (maxContains needs 'contains' negatable),
 // allOf (merged; several multipleOf all apply), $ref and $dynamicRef: local JSON pointers and
 // anchors, and every URI reference resolved per RFC 3986 against the base URI that $id sets

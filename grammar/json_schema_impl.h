@@ -112,6 +112,10 @@ inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
 // property present must satisfy its schema, but the negation does not evaluate it (for
 // unevaluatedProperties, what else names the property, or additionalProperties, still applies).
 inline constexpr char kNegated[] = "$exl_negated";
+// Internal keyword: item schemas by position ({"1": schema}) from a negation: an item at that
+// index must satisfy its schema, but the negation does not evaluate it (for unevaluatedItems,
+// prefixItems or items still apply).
+inline constexpr char kNegatedItems[] = "$exl_negatedItems";
 // Internal keyword: the schema is part of a negation (two oneOf branches at once) but evaluates
 // properties or items, which a failed oneOf does not: refused beside unevaluatedProperties/Items.
 inline constexpr char kEvaluates[] = "$exl_negationEvaluates";

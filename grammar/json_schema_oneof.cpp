@@ -136,7 +136,8 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& schema, int 
   }
   static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
                                            "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                           "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", kNegated};
+                                           "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", "prefixItems",
+                                           "items", kNegated, kNegatedItems};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
@@ -290,6 +291,24 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& schema, int 
     if ((mn && *mn < 0) || (mx && *mx < 0)) return std::nullopt;
     if (mn && *mn >= 1) out.push_back(Json{{"type", {"array"}}, {"maxItems", uint64_t(std::ceil(*mn)) - 1}});
     if (mx) out.push_back(Json{{"type", {"array"}}, {"minItems", uint64_t(std::floor(*mx)) + 1}});
+    // an item at position i outside prefixItems[i] (not evaluated: kNegatedItems); an item past
+    // the prefix where items is false
+    size_t k = 0;
+    if (s.contains("prefixItems")) {
+      if (!s["prefixItems"].is_array() || s["prefixItems"].size() > 16) return std::nullopt;
+      k = s["prefixItems"].size();
+      for (size_t i = 0; i < k; ++i) {
+        auto ni = negate(normalize(s["prefixItems"][i], "", 0), depth + 1);
+        if (!ni) return std::nullopt;
+        for (const Json& alt : *ni)
+          out.push_back(Json{{"type", {"array"}}, {"minItems", i + 1}, {kNegatedItems, {{std::to_string(i), alt}}}});
+      }
+    }
+    if (s.contains("items")) {
+      Json t = normalize(s["items"], "", 0);
+      if (t == false) out.push_back(Json{{"type", {"array"}}, {"minItems", k + 1}});
+      else if (!(t == true || (t.is_object() && t.empty()))) return std::nullopt;
+    }
   }
   return out;
 }
@@ -320,6 +339,16 @@ Json SchemaCompiler::without_evaluation(const Json& s, int depth) {
       negs[p.key()] = negs.contains(p.key()) ? Json{{"allOf", Json::array({negs[p.key()], p.value()})}} : p.value();
     out.erase("properties");
     out[kNegated] = negs;
+  }
+  if (out.contains("prefixItems") && out["prefixItems"].is_array() && !out.contains("items")) {
+    Json negs = out.value(kNegatedItems, Json::object());
+    for (size_t i = 0; i < out["prefixItems"].size(); ++i) {
+      std::string key = std::to_string(i);
+      const Json& x = out["prefixItems"][i];
+      negs[key] = negs.contains(key) ? Json{{"allOf", Json::array({negs[key], x})}} : x;
+    }
+    out.erase("prefixItems");
+    out[kNegatedItems] = negs;
   }
   for (const char* kw : {"anyOf", "oneOf"}) {
     if (!out.contains(kw) || !out[kw].is_array()) continue;

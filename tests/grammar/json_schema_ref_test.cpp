@@ -196,5 +196,26 @@ TEST(GrammarJsonSchemaRef, IfAloneStillEvaluatesForUnevaluatedProperties) {
   EXPECT_TRUE(accepts(s, "{}"));
 }
 
+TEST(GrammarJsonSchemaRef, NotOfPrefixItemsConstrainsWithoutEvaluating) {
+  const std::string s = R"({"not":{"prefixItems":[{"type":"string"}]}})";
+  EXPECT_TRUE(accepts(s, "[1]"));
+  EXPECT_TRUE(accepts(s, "[1,\"a\"]"));
+  EXPECT_FALSE(accepts(s, "[\"a\",1]"));
+  EXPECT_FALSE(accepts(s, "[]"));
+  EXPECT_FALSE(accepts(s, R"("x")"));
+  const std::string closed = R"({"not":{"prefixItems":[true],"items":false}})";
+  EXPECT_TRUE(accepts(closed, "[1,2]"));
+  EXPECT_FALSE(accepts(closed, "[1]"));
+  // the failed 'if' evaluates no item: 'else' and the base must cover them all
+  const std::string ite = R"({"prefixItems":[{"const":"foo"}],"if":{"prefixItems":[true,{"const":"bar"}]},)"
+                          R"("then":{"prefixItems":[true,true,{"const":"then"}]},)"
+                          R"("else":{"prefixItems":[true,true,true,{"const":"else"}]},"unevaluatedItems":false})";
+  EXPECT_TRUE(accepts(ite, R"(["foo","bar","then"])"));
+  EXPECT_TRUE(accepts(ite, R"(["foo","baz","x","else"])"));
+  EXPECT_FALSE(accepts(ite, R"(["foo","baz","x","else","y"])"));
+  EXPECT_FALSE(accepts(ite, R"(["foo","bar","then","z"])"));
+  EXPECT_TRUE(accepts(ite, R"(["foo","baz"])"));  // else's prefixItems evaluates item 1
+}
+
 }  // namespace json_schema_ref_test
 }  // namespace exl

@@ -108,7 +108,7 @@ TEST(GrammarJsonSchemaSuite, Draft2020_12) {
   EXL_REQUIRE_SHARED("data/json-schema-test-suite/tests/draft2020-12");
   Counts total = run_suite_dir("draft2020-12");
   EXPECT_EQ(total.false_pos, 0);
-  EXPECT_GE(total.pass, 1195);  // of 1299 (92.0%; session 19)
+  EXPECT_GE(total.pass, 1203);  // of 1299 (92.6%; session 19)
 }
 
 TEST(GrammarJsonSchemaSuite, Draft7) {
