@@ -1,11 +1,10 @@
 // JSON-Schema-Test-Suite (draft2020-12 and draft7, required files; and the optional format files
 // of both), the suite's remotes/ as the schema store: every case is compiled with property order
-// "any" and compact whitespace, and every
-// instance's compact serialization is checked. A case passes when the schema compiled and the
-// instance was classified right. Accepting an invalid instance (false positive) is never allowed;
-// schemas we cannot enforce must fail to compile instead. Prints a per-file table; with
-// EXL_SUITE_VERBOSE=1 in the environment also every group that does not pass whole, with the
-// compile error or the misclassified instances.
+// "any" and compact whitespace, and every instance's compact serialization is checked. A case
+// passes when the schema compiled and the instance was classified right. Accepting an invalid
+// instance (false positive) is never allowed; schemas we cannot enforce must fail to compile
+// instead. Prints a per-file table; with EXL_SUITE_VERBOSE=1 in the environment also every group
+// that does not pass whole, with the compile error or the misclassified instances.
 #include <gtest/gtest.h>
 
 #include <cstdio>
