@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <set>
 
 #include "grammar/grammar_budget.h"
@@ -16,14 +17,14 @@ namespace {
 const std::set<std::string> kAnnotations = {
     "$schema", "$id", "id", "$comment", "title", "description", "default", "examples", "example",
     "readOnly", "writeOnly", "deprecated", "$defs", "definitions", "$anchor", "contentMediaType",
-    "contentEncoding", "$vocabulary"};
+    "contentEncoding", "contentSchema", "$vocabulary", kResources};
 const std::set<std::string> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "anyOf",
     "oneOf", "allOf", "$ref", "nullable", "minProperties", "maxProperties", "uniqueItems", "multipleOf",
     "unevaluatedProperties", "unevaluatedItems", "contains", "minContains", "maxContains", "propertyNames", "not",
-    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated};
+    "dependentRequired", "dependencies", "dependentSchemas", "if", "then", "else", kNotEnum, kNotString, kFractional, kHasKeyOutside, kNegated, kNegatedItems, kEvaluates};
 const std::vector<std::string> kTypes = {"null", "boolean", "object", "array", "number", "integer", "string"};
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxAlternatives = 256;
@@ -97,7 +98,7 @@ void SchemaCompiler::check_keywords(const Json& s, const std::string& ptr) const
 
 const Json& SchemaCompiler::resolve_ref(const std::string& ref, const std::string& ptr, std::string& target_ptr) const {
   std::string where = pointer_append(ptr, "$ref");
-  if (ref.empty() || ref[0] != '#') fail(where, "'" + ref + "': only local references ('#...') are supported");
+  if (ref.empty() || ref[0] != '#') fail(where, "'" + ref + "' does not resolve in this document");
   std::string frag = ref.substr(1);
   std::string decoded;
   for (size_t i = 0; i < frag.size(); ++i) {
@@ -238,24 +239,33 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     n.erase("dependentSchemas");
     n["allOf"] = all;
   }
+  // 'if' alone constrains nothing; beside unevaluated* it still evaluates what it names when it
+  // holds (as if "then": true), when its negation is expressible
+  const bool bare_if = n.contains("if") && !n.contains("then") && !n.contains("else");
+  if (bare_if && !n.contains("unevaluatedProperties") && !n.contains("unevaluatedItems")) n.erase("if");
   if (n.contains("if")) {
     // (if and then) or (not if and else): the negation as for 'not'
     std::string ip = pointer_append(ptr, "if");
     Json then_s = n.contains("then") ? n["then"] : Json(true);
     Json else_s = n.contains("else") ? n["else"] : Json(true);
-    Json cond = normalize(n["if"], ip, depth + 1);
-    Json branch;
-    if (cond == true || (cond.is_object() && cond.empty())) {
-      branch = then_s;
-    } else if (cond == false) {
-      branch = else_s;
-    } else {
-      auto neg = negate(cond, 0);
-      if (!neg)
-        fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
-                 "property types, string lengths, patterns, formats, number bounds and array sizes only");
-      Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
-      branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
+    Json branch = true;
+    try {
+      Json cond = normalize(n["if"], ip, depth + 1);
+      if (cond == true || (cond.is_object() && cond.empty())) {
+        branch = then_s;
+      } else if (cond == false) {
+        branch = else_s;
+      } else {
+        auto neg = negate(cond, 0);
+        if (!neg)
+          fail(ip, "if/then/else needs the negation of 'if', which is supported for type exclusions, required keys, "
+                   "property types, string lengths, patterns, formats, number bounds and array sizes only");
+        Json no = neg->empty() ? Json(false) : Json{{"allOf", Json::array({Json{{"anyOf", *neg}}, else_s})}};
+        branch = Json{{"anyOf", Json::array({Json{{"allOf", Json::array({n["if"], then_s})}}, no})}};
+      }
+    } catch (const GrammarError&) {
+      if (!bare_if) throw;
+      grammar_budget_check();
     }
     Json all = n.contains("allOf") ? n["allOf"] : Json::array();
     all.push_back(branch);
@@ -274,15 +284,15 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     Json x = normalize(n["not"], pointer_append(ptr, "not"), depth + 1);
     n.erase("not");
     if (x == true || (x.is_object() && x.empty())) return Json(false);
-    if (x.is_object() && x.size() == 1 && x.contains("type")) {
+    Json mine = n.contains("type") ? n["type"] : Json(kTypes);
+    bool integers_from_numbers = x.is_object() && x.contains("type") && has_type(mine, "number") &&
+                                 !has_type(x["type"], "number") && has_type(x["type"], "integer");
+    if (x.is_object() && x.size() == 1 && x.contains("type") && !integers_from_numbers) {
       Json keep = Json::array();
-      Json mine = n.contains("type") ? n["type"] : Json(kTypes);
       for (const Json& t : mine) {
         bool excluded = has_type(x["type"], t.get<std::string>()) || (t == "integer" && has_type(x["type"], "number"));
         if (!excluded) keep.push_back(t);
       }
-      if (has_type(mine, "number") && !has_type(x["type"], "number") && has_type(x["type"], "integer"))
-        fail(pointer_append(ptr, "not"), "'not' excluding integers from numbers is not supported");
       n["type"] = keep;
     } else if (x != false) {
       auto neg = negate(x, 0);
@@ -332,7 +342,9 @@ Json SchemaCompiler::normalize(const Json& s, const std::string& ptr, int depth)
     }
   }
   if (!n.is_object() || unevaluated.empty()) return n;
-  if (n.contains(kNegated)) fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
+  if (n.contains(kEvaluates))
+    fail(ptr, "unevaluatedProperties/unevaluatedItems beside the negation of a oneOf whose branches evaluate "
+              "properties or items is not supported");
   if (n.contains("anyOf") || n.contains("oneOf")) {
     for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) n[it.key()] = it.value();
     return n;
@@ -407,8 +419,16 @@ Json SchemaCompiler::merge(const Json& a, const Json& b, const std::string& ptr,
         for (const Json& y : v) prod.push_back(all_of(x, y));
       if (prod.size() > kMaxAlternatives) fail(ptr, "allOf: too many anyOf combinations");
       o = prod;
+    } else if (k == kNegated || k == kNegatedItems) {
+      for (auto p = v.begin(); p != v.end(); ++p) o[p.key()] = o.contains(p.key()) ? all_of(o[p.key()], p.value()) : p.value();
     } else if (k == kNotEnum || k == kNotString || k == kHasKeyOutside) {
       for (const Json& x : v) o.push_back(x);
+    } else if (k == "multipleOf") {
+      // both: kept as a list, each a DFA the number's must be in
+      Json ms = o.is_array() ? o : Json::array({o});
+      for (const Json& x : v.is_array() ? v : Json::array({v}))
+        if (std::find(ms.begin(), ms.end(), x) == ms.end()) ms.push_back(x);
+      o = ms.size() == 1 ? ms[0] : ms;
     } else if (k == "uniqueItems") {
       o = o == true || v == true;
     } else if (o != v) {
@@ -504,8 +524,6 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
     }
     for (Json& a : alts) {
       if (unevaluated.empty() || !a.is_object()) continue;
-      if (a.contains(kNegated))
-        fail(ptr, "unevaluatedProperties/unevaluatedItems beside 'not', if/then/else or oneOf negations is not supported");
       if (a.contains("$ref") || a.contains("allOf")) a = Json{{"allOf", Json::array({a})}};
       for (auto it = unevaluated.begin(); it != unevaluated.end(); ++it) a[it.key()] = it.value();
     }
@@ -522,8 +540,51 @@ void SchemaCompiler::compile_into(int32_t rule, const Json& s, const std::string
   (void)fb;
 }
 
-Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& ptr, int depth) {
-  Json types = n.contains("type") ? n["type"] : Json(kTypes);
+Frag SchemaCompiler::typed_frag(int32_t rule, const Json& s, const std::string& ptr, int depth) {
+  Json types = s.contains("type") ? s["type"] : Json(kTypes);
+  Json n = s;
+  n.erase(kEvaluates);
+  if (n.contains(kNegatedItems)) {
+    // the negations' item constraints, on the positions' own schemas (prefixItems, else items)
+    Json negs = n[kNegatedItems];
+    n.erase(kNegatedItems);
+    if (has_type(types, "array")) {
+      Json pre = n.contains("prefixItems") ? n["prefixItems"] : Json::array();
+      Json tail = n.contains("items") ? n["items"] : Json(true);
+      for (auto p = negs.begin(); p != negs.end(); ++p) {
+        size_t i = std::stoul(p.key());
+        if (i >= 64) fail(ptr, "a negated item constraint beyond position 64 is not supported");
+        while (pre.size() <= i) pre.push_back(tail);
+        pre[i] = Json{{"allOf", Json::array({pre[i], p.value()})}};
+      }
+      n["prefixItems"] = pre;
+    }
+  }
+  if (n.contains(kNegated)) {
+    // the negations' property constraints, on what evaluates each property (named, else additional)
+    Json negs = n[kNegated];
+    n.erase(kNegated);
+    if (has_type(types, "object")) {
+      Json addl = n.contains("additionalProperties") ? n["additionalProperties"] : Json(true);
+      for (auto p = negs.begin(); p != negs.end(); ++p) {
+        if (n.contains("properties") && n["properties"].contains(p.key())) {
+          n["properties"][p.key()] = Json{{"allOf", Json::array({n["properties"][p.key()], p.value()})}};
+          continue;
+        }
+        // a key a pattern matches is evaluated by it (object_frag applies the pattern's schema to
+        // named keys too); any other, by additionalProperties
+        bool by_pattern = false;
+        if (n.contains("patternProperties") && n["patternProperties"].is_object()) {
+          std::string content = Json(p.key()).dump();
+          content = content.substr(1, content.size() - 2);
+          for (auto pp = n["patternProperties"].begin(); pp != n["patternProperties"].end(); ++pp)
+            by_pattern |= accepts_bytes(key_pattern_dfa(pp.key(), pointer_append(pointer_append(ptr, "patternProperties"), pp.key())),
+                                        content);
+        }
+        n["properties"][p.key()] = addl == true || by_pattern ? p.value() : Json{{"allOf", Json::array({p.value(), addl})}};
+      }
+    }
+  }
   if (n.contains("enum")) return enum_frag(rule, n, ptr);
 
   if (n.contains(kHasKeyOutside) && has_type(types, "object"))
@@ -539,7 +600,8 @@ Frag SchemaCompiler::typed_frag(int32_t rule, const Json& n, const std::string& 
       gb_.frags(r).set_root(f);
       Rule d = determinize_bytes(gb_.nfa(r), "number", 200000);
       if (n.contains("multipleOf"))
-        d = intersect_bytes(d, multiple_of_dfa(n["multipleOf"], pointer_append(ptr, "multipleOf")), false, 200000);
+        for (const Json& m : n["multipleOf"].is_array() ? n["multipleOf"] : Json::array({n["multipleOf"]}))
+          d = intersect_bytes(d, multiple_of_dfa(m, pointer_append(ptr, "multipleOf")), false, 200000);
       if (n.contains(kFractional)) {
         GrammarBuilder fb;
         int32_t fr = fb.add_rule("fraction");
@@ -588,9 +650,26 @@ namespace {
 std::optional<std::vector<Json>> finite_values(const Json& s) {
   if (s == false) return std::vector<Json>{};
   if (!s.is_object()) return std::nullopt;
-  for (auto it = s.begin(); it != s.end(); ++it)
-    if (it.key() != "enum" && it.key() != "type") return std::nullopt;
+  static const std::set<std::string> bounds = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  bool bounded = false;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (bounds.count(it.key()) && it.value().is_number()) bounded = true;
+    else if (it.key() != "enum" && it.key() != "type") return std::nullopt;
+  }
   Json types = s.contains("type") ? s["type"] : Json(kTypes);
+  if (bounded) {
+    // integers between two bounds, when few
+    if (s.contains("enum") || types.size() != 1 || types[0] != "integer") return std::nullopt;
+    auto num = [&](const char* kw) { return s.contains(kw) ? std::optional<double>(s[kw].get<double>()) : std::nullopt; };
+    std::optional<double> lo = num("minimum"), hi = num("maximum"), xlo = num("exclusiveMinimum"), xhi = num("exclusiveMaximum");
+    if ((!lo && !xlo) || (!hi && !xhi)) return std::nullopt;
+    double first = std::max(lo ? std::ceil(*lo) : -1e300, xlo ? std::floor(*xlo) + 1 : -1e300);
+    double last = std::min(hi ? std::floor(*hi) : 1e300, xhi ? std::ceil(*xhi) - 1 : 1e300);
+    if (last - first >= 12 || std::fabs(first) > 1e15 || std::fabs(last) > 1e15) return std::nullopt;
+    std::vector<Json> out;
+    for (double v = first; v <= last; ++v) out.push_back(int64_t(v));
+    return out;
+  }
   auto type_ok = [&](const Json& v) {
     if (v.is_null()) return has_type(types, "null");
     if (v.is_boolean()) return has_type(types, "boolean");
@@ -619,8 +698,11 @@ Frag SchemaCompiler::unique_array_frag(int32_t rule, const Json& n, const std::s
   std::string up = pointer_append(ptr, "uniqueItems");
   auto refuse = [&] {
     fail(up, "unsupported keyword 'uniqueItems' (true), but for items of at most 12 enumerated values (enum, "
-             "const, boolean, null)");
+             "const, boolean, null, integers between two bounds) or at most one item: no grammar tells "
+             "unbounded values apart");
   };
+  if (n.contains("maxItems") && n["maxItems"].is_number() && n["maxItems"].get<double>() < 2)
+    return array_frag(rule, n, ptr, depth);
   if (n.contains("contains")) refuse();
   std::vector<Json> prefix;
   Json tail = n.contains("items") ? n["items"] : Json(true);
@@ -703,11 +785,9 @@ Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& 
   };
   uint64_t k = prefix.size();
   uint64_t min = count("minItems", 0), max = count("maxItems", kUnbounded);
-  uint64_t min_contains = count("minContains", 1);
-  if (n.contains("maxContains") && n.contains("contains"))
-    fail(pointer_append(ptr, "maxContains"), "unsupported keyword 'maxContains'");
-  if (n.contains("contains") && min_contains > 0)
-    return contains_frag(rule, n, ptr, depth, tail, std::max(min, min_contains), max, min_contains);
+  uint64_t min_contains = count("minContains", 1), max_contains = count("maxContains", kUnbounded);
+  if (n.contains("contains") && (min_contains > 0 || max_contains != kUnbounded))
+    return contains_frag(rule, n, ptr, depth, tail, min, max, min_contains, max_contains);
   if (tail == false) max = std::min(max, k);
   FragBuilder fb = gb_.frags(rule);
   if (min > max) return fb.alt({});
@@ -750,34 +830,54 @@ Frag SchemaCompiler::array_frag(int32_t rule, const Json& n, const std::string& 
   return {open.in, close.out};
 }
 
-// Arrays with `contains`: at least m elements satisfy contains (and items), the rest only items.
+// Arrays with `contains`: between m and mc elements satisfy contains (and items), the rest only
+// items (and, when mc bounds the count, not contains: its negation, as for 'not').
 Frag SchemaCompiler::contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail,
-                                   uint64_t min, uint64_t max, uint64_t m) {
+                                   uint64_t min, uint64_t max, uint64_t m, uint64_t mc) {
+  std::string cp = pointer_append(ptr, "contains");
   if (n.contains("prefixItems") || (n.contains("items") && n["items"].is_array()))
-    fail(pointer_append(ptr, "contains"), "contains together with prefixItems is not supported");
-  if (max != kUnbounded || m > 64 || min > m)
-    fail(pointer_append(ptr, "contains"), "contains with minItems/maxItems or minContains above 64 is not supported");
-  FragBuilder fb = gb_.frags(rule);
-  if (tail == false) return fb.alt({});
-  int32_t plain = value_rule(tail, pointer_append(ptr, "items"), depth);
-  int32_t hit = value_rule(Json{{"allOf", Json::array({tail, n["contains"]})}}, pointer_append(ptr, "contains"), depth);
+    fail(cp, "contains together with prefixItems is not supported");
+  if (max != kUnbounded || m > 64 || min > m || (mc != kUnbounded && mc > 64))
+    fail(cp, "contains with minItems/maxItems, or minContains/maxContains above 64, is not supported");
+  if (mc < m) return gb_.frags(rule).alt({});
+  const bool bounded = mc != kUnbounded;
+  const uint64_t top = bounded ? mc : m;  // count states 0..top
+  Json plain_schema = tail;
+  if (bounded) {
+    Json c = normalize(n["contains"], cp, depth + 1);
+    auto neg = negate(c, 0);
+    if (!neg)
+      fail(pointer_append(ptr, "maxContains"),
+           "maxContains needs the negation of 'contains', which is supported as for 'not' only");
+    plain_schema = neg->empty() ? Json(false) : Json{{"allOf", Json::array({tail, Json{{"anyOf", *neg}}})}};
+  }
+  const bool plain_ok = tail != false && plain_schema != false;
+  const bool hit_ok = tail != false;
+  int32_t plain = plain_ok ? value_rule(plain_schema, pointer_append(ptr, "items"), depth) : -1;
+  int32_t hit = hit_ok ? value_rule(Json{{"allOf", Json::array({tail, n["contains"]})}}, cp, depth) : -1;
   Nfa& nfa = gb_.nfa(rule);
+  std::vector<int32_t> more(size_t(top) + 1);
+  for (auto& x : more) x = nfa.add_state();
   Frag open = gb_.frags(rule).seq({gb_.frags(rule).literal("["), ws(rule)});
   Frag close = gb_.frags(rule).seq({ws(rule), gb_.frags(rule).literal("]")});
-  std::vector<int32_t> more(size_t(m) + 1);
-  for (auto& x : more) x = nfa.add_state();
   auto edge = [&](int32_t from, int32_t to, int32_t callee, bool with_sep) {
+    if (callee < 0) return;
     Frag c = with_sep ? gb_.frags(rule).seq({sep(rule, ','), gb_.frags(rule).call(callee)}) : gb_.frags(rule).call(callee);
     gb_.frags(rule).eps(from, c.in);
     gb_.frags(rule).eps(c.out, to);
   };
+  auto after_hit = [&](uint64_t c) -> int64_t {
+    if (!bounded) return int64_t(std::min(c + 1, m));
+    return c + 1 <= mc ? int64_t(c + 1) : -1;
+  };
+  if (m == 0) gb_.frags(rule).eps(open.out, close.in);
   edge(open.out, more[0], plain, false);
-  edge(open.out, more[std::min<uint64_t>(1, m)], hit, false);
-  for (uint64_t c = 0; c <= m; ++c) {
+  if (after_hit(0) >= 0) edge(open.out, more[size_t(after_hit(0))], hit, false);
+  for (uint64_t c = 0; c <= top; ++c) {
     edge(more[c], more[c], plain, true);
-    edge(more[c], more[std::min(c + 1, m)], hit, true);
+    if (after_hit(c) >= 0) edge(more[c], more[size_t(after_hit(c))], hit, true);
+    if (c >= m) gb_.frags(rule).eps(more[c], close.in);
   }
-  gb_.frags(rule).eps(more[m], close.in);
   return {open.in, close.out};
 }
 
@@ -786,7 +886,8 @@ Frag SchemaCompiler::contains_frag(int32_t rule, const Json& n, const std::strin
 Grammar compile_json_schema(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opts) {
   return with_grammar_budget(opts.budget, [&] {
     try {
-      json_schema_detail::SchemaCompiler c(schema, opts);
+      std::optional<nlohmann::ordered_json> rewritten = json_schema_detail::resolve_references(schema, opts);
+      json_schema_detail::SchemaCompiler c(rewritten ? *rewritten : schema, opts);
       return c.run();
     } catch (const nlohmann::json::exception& e) {
       grammar_fail("grammar: json_schema: a keyword has a value of the wrong type: ", e.what());
@@ -800,6 +901,7 @@ std::string json_schema_options_key(const JsonSchemaOptions& opts) {
                               {"ignore_keywords", opts.ignore_keywords},
                               {"ignore_unknown_keywords", opts.ignore_unknown_keywords},
                               {"integer_zero_fraction", opts.integer_zero_fraction}};
+  if (!opts.schema_store.empty()) k["schema_store"] = opts.schema_store;
   return k.dump();
 }
 

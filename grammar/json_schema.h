@@ -20,22 +20,31 @@
 // exclusiveMaximum (exact; a bounded number is written without an exponent), anyOf, oneOf (each branch made exclusive:
 // provably disjoint from the others, or conjoined with their complement when that is expressible
 // — json_schema_oneof.cpp), not (type exclusions, required keys, property types, string lengths,
-// patterns and formats (as automaton differences), number bounds, array sizes, integers (as the
+// patterns and formats (as automaton differences), number bounds, array sizes, prefixItems (and
+// items false), integers (as the
 // numbers with a non-zero fraction and no exponent: a subset of the non-integers), anyOf and
-// provably disjoint oneOf, "additionalProperties": false (as "one of the object's own keys
+// oneOf (none of the branches, or two at once), "additionalProperties": false (as "one of the object's own keys
 // outside the list", so only where a closed object takes it in), enums of
-// strings/booleans/null), if/then/else (as (if and then) or
-// (not if and else), so 'if' must be negatable as for 'not'; refused beside unevaluatedProperties
-// or unevaluatedItems, whose "evaluated" a negation cannot tell), dependentSchemas / schema-valued
-// dependencies,
-// allOf (merged), local $ref into the document ("#", "#/$defs/...", "#/definitions/...",
-// any JSON pointer, or "#name" for the one schema with "$anchor": name or "$id": "#name" in a
-// document that embeds no other resource) including recursion, nullable (OpenAPI), minProperties/maxProperties when
-// implied by required/closed objects, uniqueItems (false; true over items of at most 12
-// enumerated values: enum, const, boolean, null), multipleOf: 1 on integers.
+// strings/booleans/null/numbers (numbers as the open intervals around the listed ones)),
+// if/then/else (as (if and then) or (not if and else), so 'if' must be negatable as for 'not';
+// 'if' without then/else constrains nothing; a negation's property and item constraints do not
+// count as evaluating them for unevaluatedProperties/unevaluatedItems), dependentSchemas / schema-valued
+// dependencies, contains with minContains/maxContains (maxContains needs 'contains' negatable),
+// allOf (merged; several multipleOf all apply), $ref and $dynamicRef: local JSON pointers and
+// anchors, and every URI reference resolved per RFC 3986 against the base URI that $id sets
+// (embedded resources, their $anchor/$dynamicAnchor, draft-07 "$id": "#name"), documents of
+// JsonSchemaOptions::schema_store (a reference to any other document is an error naming its URI),
+// $dynamicRef bound to the outermost $dynamicAnchor of the dynamic scope
+// (json_schema_ref.cpp), including recursion; a $ref with a sibling $id that draft 7 and 2019-09+
+// would resolve apart is refused unless $schema names the draft, nullable (OpenAPI),
+// minProperties/maxProperties when implied by required/closed objects, uniqueItems (false; true
+// over items of at most 12 enumerated values: enum, const, boolean, null; uniqueness of
+// unbounded values is no grammar's), multipleOf (decimal, not too fine-grained), const/enum
+// compared as values (1.0 = 1 when integer_zero_fraction; object members in any order under
+// property order "any").
 // Annotations are ignored: $schema $id id $comment title description default examples example
-// readOnly writeOnly deprecated $defs definitions $anchor contentMediaType contentEncoding and
-// keys starting with "x-".
+// readOnly writeOnly deprecated $defs definitions $anchor contentMediaType contentEncoding
+// contentSchema and keys starting with "x-".
 //
 // Output text: compact (no whitespace), spaced (exactly ", " and ": " between items and after keys,
 // no other whitespace: what Python's json.dumps writes by default, and what models trained on it
@@ -45,6 +54,7 @@
 // (required properties tracked as a set, at most 12 per object; with more, the required ones
 // must keep their schema order among themselves — never accepting a missing one).
 #pragma once
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +82,9 @@ struct JsonSchemaOptions {
   // counts as integers from draft-06 on. Off for generation, so integers come out canonical
   // (parsers read 1.0 as a float).
   bool integer_zero_fraction = false;
+  // Documents that references may name by absolute URI (without fragment), as if retrieved from
+  // there; nothing is ever fetched, and a reference to any other document is an error naming it.
+  std::map<std::string, nlohmann::ordered_json> schema_store;
   // What the compilation may spend (grammar/grammar_budget.h); a budget already active on the
   // calling thread (the server's, per request) takes precedence.
   GrammarBudget budget;

@@ -79,15 +79,20 @@ class SchemaCompiler {
   // uniqueItems: true over items of few enumerated values (the set of values used is the state).
   Frag unique_array_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag contains_frag(int32_t rule, const Json& n, const std::string& ptr, int depth, const Json& tail, uint64_t min,
-                     uint64_t max, uint64_t m);
+                     uint64_t max, uint64_t m, uint64_t mc);
   Frag object_frag(int32_t rule, const Json& s, const std::string& ptr, int depth);
   Frag enum_frag(int32_t rule, const Json& s, const std::string& ptr);
+  // One JSON value, in the output style: numbers equal to it (an integral float as its integer,
+  // with a zero fraction when integer_zero_fraction), members in any order when the property
+  // order is "any".
+  Frag value_frag(int32_t rule, const Json& v, const std::string& ptr);
   Frag repeat_frag(int32_t rule, int32_t body_rule, uint32_t min, uint32_t max);
   // json_schema_oneof.cpp
   bool provably_disjoint(const Json& a, const Json& b, int depth);
   bool objects_disjoint(const Json& a, const Json& b, int depth);
   std::optional<Json> value_list(const Json& s, int depth) const;
   std::optional<std::vector<Json>> negate(const Json& s, int depth);
+  Json without_evaluation(const Json& s, int depth);
   std::vector<Json> exclusive_branches(const Json& base, const std::vector<Json>& branches, const std::string& ptr);
 };
 
@@ -103,9 +108,27 @@ inline constexpr char kFractional[] = "$exl_fractional";
 // negation of "additionalProperties": false). Compiled only inside a closed object, where it is
 // "one of its own keys outside the list is present".
 inline constexpr char kHasKeyOutside[] = "$exl_hasKeyOutside";
-// Internal keyword: the schema came from a negation ('not', if/then/else, oneOf exclusivity) that
-// names properties it does not evaluate, so unevaluatedProperties/Items must not apply to it.
+// Internal keyword: property schemas from a negation ('not', if/then/else, oneOf exclusivity): a
+// property present must satisfy its schema, but the negation does not evaluate it (for
+// unevaluatedProperties, what else names the property, or additionalProperties, still applies).
 inline constexpr char kNegated[] = "$exl_negated";
+// Internal keyword: item schemas by position ({"1": schema}) from a negation: an item at that
+// index must satisfy its schema, but the negation does not evaluate it (for unevaluatedItems,
+// prefixItems or items still apply).
+inline constexpr char kNegatedItems[] = "$exl_negatedItems";
+// Internal keyword: the schema is part of a negation (two oneOf branches at once) but evaluates
+// properties or items, which a failed oneOf does not: refused beside unevaluatedProperties/Items.
+inline constexpr char kEvaluates[] = "$exl_negationEvaluates";
+
+// Internal keyword, at the root of a rewritten document (resolve_references): the copies of the
+// schema resources its references reach, other than the document itself.
+inline constexpr char kResources[] = "$exl_resources";
+
+// A document whose references need base URIs ($id), anchors of embedded resources, the schema
+// store or dynamic scopes ($dynamicRef), rewritten into one whose every $ref is a JSON pointer
+// into itself (json_schema_ref.cpp); nullopt when the document needs no rewriting. Throws
+// GrammarError naming a reference that resolves nowhere.
+std::optional<Json> resolve_references(const Json& root, const JsonSchemaOptions& opts);
 
 // Whether a format name is one JSON Schema defines (enforced, or refused when not implemented);
 // other names are annotations.

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <unordered_map>
 
 #include <re2/re2.h>
@@ -73,9 +74,54 @@ Frag SchemaCompiler::enum_frag(int32_t rule, const Json& n, const std::string& p
     if (v.is_string() && !string_ok(v.get<std::string>())) continue;
     if (v.is_number() && !number_ok(v)) continue;
     if (n.contains(kNotEnum) && std::find(n[kNotEnum].begin(), n[kNotEnum].end(), v) != n[kNotEnum].end()) continue;
-    alts.push_back(gb_.frags(rule).literal(v.dump()));
+    alts.push_back(value_frag(rule, v, ptr));
   }
   return gb_.frags(rule).alt(alts);
+}
+
+Frag SchemaCompiler::value_frag(int32_t rule, const Json& v, const std::string& ptr) {
+  // (a fresh builder per use: compiling a member schema adds rules, which moves the NFAs)
+  auto fb = [&] { return gb_.frags(rule); };
+  if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() == std::trunc(v.get<double>()) &&
+      std::fabs(v.get<double>()) < 9007199254740992.0)
+    return value_frag(rule, Json(int64_t(v.get<double>())), ptr);
+  if (v.is_number_integer() || v.is_number_unsigned()) {
+    Frag f = fb().literal(v.dump());
+    if (!opts_.integer_zero_fraction) return f;
+    return fb().seq({f, fb().opt(fb().seq({fb().literal(".0"), fb().star(fb().literal("0"))}))});
+  }
+  if (v.is_array()) {
+    std::vector<Frag> parts{fb().literal("["), ws(rule)};
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) parts.push_back(sep(rule, ','));
+      parts.push_back(value_frag(rule, v[i], ptr));
+    }
+    parts.push_back(ws(rule));
+    parts.push_back(fb().literal("]"));
+    return fb().seq(parts);
+  }
+  if (v.is_object() && v.size() >= 2 && opts_.property_order == JsonSchemaOptions::PropertyOrder::any) {
+    // the same members in any order: as a closed object whose every property is required
+    Json props = Json::object(), req = Json::array();
+    for (auto it = v.begin(); it != v.end(); ++it) props[it.key()] = Json{{"const", it.value()}}, req.push_back(it.key());
+    Json obj = {{"type", "object"}, {"properties", props}, {"required", req}, {"additionalProperties", false}};
+    return fb().call(value_rule(obj, ptr, 0));
+  }
+  if (v.is_object()) {
+    std::vector<Frag> parts{fb().literal("{"), ws(rule)};
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!first) parts.push_back(sep(rule, ','));
+      first = false;
+      parts.push_back(fb().literal(Json(it.key()).dump()));
+      parts.push_back(sep(rule, ':'));
+      parts.push_back(value_frag(rule, it.value(), ptr));
+    }
+    parts.push_back(ws(rule));
+    parts.push_back(fb().literal("}"));
+    return fb().seq(parts);
+  }
+  return fb().literal(v.dump());
 }
 
 namespace {

@@ -123,12 +123,21 @@ bool SchemaCompiler::objects_disjoint(const Json& a, const Json& b, int depth) {
 // Alternatives whose union is the complement of the normalized schema s (exactly, but for the
 // non-integer numbers, which are those written with a fraction and no exponent: a subset, so a
 // negation never accepts what s accepts), or nullopt when s uses keywords this cannot complement.
-std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth) {
-  if (s.is_boolean()) return s == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
-  if (!s.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& schema, int depth) {
+  if (schema.is_boolean()) return schema == true ? std::vector<Json>{} : std::vector<Json>{Json(true)};
+  if (!schema.is_object() || depth > kMaxNegationDepth) return std::nullopt;
+  Json s = schema;
+  if (s.contains("patternProperties") && s.value("additionalProperties", Json(true)) == true && s["patternProperties"].is_object()) {
+    // patterns whose schemas are true constrain nothing (with no additionalProperties to exempt keys from)
+    bool all_true = true;
+    for (auto it = s["patternProperties"].begin(); it != s["patternProperties"].end(); ++it)
+      all_true &= it.value() == true || (it.value().is_object() && it.value().empty());
+    if (all_true) s.erase("patternProperties");
+  }
   static const std::set<std::string> ok = {"type", "required", "properties", "minLength", "maxLength", "enum", "pattern", "format",
                                            "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                                           "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", kNegated};
+                                           "minItems", "maxItems", "anyOf", "oneOf", "additionalProperties", "prefixItems",
+                                           "items", kNegated, kNegatedItems};
   for (auto it = s.begin(); it != s.end(); ++it)
     if (!ok.count(it.key())) return std::nullopt;
   std::vector<Json> out;
@@ -147,10 +156,25 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     // counts as an anyOf when its branches are provably disjoint
     std::vector<Json> branches;
     for (const Json& b : s[kw]) branches.push_back(normalize(b, "", 0));
-    if (std::string(kw) == "oneOf")
+    if (std::string(kw) == "oneOf") {
+      // not exactly one = none, or two at once: each pair of overlapping branches, merged, made
+      // to evaluate nothing (a failed oneOf evaluates nothing)
       for (size_t i = 0; i < branches.size(); ++i)
-        for (size_t j = i + 1; j < branches.size(); ++j)
-          if (!provably_disjoint(branches[i], branches[j], 0)) return std::nullopt;
+        for (size_t j = i + 1; j < branches.size(); ++j) {
+          if (provably_disjoint(branches[i], branches[j], 0)) continue;
+          Json both;
+          try {
+            both = merge(branches[i], branches[j], "", 0);
+            if (both == false) continue;
+            both = without_evaluation(both, 0);
+          } catch (const GrammarError&) {
+            grammar_budget_check();
+            return std::nullopt;
+          }
+          out.push_back(std::move(both));
+          if (out.size() > kMaxNegationAlternatives) return std::nullopt;
+        }
+    }
     std::vector<Json> acc{Json::object()};
     for (const Json& b : branches) {
       auto nb = negate(b, depth + 1);
@@ -191,22 +215,43 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
         if (!np) return std::nullopt;
         for (const Json& alt : *np)
           out.push_back(
-              Json{{"type", {"object"}}, {"required", {p.key()}}, {"properties", {{p.key(), alt}}}, {kNegated, true}});
+              Json{{"type", {"object"}}, {"required", {p.key()}}, {kNegated, {{p.key(), alt}}}});
       }
     }
   }
   if (s.contains("enum")) {
-    // values outside the list: whole types it does not mention, other booleans, other strings
+    // values outside the list: whole types it does not mention, other booleans, other strings,
+    // the numbers in the open intervals around and between the listed ones
     Json strings = Json::array();
     std::set<std::string> seen;
+    std::vector<Json> numbers;
     for (const Json& v : s["enum"]) {
       std::string t = value_type(v);
-      if (t == "object" || t == "array" || t == "integer" || t == "number") return std::nullopt;
+      if (t == "object" || t == "array") return std::nullopt;
+      if (t == "integer" || t == "number") {
+        if (!std::isfinite(v.get<double>())) return std::nullopt;
+        numbers.push_back(v);
+        t = "number";
+      }
       seen.insert(t);
       if (v.is_string()) strings.push_back(v);
     }
+    std::sort(numbers.begin(), numbers.end(), [](const Json& a, const Json& b) { return a.get<double>() < b.get<double>(); });
+    for (size_t i = 0; i + 1 < numbers.size(); ++i)
+      if (numbers[i].get<double>() == numbers[i + 1].get<double>() && numbers[i] != numbers[i + 1])
+        return std::nullopt;  // equal as doubles but written apart: beyond what the bounds can tell
+    const bool numbers_wanted = types.count("number") || types.count("integer");
+    if (numbers_wanted && !numbers.empty()) {
+      Json num_type = Json::array({integers_only ? "integer" : "number"});
+      out.push_back(Json{{"type", num_type}, {"exclusiveMaximum", numbers.front()}});
+      out.push_back(Json{{"type", num_type}, {"exclusiveMinimum", numbers.back()}});
+      for (size_t i = 0; i + 1 < numbers.size(); ++i)
+        if (numbers[i].get<double>() < numbers[i + 1].get<double>())
+          out.push_back(Json{{"type", num_type}, {"exclusiveMinimum", numbers[i]}, {"exclusiveMaximum", numbers[i + 1]}});
+    }
     for (const std::string& t : kAllTypes) {
       if (t == "integer" || !types.count(t)) continue;
+      if (t == "number" && !numbers.empty()) continue;
       if (!seen.count(t)) out.push_back(Json{{"type", {t}}});
       else if (t == "string") out.push_back(Json{{"type", {"string"}}, {kNotEnum, strings}});
       else if (t == "boolean")
@@ -246,7 +291,74 @@ std::optional<std::vector<Json>> SchemaCompiler::negate(const Json& s, int depth
     if ((mn && *mn < 0) || (mx && *mx < 0)) return std::nullopt;
     if (mn && *mn >= 1) out.push_back(Json{{"type", {"array"}}, {"maxItems", uint64_t(std::ceil(*mn)) - 1}});
     if (mx) out.push_back(Json{{"type", {"array"}}, {"minItems", uint64_t(std::floor(*mx)) + 1}});
+    // an item at position i outside prefixItems[i] (not evaluated: kNegatedItems); an item past
+    // the prefix where items is false
+    size_t k = 0;
+    if (s.contains("prefixItems")) {
+      if (!s["prefixItems"].is_array() || s["prefixItems"].size() > 16) return std::nullopt;
+      k = s["prefixItems"].size();
+      for (size_t i = 0; i < k; ++i) {
+        auto ni = negate(normalize(s["prefixItems"][i], "", 0), depth + 1);
+        if (!ni) return std::nullopt;
+        for (const Json& alt : *ni)
+          out.push_back(Json{{"type", {"array"}}, {"minItems", i + 1}, {kNegatedItems, {{std::to_string(i), alt}}}});
+      }
+    }
+    if (s.contains("items")) {
+      Json t = normalize(s["items"], "", 0);
+      if (t == false) out.push_back(Json{{"type", {"array"}}, {"minItems", k + 1}});
+      else if (!(t == true || (t.is_object() && t.empty()))) return std::nullopt;
+    }
   }
+  return out;
+}
+
+// The same constraint as the normalized schema s, evaluating nothing: named properties become
+// kNegated, patterns and additional properties that allow anything go, nested anyOf/oneOf branches
+// likewise; marked kEvaluates where something that evaluates stays.
+Json SchemaCompiler::without_evaluation(const Json& s, int depth) {
+  if (!s.is_object()) return s;
+  grammar_poll();
+  Json out = s;
+  if (depth > kMaxNegationDepth) {
+    out[kEvaluates] = true;
+    return out;
+  }
+  if (out.contains("patternProperties") && out["patternProperties"].is_object()) {
+    Json kept = Json::object();
+    for (auto it = out["patternProperties"].begin(); it != out["patternProperties"].end(); ++it)
+      if (!(it.value() == true || (it.value().is_object() && it.value().empty()))) kept[it.key()] = it.value();
+    if (kept.empty() && out.value("additionalProperties", Json(true)) == true) out.erase("patternProperties");
+    else out["patternProperties"] = kept;
+  }
+  if (out.contains("additionalProperties") && out["additionalProperties"] == true) out.erase("additionalProperties");
+  if (out.contains("properties") && out["properties"].is_object() && !out.contains("patternProperties") &&
+      !out.contains("additionalProperties")) {
+    Json negs = out.value(kNegated, Json::object());
+    for (auto p = out["properties"].begin(); p != out["properties"].end(); ++p)
+      negs[p.key()] = negs.contains(p.key()) ? Json{{"allOf", Json::array({negs[p.key()], p.value()})}} : p.value();
+    out.erase("properties");
+    out[kNegated] = negs;
+  }
+  if (out.contains("prefixItems") && out["prefixItems"].is_array() && !out.contains("items")) {
+    Json negs = out.value(kNegatedItems, Json::object());
+    for (size_t i = 0; i < out["prefixItems"].size(); ++i) {
+      std::string key = std::to_string(i);
+      const Json& x = out["prefixItems"][i];
+      negs[key] = negs.contains(key) ? Json{{"allOf", Json::array({negs[key], x})}} : x;
+    }
+    out.erase("prefixItems");
+    out[kNegatedItems] = negs;
+  }
+  for (const char* kw : {"anyOf", "oneOf"}) {
+    if (!out.contains(kw) || !out[kw].is_array()) continue;
+    Json branches = Json::array();
+    for (const Json& b : out[kw]) branches.push_back(without_evaluation(normalize(b, "", 0), depth + 1));
+    out[kw] = branches;
+  }
+  for (const char* ev : {"properties", "patternProperties", "additionalProperties", "prefixItems", "items", "contains",
+                         "unevaluatedProperties", "unevaluatedItems", "allOf", "$ref"})
+    if (out.contains(ev)) out[kEvaluates] = true;
   return out;
 }
 

@@ -67,7 +67,12 @@ TEST(GrammarJsonSchemaCoverage, OneOfBranchPropertiesAreNegated) {
 TEST(GrammarJsonSchemaCoverage, OneOfDisjointByValuesOrObjects) {
   EXPECT_TRUE(ok(R"({"oneOf":[{"type":"null"},{"enum":["GET","POST"]}]})", "null"));
   EXPECT_TRUE(ok(R"({"oneOf":[{"type":"null"},{"enum":["GET","POST"]}]})", R"("GET")"));
-  EXPECT_FALSE(compiles(R"({"oneOf":[{"type":"string"},{"enum":["GET",1]}]})"));
+  // a number in the enum: the other branch excludes it as the numbers around it
+  const std::string num = R"({"oneOf":[{"type":"string"},{"enum":["GET",1]}]})";
+  EXPECT_TRUE(ok(num, R"("POST")"));
+  EXPECT_TRUE(ok(num, "1"));
+  EXPECT_FALSE(ok(num, R"("GET")"));
+  EXPECT_FALSE(ok(num, "2"));
   // discriminated objects without a type: non-objects match both branches, so they are refused
   const std::string d = R"({"oneOf":[{"properties":{"k":{"const":"a"}},"required":["k"]},
     {"properties":{"k":{"const":"b"},"n":{"type":"integer"}},"required":["k"]}]})";
@@ -141,7 +146,18 @@ TEST(GrammarJsonSchemaCoverage, NotOfRequiredEnumAndProperties) {
   EXPECT_FALSE(ok(p, R"({"k":"ab"})"));
   EXPECT_FALSE(ok(p, "{}"));
   EXPECT_FALSE(ok(p, "2"));
-  EXPECT_FALSE(compiles(R"({"not":{"enum":[1]}})"));
+  // numbers: the open intervals around and between the listed ones
+  const std::string n = R"({"not":{"enum":[1,"a",2.5]}})";
+  EXPECT_TRUE(ok(n, "0"));
+  EXPECT_TRUE(ok(n, "1.5"));
+  EXPECT_TRUE(ok(n, "3"));
+  EXPECT_TRUE(ok(n, R"("b")"));
+  EXPECT_FALSE(ok(n, "1"));
+  EXPECT_FALSE(ok(n, "1.0"));
+  EXPECT_FALSE(ok(n, "2.5"));
+  EXPECT_FALSE(ok(n, "2.50"));
+  EXPECT_FALSE(ok(n, R"("a")"));
+  EXPECT_FALSE(compiles(R"({"not":{"enum":[[1]]}})"));
 }
 
 TEST(GrammarJsonSchemaCoverage, LeapSecondsOnlyAt2359Utc) {
@@ -199,9 +215,20 @@ TEST(GrammarJsonSchemaCoverage, IfThenElse) {
   EXPECT_FALSE(ok(pat, R"("abc")"));
   EXPECT_TRUE(ok(pat, R"("bcd")"));
   EXPECT_FALSE(ok(pat, R"("bc")"));
-  // annotations of a failed 'if' do not count as evaluated: refused rather than guessed
-  EXPECT_FALSE(compiles(R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
-                        R"("unevaluatedProperties":false})"));
+  // annotations of a failed 'if' do not count as evaluated: its negation constrains 'a' without
+  // evaluating it
+  const std::string unev = R"({"if":{"properties":{"a":{"const":1}}},"else":{"required":["b"]},)"
+                           R"("unevaluatedProperties":false})";
+  EXPECT_TRUE(ok(unev, R"({"a":1})"));
+  EXPECT_TRUE(ok(unev, "{}"));
+  EXPECT_FALSE(ok(unev, R"({"a":2,"b":0})"));
+  EXPECT_FALSE(ok(unev, R"({"b":0})"));
+  EXPECT_FALSE(ok(unev, R"({"a":1,"b":0})"));
+  // evaluated elsewhere, the property is allowed under the negation's constraint
+  const std::string named = R"({"properties":{"a":true,"b":true},"if":{"properties":{"a":{"const":1}}},)"
+                            R"("else":{"required":["b"]},"unevaluatedProperties":false})";
+  EXPECT_TRUE(ok(named, R"({"a":2,"b":0})"));
+  EXPECT_FALSE(ok(named, R"({"a":2})"));
 }
 
 TEST(GrammarJsonSchemaCoverage, NotOfBoundsAndSizes) {

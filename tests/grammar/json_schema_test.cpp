@@ -203,7 +203,9 @@ TEST(GrammarJsonSchema, OversizedStringProductsNameTheSubschema) {
 
 TEST(GrammarJsonSchema, UnknownKeywordsAreErrorsWithPointer) {
   EXPECT_EQ(compile_error(R"({"properties":{"a":{"$dynamicRef":"#x"}}})"),
-            "grammar: json_schema: #/properties/a: unsupported keyword '$dynamicRef'");
+            "grammar: json_schema: #/properties/a/$dynamicRef: '#x': no schema has the anchor 'x'");
+  EXPECT_EQ(compile_error(R"({"properties":{"a":{"$recursiveRef":"#"}}})"),
+            "grammar: json_schema: #/properties/a: unsupported keyword '$recursiveRef'");
   EXPECT_EQ(compile_error(R"({"properties":{"a":{"not":{"multipleOf":2}}}})"),
             "grammar: json_schema: #/properties/a/not: unsupported keyword 'not' (only type exclusions, required keys, "
             "property types, string lengths, patterns, formats, number bounds and array sizes)");

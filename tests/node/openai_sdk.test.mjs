@@ -163,9 +163,9 @@ test('errors surface as SDK errors with OpenAI fields', { skip }, async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
   await assert.rejects(client.chat.completions.create({
     model: 'stories', messages,
-    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { properties: { a: { $dynamicRef: '#meta' } } } } },
+    response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { properties: { a: { $recursiveRef: '#meta' } } } } },
   }), (e) => e instanceof OpenAI.BadRequestError && e.type === 'invalid_request_error' && e.param === 'response_format' &&
-    /'\$dynamicRef'/.test(e.message) && /\/properties\/a/.test(e.message));
+    /'\$recursiveRef'/.test(e.message) && /\/properties\/a/.test(e.message));
   const ok = await client.chat.completions.create({ model: 'stories', messages, max_tokens: 2 });
   assert.equal(ok.object, 'chat.completion');
 });

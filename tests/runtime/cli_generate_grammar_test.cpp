@@ -55,10 +55,10 @@ TEST(CliGenerateGrammar, UnenforceableConstraintsAreUsageErrors) {
   EXL_REQUIRE_SHARED("models/stories260K-hf");
   const std::string model = (test::shared_dir() / "models/stories260K-hf").string();
   const auto schema = test::binary_dir() / "cli_generate_grammar_bad.json";
-  std::ofstream(schema) << R"({"properties":{"a":{"$dynamicRef":"#meta"}}})";
+  std::ofstream(schema) << R"({"properties":{"a":{"$recursiveRef":"#meta"}}})";
   auto r = run(cli_generate, {"--model", model, "--json-schema", schema.string()});
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find("'$dynamicRef'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'$recursiveRef'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("/properties/a"), std::string::npos) << r.err;
   r = run(cli_generate, {"--model", model, "--regex", "(a)\\1"});
   EXPECT_EQ(r.code, 2);

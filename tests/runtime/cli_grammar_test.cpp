@@ -47,10 +47,10 @@ TEST_F(CliGrammar, CheckExitCodes) {
   CliResult bad = run({"check", "--tokenizer", tok_, "--regex", "(a)\\1", "--text", "aa"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("backreferences"), std::string::npos) << bad.err;
-  test::write_file(schema, R"({"type":"object","$dynamicRef":"#x"})");
+  test::write_file(schema, R"({"type":"object","$recursiveRef":"#x"})");
   bad = run({"check", "--tokenizer", tok_, "--json-schema", schema, "--text", "{}"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_EQ(bad.err, "grammar: json_schema: #: unsupported keyword '$dynamicRef'\n");
+  EXPECT_EQ(bad.err, "grammar: json_schema: #: unsupported keyword '$recursiveRef'\n");
 }
 
 TEST_F(CliGrammar, MaskBenchSubsetNeverAcceptsInvalid) {

@@ -316,12 +316,12 @@ TEST_F(Router, ConstraintsBecomeGrammarMasksAndUnenforceableOnesFailClosed) {
     EXPECT_NE(r.plan->jobs[0].mask, nullptr) << body;
   }
   const json bad_schema = {{"type", "json_schema"},
-                           {"json_schema", {{"name", "x"}, {"schema", json::parse(R"({"properties":{"a":{"$dynamicRef":"#meta"}}})")}}}};
+                           {"json_schema", {{"name", "x"}, {"schema", json::parse(R"({"properties":{"a":{"$recursiveRef":"#meta"}}})")}}}};
   auto bad = route(req("POST", "/v1/chat/completions", chat_body({{"response_format", bad_schema}})), *state_);
   expect_error(bad, 400, "invalid_request_error", "response_format");
   EXPECT_NE(bad.response.body.find("/properties/a"), std::string::npos) << bad.response.body;
-  EXPECT_NE(bad.response.body.find("'$dynamicRef'"), std::string::npos) << bad.response.body;
-  const json bad_tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","$dynamicRef":"#meta"}}}])");
+  EXPECT_NE(bad.response.body.find("'$recursiveRef'"), std::string::npos) << bad.response.body;
+  const json bad_tools = json::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object","$recursiveRef":"#meta"}}}])");
   expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"tools", bad_tools}, {"tool_choice", "required"}})), *state_),
                400, "invalid_request_error", "tools");
   expect_error(route(req("POST", "/v1/chat/completions",

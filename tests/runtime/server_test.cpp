@@ -217,7 +217,7 @@ TEST_F(ServerFixture, BadRequestsThenGoodOnes) {
   EXPECT_EQ(json::parse(big.body)["error"]["code"], "request_too_large");
   expect_good_request_still_works();
   Reply schema = request("POST", "/v1/chat/completions",
-                         R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"$dynamicRef":"#meta"}}}})");
+                         R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"$recursiveRef":"#meta"}}}})");
   EXPECT_EQ(schema.status, 400);
   EXPECT_EQ(json::parse(schema.body)["error"]["type"], "invalid_request_error");
   expect_good_request_still_works();

@@ -174,13 +174,13 @@ TEST(ToolCallGrammar, FinalAnswerAndCallOrFinal) {
 TEST(ToolCallGrammar, ErrorsNameTheProblem) {
   EXPECT_THROW(tool_call_grammar(ToolFormat::hermes, {}, opts(ToolCallMode::required)), Error);
   EXPECT_THROW(tool_call_grammar(ToolFormat::hermes, tools(), opts(ToolCallMode::named, false, "nope")), Error);
-  std::vector<ToolCallSpec> bad{{"f", Json::parse(R"({"type":"object","properties":{"x":{"$dynamicRef":"#meta"}}})")}};
+  std::vector<ToolCallSpec> bad{{"f", Json::parse(R"({"type":"object","properties":{"x":{"$recursiveRef":"#meta"}}})")}};
   try {
     tool_call_grammar(ToolFormat::hermes, bad, opts(ToolCallMode::required));
     FAIL() << "no error";
   } catch (const GrammarError& e) {
     EXPECT_NE(std::string(e.what()).find("tool 'f'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'$dynamicRef'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'$recursiveRef'"), std::string::npos) << e.what();
   }
   auto specs = tool_specs_from_openai(Json::parse(R"([{"type":"function","function":{"name":"x"}}])"));
   ASSERT_EQ(specs.size(), 1u);

@@ -64,12 +64,12 @@ TEST(ToolRegistry, RefusesBadNamesDuplicatesAndUnenforceableSchemas) {
     EXPECT_THROW(reg.add(echo_tool(bad)), Error) << bad;
   EXPECT_NO_THROW(reg.add(echo_tool(std::string(64, 'a'))));
   try {
-    reg.add(echo_tool("cond", {{"type", "object"}, {"$dynamicRef", "#node"}}));
+    reg.add(echo_tool("cond", {{"type", "object"}, {"$recursiveRef", "#node"}}));
     FAIL() << "unsupported schema accepted";
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), "tools: registry: tool 'cond': tools: arguments: input schema: grammar: json_schema:"))
         << e.what();
-    EXPECT_TRUE(contains(e.what(), "'$dynamicRef'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "'$recursiveRef'")) << e.what();
   }
   EXPECT_THROW(reg.add(nullptr), Error);
   EXPECT_EQ(reg.size(), 2u);
