@@ -116,8 +116,10 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "engine/generate/speculation.h"
+#include "runtime/job_engine.h"
 #include "runtime/model_host.h"
 #include "tools/mcp/mcp_client.h"
 
@@ -169,6 +171,29 @@ Speculation speculation_flag(const ParsedArgs& a) {
   if (!s) throw UsageError(cat("--speculate must be none, ngram, draft or auto, not '", v, "'"));
   if (*s == Speculation::draft && !a.has("--draft-model")) throw UsageError("--speculate draft needs --draft-model DIR");
   return *s;
+}
+
+std::vector<FlagSpec> with_job_engine_flags(std::vector<FlagSpec> before, std::vector<FlagSpec> after) {
+  before.insert(before.end(),
+                {{"--backend", "NAME", "cpu (default) or cuda"},
+                 {"--threads", "N", "CPU threads (default: all)"},
+                 {"--speculate", "MODE", k_speculate_help},
+                 {"--draft-model", "DIR", k_draft_model_help},
+                 {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}});
+  before.insert(before.end(), std::make_move_iterator(after.begin()), std::make_move_iterator(after.end()));
+  return before;
+}
+
+JobEngineOptions job_engine_options(const ParsedArgs& a, std::string model_dir, int max_batch_seqs) {
+  JobEngineOptions eo;
+  eo.model_dir = std::move(model_dir);
+  eo.backend = a.get_or("--backend", "cpu");
+  eo.cpu_threads = int(a.get_int("--threads", 0));
+  eo.speculate = speculation_flag(a);
+  eo.draft_model = a.get_or("--draft-model", "");
+  eo.max_batch_seqs = max_batch_seqs;
+  eo.chat_template = a.get_or("--chat-template", "");
+  return eo;
 }
 
 ModelHostOptions model_host_options(const ParsedArgs& a) {

@@ -100,4 +100,13 @@ inline constexpr const char* k_speculate_help =
 inline constexpr const char* k_draft_model_help =
     "a smaller model with the same tokenizer that drafts tokens for --speculate draft/auto";
 
+// A flag table of the commands that run jobs on a JobEngine (runtime/job_engine.h): `before`, then
+// --backend, --threads, --speculate, --draft-model and --chat-template, then `after`.
+std::vector<FlagSpec> with_job_engine_flags(std::vector<FlagSpec> before, std::vector<FlagSpec> after = {});
+
+struct JobEngineOptions;
+// Those flags as JobEngineOptions for the model in `model_dir`, `max_batch_seqs` jobs at once.
+// Throws UsageError as speculation_flag does.
+JobEngineOptions job_engine_options(const ParsedArgs& a, std::string model_dir, int max_batch_seqs);
+
 }  // namespace exl

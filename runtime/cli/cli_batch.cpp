@@ -42,18 +42,14 @@ const CommandSpec& batch_spec() {
       "job writes it (duplicate ids are judged against the whole input).\n"
       "Exit codes: 0 done (error lines included), 1 an error, 2 bad flags, 3 output in use.",
       {},
-      {{"--model", "DIR", "model directory", true},
-       {"--input", "FILE", "JSONL requests", true},
-       {"--output", "FILE", "JSONL results (appended; resumed when it exists)", true},
-       {"--schema", "FILE", "JSON Schema for requests that ask for no format"},
-       {"--concurrency", "N", "requests generated at once (default 16)"},
-       {"--backend", "NAME", "cpu (default) or cuda"},
-       {"--threads", "N", "CPU threads (default: all)"},
-       {"--speculate", "MODE", k_speculate_help},
-       {"--draft-model", "DIR", k_draft_model_help},
-       {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
-       {"--shard", "I/N", "run only share I of N of the input (0-based; default 0/1: all of it)"},
-       {"--quiet", "", "no progress lines (the summary is still printed)"}}};
+      with_job_engine_flags(
+          {{"--model", "DIR", "model directory", true},
+           {"--input", "FILE", "JSONL requests", true},
+           {"--output", "FILE", "JSONL results (appended; resumed when it exists)", true},
+           {"--schema", "FILE", "JSON Schema for requests that ask for no format"},
+           {"--concurrency", "N", "requests generated at once (default 16)"}},
+          {{"--shard", "I/N", "run only share I of N of the input (0-based; default 0/1: all of it)"},
+           {"--quiet", "", "no progress lines (the summary is still printed)"}})};
   return s;
 }
 
@@ -151,15 +147,7 @@ int cli_batch(std::span<const std::string> args) {
                 << ojson(out.truncated_head()).dump(-1, ' ', false, ojson::error_handler_t::replace)
                 << "; its request runs again\n";
 
-    JobEngineOptions eo;
-    eo.model_dir = *a.get("--model");
-    eo.backend = a.get_or("--backend", "cpu");
-    eo.cpu_threads = int(a.get_int("--threads", 0));
-    eo.speculate = speculation_flag(a);
-    eo.draft_model = a.get_or("--draft-model", "");
-    eo.max_batch_seqs = int(conc);
-    eo.chat_template = a.get_or("--chat-template", "");
-    JobEngine engine(eo);
+    JobEngine engine(job_engine_options(a, *a.get("--model"), int(conc)));
     if (default_schema) {
       try {
         engine.check_schema(*default_schema);

@@ -22,18 +22,14 @@ const CommandSpec& extract_spec() {
       "input that fails is reported on stderr and the exit code is 1. All inputs are generated\n"
       "together (continuous batching).",
       {"INPUT..."},
-      {{"--model", "DIR", "model directory", true},
-       {"--schema", "FILE", "JSON Schema of the object to extract", true},
-       {"--instructions", "TEXT", "instructions for the model (default: a generic extraction instruction)"},
-       {"--max-tokens", "N", "tokens per object (default: the rest of the context)"},
-       {"--temperature", "T", "sampling temperature (default 0 = greedy)"},
-       {"--seed", "S", "RNG seed (default: random)"},
-       {"--concurrency", "N", "documents generated at once (default 16)"},
-       {"--backend", "NAME", "cpu (default) or cuda"},
-       {"--threads", "N", "CPU threads (default: all)"},
-       {"--speculate", "MODE", k_speculate_help},
-       {"--draft-model", "DIR", k_draft_model_help},
-       {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
+      with_job_engine_flags(
+          {{"--model", "DIR", "model directory", true},
+           {"--schema", "FILE", "JSON Schema of the object to extract", true},
+           {"--instructions", "TEXT", "instructions for the model (default: a generic extraction instruction)"},
+           {"--max-tokens", "N", "tokens per object (default: the rest of the context)"},
+           {"--temperature", "T", "sampling temperature (default 0 = greedy)"},
+           {"--seed", "S", "RNG seed (default: random)"},
+           {"--concurrency", "N", "documents generated at once (default 16)"}}),
       1};
   return s;
 }
@@ -75,15 +71,8 @@ int cli_extract(std::span<const std::string> args) {
     std::vector<std::string> docs;
     for (const auto& in : a.positionals) docs.push_back(read_input(in));
 
-    JobEngineOptions eo;
-    eo.model_dir = *a.get("--model");
-    eo.backend = a.get_or("--backend", "cpu");
-    eo.cpu_threads = int(a.get_int("--threads", 0));
-    eo.speculate = speculation_flag(a);
-    eo.draft_model = a.get_or("--draft-model", "");
-    eo.max_batch_seqs = int(std::min<long long>(conc, std::max<size_t>(docs.size(), 1)));
-    eo.chat_template = a.get_or("--chat-template", "");
-    JobEngine engine(eo);
+    JobEngine engine(
+        job_engine_options(a, *a.get("--model"), int(std::min<long long>(conc, std::max<size_t>(docs.size(), 1)))));
     try {
       engine.check_schema(schema);
     } catch (const Error& e) {

@@ -25,15 +25,11 @@ const CommandSpec& mcp_serve_spec() {
       "the object, as `exlagent extract`) and `agent` (one agent turn with the built-in tools -> the\n"
       "final answer). Calls run one at a time; the command ends when stdin does (runtime/mcp/README.md).",
       {},
-      {{"--model", "DIR", "model directory (default: the embedded demo model of the checkout the binary was built in)"},
-       {"--backend", "NAME", "cpu (default) or cuda"},
-       {"--threads", "N", "CPU threads (default: all)"},
-       {"--speculate", "MODE", k_speculate_help},
-       {"--draft-model", "DIR", k_draft_model_help},
-       {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"},
-       {"--read-root", "DIR", "offer the read_file tool to `agent`, reading only under DIR"},
-       {"--max-tokens", "N", "tokens per agent generation (default 512)"},
-       {"--transcripts", "DIR", "keep agent transcripts in DIR (default: a temporary directory, removed at exit)"}},
+      with_job_engine_flags(
+          {{"--model", "DIR", "model directory (default: the embedded demo model of the checkout the binary was built in)"}},
+          {{"--read-root", "DIR", "offer the read_file tool to `agent`, reading only under DIR"},
+           {"--max-tokens", "N", "tokens per agent generation (default 512)"},
+           {"--transcripts", "DIR", "keep agent transcripts in DIR (default: a temporary directory, removed at exit)"}}),
       0};
   return s;
 }
@@ -68,15 +64,7 @@ int cli_mcp_serve(std::span<const std::string> args) {
     ToolRegistry tools;
     for (auto& t : make_builtin_tools(tool_opts)) tools.add(std::move(t));
 
-    JobEngineOptions eo;
-    eo.model_dir = a.has("--model") ? *a.get("--model") : mcp_serve_default_model();
-    eo.backend = a.get_or("--backend", "cpu");
-    eo.cpu_threads = int(a.get_int("--threads", 0));
-    eo.speculate = speculation_flag(a);
-    eo.draft_model = a.get_or("--draft-model", "");
-    eo.max_batch_seqs = 1;
-    eo.chat_template = a.get_or("--chat-template", "");
-    JobEngine engine(eo);
+    JobEngine engine(job_engine_options(a, a.has("--model") ? *a.get("--model") : mcp_serve_default_model(), 1));
 
     McpServeTempDir temp;
     McpJobToolsOptions to;

@@ -27,17 +27,13 @@ const CommandSpec& run_spec() {
       "Writes OUT/steps/NAME.json per step, OUT/outputs.json and OUT/trace.jsonl, and prints\n"
       "outputs.json.",
       {"WORKFLOW"},
-      {{"--model", "DIR", "model directory (default: the workflow's \"model\")"},
-       {"--out", "DIR", "output directory (default: workflow-out)"},
-       {"--input", "KEY=VALUE", "set an input (a string), overriding the file's", false, true},
-       {"--concurrency", "N", "generations at once within a for_each step (default 16)"},
-       {"--backend", "NAME", "cpu (default) or cuda"},
-       {"--threads", "N", "CPU threads (default: all)"},
-       {"--speculate", "MODE", k_speculate_help},
-       {"--draft-model", "DIR", k_draft_model_help},
-       {"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
-       {"--mcp", k_mcp_flag, k_mcp_help, false, true},
-       {"--chat-template", "NAME", "override the detected chat template (llama3, chatml, mistral, llama2)"}},
+      with_job_engine_flags(
+          {{"--model", "DIR", "model directory (default: the workflow's \"model\")"},
+           {"--out", "DIR", "output directory (default: workflow-out)"},
+           {"--input", "KEY=VALUE", "set an input (a string), overriding the file's", false, true},
+           {"--concurrency", "N", "generations at once within a for_each step (default 16)"}},
+          {{"--read-root", "DIR", "offer the read_file tool to steps with tools, reading only under DIR"},
+           {"--mcp", k_mcp_flag, k_mcp_help, false, true}}),
       1};
   return s;
 }
@@ -235,15 +231,7 @@ int cli_run(std::span<const std::string> args) {
     const std::string model = a.get_or("--model", wf.model);
     if (model.empty()) throw UsageError("no model: give --model or set \"model\" in the workflow");
 
-    JobEngineOptions eo;
-    eo.model_dir = model;
-    eo.backend = a.get_or("--backend", "cpu");
-    eo.cpu_threads = int(a.get_int("--threads", 0));
-    eo.speculate = speculation_flag(a);
-    eo.draft_model = a.get_or("--draft-model", "");
-    eo.max_batch_seqs = int(conc);
-    eo.chat_template = a.get_or("--chat-template", "");
-    JobEngine engine(eo);
+    JobEngine engine(job_engine_options(a, model, int(conc)));
     for (const auto& st : wf.steps)
       if (st.schema) {
         try {

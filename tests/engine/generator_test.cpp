@@ -11,47 +11,23 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate/grammar_constraint.h"
+#include "generation_harness.h"
 #include "test_support.h"
 
 namespace exl {
 namespace generator_test {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::error;
-  std::string error;
-  GenerationStats stats;
-  bool done = false;
-};
+using Result = test::GenerationRecord;
+using Fixture = test::CpuModel;
 
 GenerationJob greedy_job(std::vector<int32_t> prompt, int n, Result* r) {
   GenerationJob j;
   j.prompt = std::move(prompt);
   j.sampling.temperature = 0;
   j.max_new_tokens = n;
-  j.on_event = [r](const GenerationEvent& e) {
-    if (e.type == GenerationEvent::Type::token) {
-      if (e.token >= 0) r->tokens.push_back(e.token);
-      r->text += e.text;
-    } else {
-      r->reason = e.reason;
-      r->error = e.error;
-      r->stats = e.stats;
-      r->done = true;
-    }
-  };
+  j.on_event = test::record_events(r);
   return j;
 }
-
-struct Fixture {
-  ModelDir dir;
-  std::unique_ptr<Backend> be;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Model> model;
-  explicit Fixture(const std::filesystem::path& p)
-      : dir(p), be(make_cpu_backend(2)), tok(load_tokenizer(p)), model(std::make_unique<Model>(dir, *be)) {}
-};
 
 std::vector<int32_t> prompt_ids(int seed, int n) {
   std::vector<int32_t> p{1};

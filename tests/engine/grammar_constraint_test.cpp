@@ -12,29 +12,14 @@
 #include "engine/model.h"
 #include "engine/formats/model_dir.h"
 #include "kernels/error.h"
+#include "generation_harness.h"
 #include "test_support.h"
 
 namespace exl {
 namespace grammar_constraint_test {
 
-struct Result {
-  std::vector<int32_t> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::max_tokens;
-  std::string error;
-  GenerationStats stats;
-  int token_events = 0;
-  bool done = false;
-};
-
-struct Fixture {
-  ModelDir dir;
-  std::unique_ptr<Backend> be;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<Model> model;
-  explicit Fixture(const std::filesystem::path& p)
-      : dir(p), be(make_cpu_backend(2)), tok(load_tokenizer(p)), model(std::make_unique<Model>(dir, *be)) {}
-};
+using Result = test::GenerationRecord;
+using Fixture = test::CpuModel;
 
 GeneratorOptions small_cache() {
   GeneratorOptions o;
@@ -55,18 +40,7 @@ GenerationJob job_for(Fixture& f, std::shared_ptr<LogitsMaskHook> hook, uint64_t
   j.max_new_tokens = max_tokens;
   j.stop_tokens.assign(f.tok->eos_ids().begin(), f.tok->eos_ids().end());
   j.mask = std::move(hook);
-  j.on_event = [r](const GenerationEvent& e) {
-    if (e.type == GenerationEvent::Type::token) {
-      if (e.token >= 0) r->tokens.push_back(e.token);
-      r->text += e.text;
-      ++r->token_events;
-    } else {
-      r->reason = e.reason;
-      r->error = e.error;
-      r->stats = e.stats;
-      r->done = true;
-    }
-  };
+  j.on_event = test::record_events(r);
   return j;
 }
 
@@ -196,9 +170,11 @@ TEST(GrammarConstraint, StuckGrammarOrRejectedForcedTokenIsAnErrorNotAHang) {
   EXL_REQUIRE_SHARED("models/stories260K-hf");
   Fixture& f = stories();
   Result stuck = run_one(f, std::make_shared<StuckHook>(), 1, 20);
+  EXPECT_TRUE(stuck.done);
   EXPECT_EQ(stuck.reason, FinishReason::error);
   EXPECT_NE(stuck.error.find("allows no token"), std::string::npos) << stuck.error;
   Result bad = run_one(f, std::make_shared<BadForceHook>(), 1, 20);
+  EXPECT_TRUE(bad.done);
   EXPECT_EQ(bad.reason, FinishReason::error);
   EXPECT_NE(bad.error.find("token 9 not allowed"), std::string::npos) << bad.error;
   EXPECT_EQ(bad.stats.n_generated, 0);

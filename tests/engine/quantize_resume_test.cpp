@@ -29,6 +29,24 @@ using ::testing::HasSubstr;
 
 RopeTable rope_of(const ModelConfig& c) { return make_rope_table(c.rope, int(c.head_dim), c.max_position_embeddings); }
 
+// Two threads and the test's rope table; `cal_rows` (0: the default) rows of `cal_length` calibration tokens.
+QuantizeOptions job_options(int64_t cal_rows, int64_t cal_length) {
+  QuantizeOptions o;
+  o.threads = 2;
+  o.rope_table = rope_of;
+  o.cal_rows = cal_rows;
+  o.cal_length = cal_length;
+  return o;
+}
+
+struct StopJob {};
+// A progress callback that throws StopJob (an interruption that unwinds) once `stage` has done 1.
+QuantizeProgress stop_after_first(std::string stage) {
+  return [stage = std::move(stage)](std::string_view s, size_t done, size_t) {
+    if (s == stage && done == 1) throw StopJob{};
+  };
+}
+
 TEST(QuantizeCalibration, TextAndJsonlFilesBecomeRowsOfTokens) {
   EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
   const auto hf = test::shared_dir() / "data/exl2-ref/qwen2-bias/hf";
@@ -95,17 +113,8 @@ TEST(QuantizeModel, InterruptedJobResumesWithoutRedoingFinishedLayers) {
   EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
   const auto hf = test::shared_dir() / "data/exl2-ref/qwen2-bias/hf";
   const auto tmp = test::temp_dir("quantize-resume");
-  QuantizeOptions o;
-  o.threads = 2;
-  o.rope_table = rope_of;
-  o.cal_rows = 2;
-  o.cal_length = 64;
-  struct Stop {};
-  EXPECT_THROW(quantize_model(hf, tmp / "a", o,
-                              [](std::string_view stage, size_t done, size_t) {
-                                if (stage == "quantize" && done == 1) throw Stop{};
-                              }),
-               Stop);
+  QuantizeOptions o = job_options(2, 64);
+  EXPECT_THROW(quantize_model(hf, tmp / "a", o, stop_after_first("quantize")), StopJob);
   EXPECT_FALSE(fs::exists(tmp / "a"));
   EXPECT_TRUE(fs::exists(tmp / ".a.partial" / "layer_0.safetensors"));
   EXPECT_FALSE(fs::exists(tmp / ".a.partial" / "layer_1.safetensors"));
@@ -129,11 +138,7 @@ TEST(QuantizeModel, InterruptedJobResumesWithoutRedoingFinishedLayers) {
 
   // A partial directory of another job (other options) is replaced, not resumed.
   o.measurement = tmp / "a" / "measurement.json";
-  EXPECT_THROW(quantize_model(hf, tmp / "c", o,
-                              [](std::string_view stage, size_t done, size_t) {
-                                if (stage == "quantize" && done == 1) throw Stop{};
-                              }),
-               Stop);
+  EXPECT_THROW(quantize_model(hf, tmp / "c", o, stop_after_first("quantize")), StopJob);
   o.bpw = 5.0;
   const QuantizeReport other = quantize_model(hf, tmp / "c", o);
   EXPECT_EQ(other.resumed_layers, 0);
@@ -145,18 +150,9 @@ TEST(QuantizeModel, DefaultCalibrationRowsScaleWithTheWidestInput) {
   EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
   const auto hf = test::shared_dir() / "data/exl2-ref/qwen2-bias/hf";
   const auto tmp = test::temp_dir("quantize-cal-rows");
-  struct Stop {};
   for (auto [length, rows] : {std::pair<int64_t, size_t>{64, 96}, {256, 32}}) {
-    QuantizeOptions o;
-    o.threads = 2;
-    o.rope_table = rope_of;
-    o.cal_length = length;
     const auto out = tmp / cat("q", length);
-    EXPECT_THROW(quantize_model(hf, out, o,
-                                [](std::string_view stage, size_t done, size_t) {
-                                  if (stage == "calibrate" && done == 1) throw Stop{};
-                                }),
-                 Stop);
+    EXPECT_THROW(quantize_model(hf, out, job_options(0, length), stop_after_first("calibrate")), StopJob);
     const auto cal = read_json_file(tmp / cat(".q", length, ".partial") / "calibration.json");
     EXPECT_EQ(cal["rows"].size(), rows) << length;
     EXPECT_EQ(cal["rows"][0].size(), size_t(length));
@@ -169,11 +165,7 @@ TEST(QuantizeModel, KilledJobResumesFromItsPartialDirectory) {
   EXL_REQUIRE_SHARED("data/exl2-ref/qwen2-bias/hf/config.json");
   const auto hf = test::shared_dir() / "data/exl2-ref/qwen2-bias/hf";
   const auto tmp = test::temp_dir("quantize-killed");
-  QuantizeOptions o;
-  o.threads = 2;
-  o.rope_table = rope_of;
-  o.cal_rows = 2;
-  o.cal_length = 64;
+  const QuantizeOptions o = job_options(2, 64);
   std::fflush(nullptr);
   const pid_t child = fork();
   ASSERT_GE(child, 0);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/cli/cli_commands.h"
+#include "runtime/batch_job_support.h"
 #include "runtime/cli_runner.h"
 #include "test_support.h"
 
@@ -24,39 +25,16 @@ namespace cli_batch_output_test {
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-const char* kBatchModel = "models/stories260K-hf";
-
-std::string batch_model_dir() { return (test::shared_dir() / kBatchModel).string(); }
-
-std::string batch_simple_lines(int n, int max_tokens) {
-  std::string s;
-  for (int i = 0; i < n; ++i) {
-    const std::string num = std::to_string(i);
-    s += ojson{{"id", std::string("r").append(num)},
-               {"prompt", std::string("Once upon a time ").append(num)},
-               {"max_tokens", max_tokens}}
-             .dump();
-    s += '\n';
-  }
-  return s;
-}
-
-size_t batch_count_lines(const fs::path& p) {
-  if (!fs::exists(p)) return 0;
-  const std::string s = test::read_file(p);
-  return size_t(std::count(s.begin(), s.end(), '\n'));
-}
-
 TEST(CliBatchOutput, ALockedOutputExits3AndIsLeftAlone) {
   const auto dir = test::temp_dir("CliBatchOutput_locked");
-  test::write_file(dir / "in.jsonl", batch_simple_lines(3, 4));
+  test::write_file(dir / "in.jsonl", test::batch_simple_lines(3, 4));
   const fs::path out = dir / "out.jsonl";
   const std::string before = "{\"id\":\"r0\",\"output\":\"x\"}\n{\"id\":\"r1\",";  // the holder, mid-write
   test::write_file(out, before);
   const int held = ::open(out.c_str(), O_RDWR);
   ASSERT_GE(held, 0);
   ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
-  auto r = test::run_cli(cli_batch, {"--model", batch_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
+  auto r = test::run_cli(cli_batch, {"--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
                                      out.string(), "--threads", "1"});
   ::close(held);
   EXPECT_EQ(r.code, 3) << r.error << r.err;
@@ -68,33 +46,24 @@ TEST(CliBatchOutput, ALockedOutputExits3AndIsLeftAlone) {
 }
 
 TEST(CliBatchOutput, ASecondConcurrentJobIsRefusedAndTheFirstWritesEveryIdOnce) {
-  EXL_REQUIRE_SHARED(kBatchModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const fs::path bin = test::binary_dir() / "exlagent";
   if (!fs::exists(bin)) GTEST_SKIP() << "the exlagent binary is not built: " << bin;
   const auto dir = test::temp_dir("CliBatchOutput_concurrent");
   const int n = 120;
-  test::write_file(dir / "in.jsonl", batch_simple_lines(n, 32));
+  test::write_file(dir / "in.jsonl", test::batch_simple_lines(n, 32));
   const fs::path out = dir / "out.jsonl";
-  const std::vector<std::string> args = {"batch", "--model", batch_model_dir(), "--input", (dir / "in.jsonl").string(),
+  const std::vector<std::string> args = {"batch", "--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(),
                                          "--output", out.string(), "--concurrency", "4", "--threads", "1", "--quiet"};
-  const pid_t pid = ::fork();
+  const pid_t pid = test::spawn_quiet(bin, args);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 2);
-    ::execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (batch_count_lines(out) < 1 && std::chrono::steady_clock::now() < deadline)
+  while (test::count_file_lines(out) < 1 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   auto r = test::run_cli(cli_batch, {args.begin() + 1, args.end()});
   int status = 0;
   const bool reaped = r.code != 3 && ::waitpid(pid, &status, WNOHANG) == pid;
-  if (reaped && batch_count_lines(out) == size_t(n)) GTEST_SKIP() << "the first job finished before the second started";
+  if (reaped && test::count_file_lines(out) == size_t(n)) GTEST_SKIP() << "the first job finished before the second started";
   EXPECT_EQ(r.code, 3) << r.error << r.err;
   EXPECT_NE(r.err.find("is in use"), std::string::npos) << r.err;
   if (!reaped) {
@@ -115,13 +84,13 @@ TEST(CliBatchOutput, ASecondConcurrentJobIsRefusedAndTheFirstWritesEveryIdOnce) 
 }
 
 TEST(CliBatchOutput, ATornLastLineIsCutBackNamedAndRunAgain) {
-  EXL_REQUIRE_SHARED(kBatchModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const auto dir = test::temp_dir("CliBatchOutput_torn");
-  test::write_file(dir / "in.jsonl", batch_simple_lines(3, 4));
+  test::write_file(dir / "in.jsonl", test::batch_simple_lines(3, 4));
   const fs::path out = dir / "out.jsonl";
   const std::string kept = "{\"id\":\"r0\",\"output\":\"kept\"}\n";
   test::write_file(out, kept + "{\"id\":\"r1\",\"outp");
-  auto r = test::run_cli(cli_batch, {"--model", batch_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
+  auto r = test::run_cli(cli_batch, {"--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
                                      out.string(), "--threads", "1", "--quiet"});
   ASSERT_EQ(r.code, 0) << r.error << r.err;
   EXPECT_NE(r.err.find("removed a partial last line (16 bytes, no newline) left by an interrupted write; it began "
@@ -137,11 +106,11 @@ TEST(CliBatchOutput, ATornLastLineIsCutBackNamedAndRunAgain) {
 }
 
 TEST(CliBatchOutput, AFullDeviceStopsTheJobWithAnError) {
-  EXL_REQUIRE_SHARED(kBatchModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   const auto dir = test::temp_dir("CliBatchOutput_full");
-  test::write_file(dir / "in.jsonl", batch_simple_lines(6, 4));
-  auto r = test::run_cli(cli_batch, {"--model", batch_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
+  test::write_file(dir / "in.jsonl", test::batch_simple_lines(6, 4));
+  auto r = test::run_cli(cli_batch, {"--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
                                      "/dev/full", "--concurrency", "2", "--threads", "1", "--quiet"});
   EXPECT_EQ(r.code, -1) << "the job did not fail: " << r.err;
   EXPECT_NE(r.error.find("runtime: batch: stopped: sessions: batch: output '/dev/full': cannot write: "

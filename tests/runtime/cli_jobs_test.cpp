@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/cli/cli_commands.h"
+#include "runtime/batch_job_support.h"
 #include "runtime/cli_runner.h"
 #include "runtime/job_engine.h"
 #include "test_support.h"
@@ -24,10 +25,6 @@ namespace cli_jobs_test {
 
 using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
-
-const char* kModel = "models/stories260K-hf";
-
-std::string model_dir() { return (test::shared_dir() / kModel).string(); }
 
 std::vector<ojson> read_jsonl(const fs::path& p) {
   std::vector<ojson> out;
@@ -43,25 +40,16 @@ std::vector<ojson> read_jsonl(const fs::path& p) {
   return out;
 }
 
-std::string simple_lines(int n, int max_tokens) {
-  std::string s;
-  for (int i = 0; i < n; ++i)
-    s += ojson{{"id", "r" + std::to_string(i)}, {"prompt", "Once upon a time " + std::to_string(i)}, {"max_tokens", max_tokens}}
-             .dump() +
-         "\n";
-  return s;
-}
-
 TEST(CliBatch, SimpleFormErrorLinesAndResume) {
-  EXL_REQUIRE_SHARED(kModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const auto dir = test::temp_dir("CliBatch_simple");
-  std::string in = simple_lines(5, 8);
+  std::string in = test::batch_simple_lines(5, 8);
   in += "{broken\n\n";
   in += R"({"id":"r1","prompt":"again"})" "\n";
   in += R"({"custom_id":"o1","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5}})" "\n";
   in += R"({"id":"bad-schema","prompt":"x","schema":{"type":"nonsense"}})" "\n";
   test::write_file(dir / "in.jsonl", in);
-  const std::vector<std::string> args = {"--model", model_dir(), "--input", (dir / "in.jsonl").string(),
+  const std::vector<std::string> args = {"--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(),
                                          "--output", (dir / "out.jsonl").string(), "--concurrency", "3", "--threads", "1"};
   auto r = test::run_cli(cli_batch, args);
   ASSERT_EQ(r.code, 0) << r.error << r.err;
@@ -93,13 +81,13 @@ TEST(CliBatch, SimpleFormErrorLinesAndResume) {
 // Three replicas (--shard 0/3, 1/3, 2/3) of a 300-line job write every id exactly once, each line
 // as the unsharded job writes it; an id repeated across shards is a duplicate in the later one.
 TEST(CliBatch, ShardsTogetherWriteTheUnshardedResult) {
-  EXL_REQUIRE_SHARED(kModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const auto dir = test::temp_dir("CliBatch_shards");
-  std::string in = simple_lines(299, 3);
+  std::string in = test::batch_simple_lines(299, 3);
   in += R"({"id":"r7","prompt":"the same id as an early line"})" "\n";
   test::write_file(dir / "in.jsonl", in);
   auto run = [&](const fs::path& out, const std::string& shard) {
-    std::vector<std::string> args = {"--model", model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
+    std::vector<std::string> args = {"--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(), "--output",
                                      out.string(), "--concurrency", "16", "--threads", "1", "--quiet"};
     if (!shard.empty()) args.insert(args.end(), {"--shard", shard});
     return test::run_cli(cli_batch, args);
@@ -133,40 +121,25 @@ TEST(CliBatch, ShardsTogetherWriteTheUnshardedResult) {
 }
 
 TEST(CliBatch, SurvivesSigkillAndResumesEveryIdExactlyOnce) {
-  EXL_REQUIRE_SHARED(kModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const fs::path bin = test::binary_dir() / "exlagent";
   if (!fs::exists(bin)) GTEST_SKIP() << "the exlagent binary is not built: " << bin;
   const auto dir = test::temp_dir("CliBatch_sigkill");
   const int n = 120;
-  test::write_file(dir / "in.jsonl", simple_lines(n, 32));
+  test::write_file(dir / "in.jsonl", test::batch_simple_lines(n, 32));
   const std::string out = (dir / "out.jsonl").string();
-  const std::vector<std::string> args = {"batch", "--model", model_dir(), "--input", (dir / "in.jsonl").string(),
+  const std::vector<std::string> args = {"batch", "--model", test::job_model_dir(), "--input", (dir / "in.jsonl").string(),
                                          "--output", out, "--concurrency", "4", "--threads", "1", "--quiet"};
-  const pid_t pid = fork();
+  const pid_t pid = test::spawn_quiet(bin, args);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 2);
-    ::execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  size_t seen = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    const std::string s = fs::exists(out) ? test::read_file(out) : "";
-    seen = size_t(std::count(s.begin(), s.end(), '\n'));
-    if (seen >= 5) break;
+  while (test::count_file_lines(out) < 5 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
   ::kill(pid, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the batch finished before it could be killed (exit " << WEXITSTATUS(status) << ")";
-  const std::string killed = test::read_file(out);
-  const size_t at_kill = size_t(std::count(killed.begin(), killed.end(), '\n'));
+  const size_t at_kill = test::count_file_lines(out);
   ASSERT_GE(at_kill, 5u);
   ASSERT_LT(at_kill, size_t(n)) << "nothing left to resume";
 
@@ -185,7 +158,7 @@ TEST(CliBatch, SurvivesSigkillAndResumesEveryIdExactlyOnce) {
 }
 
 TEST(CliRun, WorkflowWritesStepOutputsAndTrace) {
-  EXL_REQUIRE_SHARED(kModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const auto dir = test::temp_dir("CliRun_workflow");
   test::write_file(dir / "wf.json", R"J({"name":"t","inputs":{"names":["Ann","Bo","Cy"],"mode":"short"},
     "defaults":{"max_tokens":6},
@@ -195,7 +168,7 @@ TEST(CliRun, WorkflowWritesStepOutputsAndTrace) {
       {"name":"more","prompt":"Go on.","continue":"intro","if":{"path":"inputs.mode","equals":"short"}},
       {"name":"never","prompt":"x","if":"steps.intro.missing"}]})J");
   const fs::path out = dir / "out";
-  auto r = test::run_cli(cli_run, {(dir / "wf.json").string(), "--model", model_dir(), "--out", out.string(), "--threads", "1"});
+  auto r = test::run_cli(cli_run, {(dir / "wf.json").string(), "--model", test::job_model_dir(), "--out", out.string(), "--threads", "1"});
   ASSERT_EQ(r.code, 0) << r.error << r.err;
   const auto outputs = ojson::parse(test::read_file(out / "outputs.json"));
   EXPECT_EQ(ojson::parse(r.out), outputs);
@@ -226,34 +199,34 @@ TEST(CliRun, WorkflowWritesStepOutputsAndTrace) {
 }
 
 TEST(CliRun, BadToolsAndInvalidFilesAreClearErrors) {
-  EXL_REQUIRE_SHARED(kModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const auto dir = test::temp_dir("CliRun_errors");
   test::write_file(dir / "tools.json", R"({"steps":[{"name":"a","prompt":"p","tools":[{"type":"function"}]}]})");
-  auto r = test::run_cli(cli_run, {(dir / "tools.json").string(), "--model", model_dir()});
+  auto r = test::run_cli(cli_run, {(dir / "tools.json").string(), "--model", test::job_model_dir()});
   EXPECT_EQ(r.code, -1);
   EXPECT_NE(r.error.find("/steps/0/tools/0"), std::string::npos) << r.error;
   test::write_file(dir / "unknown.json", R"({"steps":[{"name":"a","prompt":"p","tools":["calculator","nope"]}]})");
-  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir()});
+  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", test::job_model_dir()});
   EXPECT_NE(r.error.find("runtime: run: step 'a': no tool 'nope' (built-ins: calculator"), std::string::npos) << r.error;
   const std::string fake_mcp = "fake=python3 " + std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_server.py";
-  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir(), "--mcp", fake_mcp});
+  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", test::job_model_dir(), "--mcp", fake_mcp});
   EXPECT_NE(r.error.find("no tool 'nope'"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("MCP tools are NAME__tool"), std::string::npos) << r.error;
-  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", model_dir(), "--mcp", "nope"});
+  r = test::run_cli(cli_run, {(dir / "unknown.json").string(), "--model", test::job_model_dir(), "--mcp", "nope"});
   EXPECT_EQ(r.code, 2) << r.error;
   EXPECT_NE(r.err.find("--mcp wants NAME=COMMAND ARGS... or NAME=URL, got 'nope'"), std::string::npos) << r.err;
   test::write_file(dir / "mcp.json", R"({"mcp":{"fake":"python3 )" + std::string(EXL_SOURCE_DIR) +
                                          R"(/tests/tools/fake_mcp_server.py"},"steps":[{"name":"a","prompt":"p","tools":["fake__nope"]}]})");
-  r = test::run_cli(cli_run, {(dir / "mcp.json").string(), "--model", model_dir()});
+  r = test::run_cli(cli_run, {(dir / "mcp.json").string(), "--model", test::job_model_dir()});
   EXPECT_NE(r.error.find("no tool 'fake__nope'"), std::string::npos) << r.error;
-  r = test::run_cli(cli_run, {(dir / "mcp.json").string(), "--model", model_dir(), "--mcp", fake_mcp});
+  r = test::run_cli(cli_run, {(dir / "mcp.json").string(), "--model", test::job_model_dir(), "--mcp", fake_mcp});
   EXPECT_EQ(r.code, 2) << r.error;
   EXPECT_NE(r.err.find("--mcp fake: the workflow's \"mcp\" already names a server 'fake'"), std::string::npos) << r.err;
   test::write_file(dir / "read.json", R"({"steps":[{"name":"a","prompt":"p","tools":["read_file"]}]})");
-  r = test::run_cli(cli_run, {(dir / "read.json").string(), "--model", model_dir()});
+  r = test::run_cli(cli_run, {(dir / "read.json").string(), "--model", test::job_model_dir()});
   EXPECT_NE(r.error.find("read_file needs --read-root"), std::string::npos) << r.error;
   test::write_file(dir / "bad.json", R"({"steps":[{"name":"a","promt":"p"}]})");
-  r = test::run_cli(cli_run, {(dir / "bad.json").string(), "--model", model_dir()});
+  r = test::run_cli(cli_run, {(dir / "bad.json").string(), "--model", test::job_model_dir()});
   EXPECT_NE(r.error.find("/steps/0: missing required property 'prompt'"), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("/steps/0: unknown property 'promt'"), std::string::npos) << r.error;
   r = test::run_cli(cli_run, {(dir / "bad.json").string()});
@@ -365,17 +338,17 @@ TEST(CliExtract, PrintsOneValidObjectPerInputInOrder) {
 }
 
 TEST(CliExtract, BadSchemaAndInputsAreClearErrors) {
-  EXL_REQUIRE_SHARED(kModel);
+  EXL_REQUIRE_SHARED(test::k_job_model);
   const auto dir = test::temp_dir("CliExtract_errors");
   test::write_file(dir / "bad.json", R"({"type":"nonsense"})");
   test::write_file(dir / "a.txt", "x");
-  auto r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string(), (dir / "a.txt").string()});
+  auto r = test::run_cli(cli_extract, {"--model", test::job_model_dir(), "--schema", (dir / "bad.json").string(), (dir / "a.txt").string()});
   EXPECT_EQ(r.code, -1);
   EXPECT_NE(r.error.find("runtime: extract: '" + (dir / "bad.json").string() + "': runtime: job: schema:"), std::string::npos)
       << r.error;
-  r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string(), (dir / "nope.txt").string()});
+  r = test::run_cli(cli_extract, {"--model", test::job_model_dir(), "--schema", (dir / "bad.json").string(), (dir / "nope.txt").string()});
   EXPECT_NE(r.error.find("cannot read input"), std::string::npos) << r.error;
-  r = test::run_cli(cli_extract, {"--model", model_dir(), "--schema", (dir / "bad.json").string()});
+  r = test::run_cli(cli_extract, {"--model", test::job_model_dir(), "--schema", (dir / "bad.json").string()});
   EXPECT_EQ(r.code, 2);
 }
 

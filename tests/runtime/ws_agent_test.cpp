@@ -31,6 +31,18 @@ constexpr const char* kKey = "ws-key";
 constexpr const char* kCall = "[TOOL_CALLS] [{\"name\": \"lookup\", \"arguments\": {\"city\": \"Oslo\"}}]";
 constexpr const char* kStory = "Once upon a time there was a little cat who liked to play in the sun with her friends.";
 
+constexpr const char* kStoriesWeights = "models/stories260K-hf/model.safetensors";
+
+// The options of a test that starts its own stories260K server: no API key, 16-token pages,
+// `cache_pages` of them, transcripts in a fresh temporary directory named `temp_name`.
+ServerOptions own_server_options(const std::string& temp_name, int cache_pages = 64) {
+  ServerOptions o = test::test_server_options(test::shared_dir() / "models/stories260K-hf");
+  o.page_size = 16;
+  o.cache_pages = cache_pages;
+  o.session_dir = (test::temp_dir(temp_name) / "sessions").string();
+  return o;
+}
+
 class WsAgent : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -279,19 +291,10 @@ TEST_F(WsAgent, ToolGarbageWrongShapeAndHugeOutput) {
 
 // A conversation over --max-prompt-tokens ends its run with an error event naming the limit.
 TEST(WsAgentLimits, PromptTokenLimitEndsTheRunWithAnError) {
-  const auto dir = test::shared_dir() / "models/stories260K-hf";
-  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
-  ServerOptions o;
-  o.model_dir = dir.string();
-  o.port = 0;
-  o.page_size = 16;
-  o.cache_pages = 64;
-  o.cpu_threads = 1;
+  EXL_REQUIRE_SHARED(kStoriesWeights);
+  ServerOptions o = own_server_options("WsAgentLimits");
   o.max_prompt_tokens = 40;
-  o.session_dir = (test::temp_dir("WsAgentLimits") / "sessions").string();
-  auto state = std::make_shared<ServerState>(o);
-  Server server(state);
-  server.start();
+  test::TestServer server(o);
   WsTestClient c(server.port(), "");
   const std::string sid = c.call("sessions/create", {{"maxTokens", 4}})["result"]["sessionId"];
   std::string words;
@@ -371,20 +374,11 @@ TEST_F(WsAgent, BadFramesMethodsAndLimits) {
 // Issue 28: create+close of sessions filled a shared temp directory with world-readable
 // transcripts that were never deleted. Now: a private directory, 0600 files, and a retention limit.
 TEST(WsAgentTranscripts, PrivateAndBounded) {
-  const auto dir = test::shared_dir() / "models/stories260K-hf";
-  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
-  ServerOptions o;
-  o.model_dir = dir.string();
-  o.port = 0;
-  o.page_size = 16;
-  o.cache_pages = 64;
-  o.cpu_threads = 1;
-  const auto sessions = test::temp_dir("WsAgentTranscripts") / "sessions";
-  o.session_dir = sessions.string();
+  EXL_REQUIRE_SHARED(kStoriesWeights);
+  ServerOptions o = own_server_options("WsAgentTranscripts");
+  const std::filesystem::path sessions = o.session_dir;
   o.session_retain_files = 3;
-  auto state = std::make_shared<ServerState>(o);
-  Server server(state);
-  server.start();
+  test::TestServer server(o);
   WsTestClient c(server.port(), "");
   for (int i = 0; i < 12; ++i) {
     json created = c.call("sessions/create", {{"system", "You are helpful."}});
@@ -409,20 +403,11 @@ TEST(WsAgentTranscripts, PrivateAndBounded) {
 // Graceful shutdown drains agent runs: a session waiting for a client's tool when the server is
 // told to stop gets the answer and finishes; new requests meanwhile get "shutting down".
 TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
-  const auto dir = test::shared_dir() / "models/stories260K-hf";
-  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
-  ServerOptions o;
-  o.model_dir = dir.string();
-  o.port = 0;
-  o.page_size = 16;
-  o.cache_pages = 128;
-  o.cpu_threads = 1;
-  o.session_dir = (test::temp_dir("WsAgentShutdown") / "sessions").string();
+  EXL_REQUIRE_SHARED(kStoriesWeights);
+  ServerOptions o = own_server_options("WsAgentShutdown", 128);
   o.chat_template = "mistral";
-  auto state = std::make_shared<ServerState>(o);
-  Server server(state);
-  server.start();
-  state->sessions().set_turn_constraint(scripted_turns(state->tokenizer(), {kCall, "It is 4 degrees."}));
+  test::TestServer server(o);
+  server.state->sessions().set_turn_constraint(scripted_turns(server.state->tokenizer(), {kCall, "It is 4 degrees."}));
   WsTestClient c(server.port(), "");
   ASSERT_TRUE(c.call("tools/register", {{"tools", json::array({{{"name", "lookup"}, {"inputSchema", {{"type", "object"}}}}})}})
                   .contains("result"));
@@ -431,7 +416,7 @@ TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
   auto call = c.next_of("tools/call");
   ASSERT_TRUE(call);
 
-  auto stopped = std::async(std::launch::async, [&server] { server.shutdown(std::chrono::seconds(20)); });
+  auto stopped = std::async(std::launch::async, [&server] { server.server.shutdown(std::chrono::seconds(20)); });
   EXPECT_EQ(stopped.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
       << "shutdown must wait for the session's run";
   json refused = c.call("server/info");
@@ -455,22 +440,12 @@ TEST(WsAgentShutdown, RunningSessionFinishesBeforeExit) {
 // Issue 28: on shutdown with nothing running, idle WebSocket clients were dropped without a close
 // frame (1006); they now get 1001 going away.
 TEST(WsAgentShutdown, IdleConnectionsGetGoingAway) {
-  const auto dir = test::shared_dir() / "models/stories260K-hf";
-  if (!std::filesystem::exists(dir / "model.safetensors")) GTEST_SKIP() << "shared asset missing: models/stories260K-hf";
-  ServerOptions o;
-  o.model_dir = dir.string();
-  o.port = 0;
-  o.page_size = 16;
-  o.cache_pages = 64;
-  o.cpu_threads = 1;
-  o.session_dir = (test::temp_dir("WsAgentShutdownIdle") / "sessions").string();
-  auto state = std::make_shared<ServerState>(o);
-  Server server(state);
-  server.start();
+  EXL_REQUIRE_SHARED(kStoriesWeights);
+  test::TestServer server(own_server_options("WsAgentShutdownIdle"));
   WsTestClient a(server.port(), ""), b(server.port(), "");
   ASSERT_TRUE(a.call("sessions/create", json::object()).contains("result"));
   ASSERT_TRUE(b.call("server/info").contains("result"));
-  auto stopped = std::async(std::launch::async, [&server] { server.shutdown(std::chrono::seconds(5)); });
+  auto stopped = std::async(std::launch::async, [&server] { server.server.shutdown(std::chrono::seconds(5)); });
   auto read_a = std::async(std::launch::async, [&a] { return a.next(std::chrono::milliseconds(10000)); });
   auto read_b = std::async(std::launch::async, [&b] { return b.next(std::chrono::milliseconds(10000)); });
   EXPECT_FALSE(read_a.get().has_value());

@@ -19,6 +19,7 @@
 #include "tools/mcp/child_process.h"
 #include "tools/mcp/mcp_client.h"
 #include "tools/tool_registry.h"
+#include "tools/fake_mcp_fixture.h"
 #include "tools/tool_test_util.h"
 
 namespace exl {
@@ -29,15 +30,9 @@ using test::contains;
 
 std::string fake_server() { return std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_server.py"; }
 
-class McpClientTest : public testing::Test {
+class McpClientTest : public test::FakeMcpRecordTest {
  protected:
-  void SetUp() override {
-    record_ = std::filesystem::temp_directory_path() /
-              ("exl-mcp-" + std::to_string(::getpid()) + "-" +
-               testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl");
-    std::filesystem::remove(record_);
-  }
-  void TearDown() override { std::filesystem::remove(record_); }
+  McpClientTest() : FakeMcpRecordTest("exl-mcp-") {}
 
   McpServerConfig config(std::vector<std::string> extra = {}) {
     McpServerConfig c;
@@ -47,27 +42,12 @@ class McpClientTest : public testing::Test {
     c.kill_grace = std::chrono::milliseconds(500);
     return c;
   }
-  // The JSON lines the fake server recorded (its starts and the notifications it received).
-  std::vector<json> recorded() {
-    std::vector<json> out;
-    std::ifstream in(record_);
-    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-    return out;
-  }
   int starts() {
     int n = 0;
     for (const auto& j : recorded()) n += j.contains("started");
     return n;
   }
-  std::filesystem::path record_;
 };
-
-ToolResult call(McpClient& c, const std::string& tool, const json& args) {
-  std::promise<ToolResult> p;
-  auto f = p.get_future();
-  c.call(tool, args, ToolClock::now() + std::chrono::seconds(30), [&p](ToolResult r) { p.set_value(std::move(r)); });
-  return f.get();
-}
 
 TEST(McpCommandLine, SplitsOnSpacesWithSimpleQuoting) {
   EXPECT_EQ(split_command_line("  npx -y  @mcp/server  "), (std::vector<std::string>{"npx", "-y", "@mcp/server"}));
@@ -167,15 +147,15 @@ TEST_F(McpClientTest, AProgramThatCannotStartIsAClearError) {
 
 TEST_F(McpClientTest, ResultsErrorsAndStructuredContent) {
   auto c = McpClient::start(config());
-  ToolResult r = call(*c, "image", json::object());
+  ToolResult r = test::call_mcp(*c, "image", json::object());
   EXPECT_EQ(r.content, "a picture:\n[image: image/png]\nresource text");
   EXPECT_FALSE(r.is_error);
-  r = call(*c, "structured", json::object());
+  r = test::call_mcp(*c, "structured", json::object());
   EXPECT_EQ(json::parse(r.content), (json{{"n", 1}, {"ok", true}}));
-  r = call(*c, "fail", json::object());
+  r = test::call_mcp(*c, "fail", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_EQ(r.content, "it went wrong");
-  r = call(*c, "rpc_error", json::object());
+  r = test::call_mcp(*c, "rpc_error", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_EQ(r.content, "MCP server 'fake': tool 'rpc_error' failed: bad params here (code -32602)");
 }
@@ -184,10 +164,10 @@ TEST_F(McpClientTest, ATimeoutSendsCancelledAndTheServerStaysUsable) {
   McpServerConfig cfg = config();
   cfg.call_timeout = std::chrono::milliseconds(300);
   auto c = McpClient::start(cfg);
-  ToolResult r = call(*c, "sleep", {{"ms", 1500}});
+  ToolResult r = test::call_mcp(*c, "sleep", {{"ms", 1500}});
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "MCP server 'fake': tool 'sleep' timed out after")) << r.content;
-  EXPECT_EQ(call(*c, "echo", {{"text", "hi"}}).content, "echo: hi");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "hi"}}).content, "echo: hi");
   bool cancelled = false;
   for (const auto& j : recorded())
     if (j.value("notification", "") == "notifications/cancelled") cancelled = j["params"]["requestId"] == 4;
@@ -207,7 +187,7 @@ TEST_F(McpClientTest, ACancelledCallSendsCancelled) {
   const ToolResult r = f.get();
   EXPECT_TRUE(r.is_error);
   EXPECT_EQ(r.content, "MCP server 'fake': tool 'sleep' was cancelled (notifications/cancelled sent)");
-  EXPECT_EQ(call(*c, "echo", {{"text", "after"}}).content, "echo: after");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "after"}}).content, "echo: after");
   json cancelled;
   for (const auto& j : recorded())
     if (j.value("notification", "") == "notifications/cancelled") cancelled = j["params"];
@@ -216,18 +196,18 @@ TEST_F(McpClientTest, ACancelledCallSendsCancelled) {
 
 TEST_F(McpClientTest, ACrashMidCallIsAToolErrorThenOneRestart) {
   auto c = McpClient::start(config());
-  ToolResult r = call(*c, "crash", json::object());
+  ToolResult r = test::call_mcp(*c, "crash", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "MCP server 'fake': tool 'crash' failed: the server exited (exit status 3)"))
       << r.content;
   EXPECT_TRUE(contains(r.content, "crashing on purpose")) << "its stderr: " << r.content;
   EXPECT_TRUE(contains(c->log(), "crashing on purpose"));
-  r = call(*c, "echo", {{"text", "again"}});
+  r = test::call_mcp(*c, "echo", {{"text", "again"}});
   EXPECT_FALSE(r.is_error) << r.content;
   EXPECT_EQ(r.content, "echo: again");
   EXPECT_EQ(starts(), 2);
-  EXPECT_TRUE(call(*c, "crash", json::object()).is_error);
-  r = call(*c, "echo", {{"text", "third"}});
+  EXPECT_TRUE(test::call_mcp(*c, "crash", json::object()).is_error);
+  r = test::call_mcp(*c, "echo", {{"text", "third"}});
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "MCP server 'fake' is not running")) << r.content;
   EXPECT_TRUE(contains(r.content, "already restarted 1 time")) << r.content;
@@ -238,17 +218,17 @@ TEST_F(McpClientTest, MalformedLinesAreClearErrors) {
   McpServerConfig cfg = config();
   cfg.max_line_bytes = 4096;
   auto c = McpClient::start(cfg);
-  ToolResult r = call(*c, "garbage", json::object());
+  ToolResult r = test::call_mcp(*c, "garbage", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "sent a line that is not JSON: 'this is not json'")) << r.content;
-  r = call(*c, "wrong_id", json::object());
+  r = test::call_mcp(*c, "wrong_id", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "answered request id 1005, which was never sent")) << r.content;
-  EXPECT_EQ(call(*c, "echo", {{"text", "still here"}}).content, "echo: still here");
-  r = call(*c, "huge", json::object());
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "still here"}}).content, "echo: still here");
+  r = test::call_mcp(*c, "huge", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "sent a line longer than 4096 bytes")) << r.content;
-  EXPECT_EQ(call(*c, "echo", {{"text", "restarted"}}).content, "echo: restarted");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "restarted"}}).content, "echo: restarted");
   EXPECT_EQ(starts(), 2);
 }
 
@@ -278,18 +258,11 @@ TEST_F(McpClientTest, ProgressReachesTheCallersTokenOnlyWhenItAsks) {
     EXPECT_EQ(seen[1].total, 2);
     EXPECT_EQ(seen[1].message, "step 2");
   }
-  EXPECT_EQ(call(*c, "progress", json::object()).content, "token null");
+  EXPECT_EQ(test::call_mcp(*c, "progress", json::object()).content, "token null");
 }
 
 TEST_F(McpClientTest, ListChangedReRegistersTheTools) {
-  auto c = McpClient::start(config());
-  ToolRegistry reg;
-  register_mcp_tools(reg, c);
-  EXPECT_FALSE(reg.contains("fake__extra"));
-  EXPECT_EQ(test::call_now(reg, "fake__change", json::object()).content, "changed");
-  for (int i = 0; i < 1000 && !reg.contains("fake__extra"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(reg.contains("fake__extra"));
-  EXPECT_TRUE(reg.contains("fake__add"));
+  test::expect_list_changed_reregisters(McpClient::start(config()), "fake", "add");
 }
 
 TEST_F(McpClientTest, DestroyingTheClientEndsTheServer) {
@@ -311,17 +284,10 @@ TEST(McpRealServer, ServerEverythingListsAndCalls) {
   cfg.name = "everything";
   cfg.argv = {bin.string()};
   auto c = McpClient::start(cfg);
-  EXPECT_EQ(c->protocol_version(), "2025-06-18");
   ToolRegistry reg;
-  for (const auto& line : register_mcp_tools(reg, c)) std::cerr << "note: " << line << "\n";
-  ASSERT_TRUE(reg.contains("everything__echo"));
+  test::expect_server_everything_echoes_and_sums(c, reg, "hello from exlagent");
   ASSERT_TRUE(reg.contains("everything__get-sum"));
-  ToolResult r = test::call_now(reg, "everything__echo", {{"message", "hello from exlagent"}});
-  EXPECT_FALSE(r.is_error) << r.content;
-  EXPECT_EQ(r.content, "Echo: hello from exlagent");
-  r = test::call_now(reg, "everything__get-sum", {{"a", 2}, {"b", 3}});
-  EXPECT_TRUE(contains(r.content, "5")) << r.content;
-  r = test::call_now(reg, "everything__echo", {{"message", 7}});
+  ToolResult r = test::call_now(reg, "everything__echo", {{"message", 7}});
   EXPECT_TRUE(r.is_error) << "the registry checks the server's input schema";
 }
 

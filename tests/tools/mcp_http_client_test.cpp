@@ -22,6 +22,7 @@
 #include "tools/mcp/child_process.h"
 #include "tools/mcp/mcp_client.h"
 #include "tools/tool_registry.h"
+#include "tools/fake_mcp_fixture.h"
 #include "tools/tool_test_util.h"
 
 namespace exl {
@@ -29,16 +30,6 @@ namespace mcp_http_client_test {
 
 using json = nlohmann::json;
 using test::contains;
-
-ToolResult http_call(McpClient& c, const std::string& tool, const json& args,
-                     std::shared_ptr<CancelToken> cancel = nullptr) {
-  std::promise<ToolResult> p;
-  auto f = p.get_future();
-  c.call(tool, args, ToolClock::now() + std::chrono::seconds(30), [&p](ToolResult r) { p.set_value(std::move(r)); },
-         std::move(cancel));
-  EXPECT_EQ(f.wait_for(std::chrono::seconds(40)), std::future_status::ready) << "the call hangs";
-  return f.get();
-}
 
 // Reads the port the fake server prints first.
 int read_port(ChildProcess& p) {
@@ -53,13 +44,11 @@ int read_port(ChildProcess& p) {
   }
 }
 
-class McpHttpClientTest : public testing::Test {
+class McpHttpClientTest : public test::FakeMcpRecordTest {
  protected:
+  McpHttpClientTest() : FakeMcpRecordTest("exl-mcp-http-") {}
   void SetUp() override {
-    record_ = std::filesystem::temp_directory_path() /
-              ("exl-mcp-http-" + std::to_string(::getpid()) + "-" +
-               testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl");
-    std::filesystem::remove(record_);
+    FakeMcpRecordTest::SetUp();
     server_ = ChildProcess::spawn({"python3", std::string(EXL_SOURCE_DIR) + "/tests/tools/fake_mcp_http_server.py",
                                    "--record", record_.string()});
     port_ = read_port(*server_);
@@ -67,26 +56,13 @@ class McpHttpClientTest : public testing::Test {
   }
   void TearDown() override {
     if (server_) server_->stop(std::chrono::milliseconds(200));
-    std::filesystem::remove(record_);
+    FakeMcpRecordTest::TearDown();
   }
   McpServerConfig config() {
     McpServerConfig c = parse_mcp_server_flag("web=http://127.0.0.1:" + std::to_string(port_) + "/mcp");
     c.kill_grace = std::chrono::milliseconds(1000);
     return c;
   }
-  std::vector<json> recorded() {
-    std::vector<json> out;
-    std::ifstream in(record_);
-    for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-    return out;
-  }
-  std::vector<json> recorded_with(const std::string& key) {
-    std::vector<json> out;
-    for (auto& j : recorded())
-      if (j.contains(key)) out.push_back(j);
-    return out;
-  }
-  std::filesystem::path record_;
   std::unique_ptr<ChildProcess> server_;
   int port_ = -1;
 };
@@ -121,7 +97,7 @@ TEST_F(McpHttpClientTest, ListsAndCallsOverJsonAndEventStreams) {
   ToolResult r = test::call_now(reg, "web__add", {{"a", 2}, {"b", 40}});
   EXPECT_FALSE(r.is_error) << r.content;
   EXPECT_EQ(r.content, "42") << "the result after a progress event and a ping on the call's event stream";
-  EXPECT_EQ(http_call(*c, "echo", {{"text", "hi"}}).content, "echo: hi");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "hi"}}).content, "echo: hi");
   bool initialized = false, pong = false;
   for (const auto& n : recorded_with("notification")) {
     EXPECT_EQ(n["session"], "sess-1") << n;
@@ -140,7 +116,7 @@ TEST_F(McpHttpClientTest, ATimeoutAndACancelSendCancelledAndTheSessionStaysUsabl
   McpServerConfig cfg = config();
   cfg.call_timeout = std::chrono::milliseconds(300);
   auto c = McpClient::start(cfg);
-  ToolResult r = http_call(*c, "sleep", {{"ms", 1500}});
+  ToolResult r = test::call_mcp(*c, "sleep", {{"ms", 1500}});
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "MCP server 'web': tool 'sleep' timed out after ")) << r.content;
   auto cancel = std::make_shared<CancelToken>();
@@ -148,11 +124,11 @@ TEST_F(McpHttpClientTest, ATimeoutAndACancelSendCancelledAndTheSessionStaysUsabl
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     cancel->cancel();
   });
-  r = http_call(*c, "sleep", {{"ms", 1500}}, cancel);
+  r = test::call_mcp(*c, "sleep", {{"ms", 1500}}, cancel);
   t.join();
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "MCP server 'web': tool 'sleep' was cancelled")) << r.content;
-  EXPECT_EQ(http_call(*c, "echo", {{"text", "still"}}).content, "echo: still");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "still"}}).content, "echo: still");
   std::vector<std::string> reasons;
   for (const auto& n : recorded_with("notification"))
     if (n["notification"] == "notifications/cancelled") reasons.push_back(n["params"]["reason"]);
@@ -161,11 +137,11 @@ TEST_F(McpHttpClientTest, ATimeoutAndACancelSendCancelledAndTheSessionStaysUsabl
 
 TEST_F(McpHttpClientTest, ASessionTheServerEndedIsReinitializedOnce) {
   auto c = McpClient::start(config());
-  EXPECT_EQ(http_call(*c, "forget", json::object()).content, "forgotten");
-  ToolResult r = http_call(*c, "echo", {{"text", "a"}});
+  EXPECT_EQ(test::call_mcp(*c, "forget", json::object()).content, "forgotten");
+  ToolResult r = test::call_mcp(*c, "echo", {{"text", "a"}});
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "failed: the server ended the session (HTTP 404")) << r.content;
-  r = http_call(*c, "echo", {{"text", "b"}});
+  r = test::call_mcp(*c, "echo", {{"text", "b"}});
   EXPECT_FALSE(r.is_error) << r.content;
   EXPECT_EQ(r.content, "echo: b");
   EXPECT_EQ(recorded_with("initialize").size(), 2u);
@@ -174,56 +150,49 @@ TEST_F(McpHttpClientTest, ASessionTheServerEndedIsReinitializedOnce) {
 
 TEST_F(McpHttpClientTest, HttpErrorsAndBadBodiesAreToolErrors) {
   auto c = McpClient::start(config());
-  ToolResult r = http_call(*c, "http500", json::object());
+  ToolResult r = test::call_mcp(*c, "http500", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "failed: the server answered HTTP 500 Internal Server Error: 'server exploded'"))
       << r.content;
-  r = http_call(*c, "garbage", json::object());
+  r = test::call_mcp(*c, "garbage", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "sent a body that is not JSON: 'this is not json'")) << r.content;
-  EXPECT_EQ(http_call(*c, "echo", {{"text", "fine"}}).content, "echo: fine");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "fine"}}).content, "echo: fine");
 }
 
 TEST_F(McpHttpClientTest, AServerThatGoesAwayGivesToolErrorsNotHangs) {
   auto c = McpClient::start(config());
-  ToolResult r = http_call(*c, "exit", json::object());
+  ToolResult r = test::call_mcp(*c, "exit", json::object());
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "closed its event stream without answering")) << r.content;
   EXPECT_EQ(server_->stop(std::chrono::milliseconds(2000)), "exit status 3");
-  r = http_call(*c, "echo", {{"text", "anyone?"}});
+  r = test::call_mcp(*c, "echo", {{"text", "anyone?"}});
   EXPECT_TRUE(r.is_error);
   EXPECT_TRUE(contains(r.content, "could not be reached at http://127.0.0.1:")) << r.content;
   EXPECT_TRUE(contains(r.content, "connect: Connection refused")) << r.content;
 }
 
 TEST_F(McpHttpClientTest, ListChangedOnACallsStreamReRegistersTheTools) {
-  auto c = McpClient::start(config());
-  ToolRegistry reg;
-  register_mcp_tools(reg, c);
-  EXPECT_FALSE(reg.contains("web__extra"));
-  EXPECT_EQ(test::call_now(reg, "web__change", json::object()).content, "changed");
-  for (int i = 0; i < 1000 && !reg.contains("web__extra"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(reg.contains("web__extra"));
-  EXPECT_TRUE(reg.contains("web__echo"));
+  test::expect_list_changed_reregisters(McpClient::start(config()), "web", "echo");
 }
 
 TEST_F(McpHttpClientTest, ListChangedOnTheGetStreamReRegistersTheTools) {
   auto c = McpClient::start(config());
   ToolRegistry reg;
   register_mcp_tools(reg, c);
-  for (int i = 0; i < 500 && recorded_with("get").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  test::poll_until([&] { return !recorded_with("get").empty(); }, 500);
   const auto gets = recorded_with("get");
   ASSERT_EQ(gets.size(), 1u) << "the GET stream is opened once initialized";
   EXPECT_EQ(gets[0]["get"], "sess-1");
   EXPECT_FALSE(reg.contains("web__extra2"));
   EXPECT_EQ(test::call_now(reg, "web__change_later", json::object()).content, "notified 1");
-  for (int i = 0; i < 1000 && !reg.contains("web__extra2"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  test::poll_until([&] { return reg.contains("web__extra2"); }, 1000);
   EXPECT_TRUE(reg.contains("web__extra2"));
 }
 
 TEST_F(McpHttpClientTest, DestroyingTheClientDeletesTheSession) {
   auto c = McpClient::start(config());
-  EXPECT_EQ(http_call(*c, "echo", {{"text", "x"}}).content, "echo: x");
+  EXPECT_EQ(test::call_mcp(*c, "echo", {{"text", "x"}}).content, "echo: x");
   c.reset();
   const auto deleted = recorded_with("deleted");
   ASSERT_EQ(deleted.size(), 1u);
@@ -272,16 +241,8 @@ TEST(McpRealHttpServer, ServerEverythingOverStreamableHttp) {
   ASSERT_TRUE(wait_listening(port)) << "server-everything streamableHttp did not listen on " << port;
   {
     McpServerConfig cfg = parse_mcp_server_flag("everything=http://127.0.0.1:" + std::to_string(port) + "/mcp");
-    auto c = McpClient::start(cfg);
-    EXPECT_EQ(c->protocol_version(), "2025-06-18");
     ToolRegistry reg;
-    for (const auto& line : register_mcp_tools(reg, c)) std::cerr << "note: " << line << "\n";
-    ASSERT_TRUE(reg.contains("everything__echo"));
-    ToolResult r = test::call_now(reg, "everything__echo", {{"message", "over http"}});
-    EXPECT_FALSE(r.is_error) << r.content;
-    EXPECT_EQ(r.content, "Echo: over http");
-    r = test::call_now(reg, "everything__get-sum", {{"a", 2}, {"b", 3}});
-    EXPECT_TRUE(contains(r.content, "5")) << r.content;
+    test::expect_server_everything_echoes_and_sums(McpClient::start(cfg), reg, "over http");
   }
   server->stop(std::chrono::milliseconds(500));
 }
