@@ -61,6 +61,17 @@ class McpAgentSessionTest : public test::ScriptedAgentTest {
   AgentEnv env(std::vector<std::string> replies) {
     return scripted_env(std::move(replies), [this](const std::string& name) { return registry_.find(name); });
   }
+  // A session offered only `tool` whose scripted model calls it with `arguments` (JSON text), then
+  // says `final_reply`.
+  std::shared_ptr<AgentSession> calling_session(const std::string& tool, const std::string& arguments,
+                                                const std::string& final_reply, const std::string& id,
+                                                McpEvents& ev) {
+    AgentConfig cfg;
+    cfg.tools = {tool};
+    return AgentSession::create(
+        env({"[TOOL_CALLS] [{\"name\": \"" + tool + "\", \"arguments\": " + arguments + "}]", final_reply}), id, cfg,
+        ev.sink());
+  }
 
   ToolRegistry registry_;
   std::shared_ptr<McpClient> client_;  // after registry_: stops before it goes
@@ -68,12 +79,8 @@ class McpAgentSessionTest : public test::ScriptedAgentTest {
 };
 
 TEST_F(McpAgentSessionTest, TheSessionCallsAnMcpToolAndGetsItsResult) {
-  AgentConfig cfg;
-  cfg.tools = {"fake__add"};
   McpEvents ev;
-  auto s = AgentSession::create(env({"[TOOL_CALLS] [{\"name\": \"fake__add\", \"arguments\": {\"a\": 2, \"b\": 3}}]",
-                                     "It is 5."}),
-                                "s-mcp-add", cfg, ev.sink());
+  auto s = calling_session("fake__add", R"({"a": 2, "b": 3})", "It is 5.", "s-mcp-add", ev);
   ASSERT_TRUE(s->send("add 2 and 3"));
   json done = ev.wait_done();
   EXPECT_EQ(done["reason"], "final") << (ev.of("error").empty() ? json() : ev.of("error")[0].data).dump();
@@ -88,11 +95,8 @@ TEST_F(McpAgentSessionTest, TheSessionCallsAnMcpToolAndGetsItsResult) {
 }
 
 TEST_F(McpAgentSessionTest, AServersProgressBecomesToolProgressEvents) {
-  AgentConfig cfg;
-  cfg.tools = {"fake__progress"};
   McpEvents ev;
-  auto s = AgentSession::create(env({"[TOOL_CALLS] [{\"name\": \"fake__progress\", \"arguments\": {}}]", "Done."}),
-                                "s-mcp-progress", cfg, ev.sink());
+  auto s = calling_session("fake__progress", "{}", "Done.", "s-mcp-progress", ev);
   ASSERT_TRUE(s->send("go"));
   EXPECT_EQ(ev.wait_done()["reason"], "final");
   ASSERT_EQ(ev.of("tool_call").size(), 1u);
@@ -111,11 +115,8 @@ TEST_F(McpAgentSessionTest, AServersProgressBecomesToolProgressEvents) {
 }
 
 TEST_F(McpAgentSessionTest, AServerCrashMidCallIsAToolErrorNotAHang) {
-  AgentConfig cfg;
-  cfg.tools = {"fake__crash"};
   McpEvents ev;
-  auto s = AgentSession::create(env({"[TOOL_CALLS] [{\"name\": \"fake__crash\", \"arguments\": {}}]", "It failed."}),
-                                "s-mcp-crash", cfg, ev.sink());
+  auto s = calling_session("fake__crash", "{}", "It failed.", "s-mcp-crash", ev);
   ASSERT_TRUE(s->send("crash it"));
   json done = ev.wait_done();
   EXPECT_EQ(done["reason"], "final");
@@ -130,12 +131,8 @@ TEST_F(McpAgentSessionTest, AServerCrashMidCallIsAToolErrorNotAHang) {
 // Cancelling the session while the MCP server works on its call tells the server
 // (notifications/cancelled), at once rather than at the call's timeout.
 TEST_F(McpAgentSessionTest, CancellingTheSessionCancelsTheServersCall) {
-  AgentConfig cfg;
-  cfg.tools = {"fake__sleep"};
   McpEvents ev;
-  auto s = AgentSession::create(env({"[TOOL_CALLS] [{\"name\": \"fake__sleep\", \"arguments\": {\"ms\": 20000}}]",
-                                     "Done."}),
-                                "s-mcp-cancel", cfg, ev.sink());
+  auto s = calling_session("fake__sleep", R"({"ms": 20000})", "Done.", "s-mcp-cancel", ev);
   ASSERT_TRUE(s->send("sleep"));
   for (int i = 0; i < 6000 && ev.of("tool_call").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(ev.of("tool_call").size(), 1u) << ev.errors();
