@@ -143,11 +143,10 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // Tensor-core form of exl2_gemv_set for batches (exl2_gemm.cu, exl2_mma_kernel): a first kernel
 // gathers every job's activations through its perm (silu(x)·x_up with x_up) once, as fp16
 // (saturated at ±65504) in fragment order, into `staged` (exl2_mma_staged_bytes; the caller's
-// scratch, overwritten); then each block streams its K-slice of them, and each lane its own words,
+// scratch, overwritten). Then each block streams its K-slice of them, and each lane its own words,
 // through a double-buffered ring of shared memory (cp.async; exl2_mma_smem_bytes(rows, the widest
-// group's bits) per block), each lane
-// of a quad decodes one 32-row block of a 128-row chunk for four columns straight into scaled fp16
-// mma fragments (w = (q − z)·scale rounded once to fp16, as exl2_reconstruct forms it), and
+// group's bits) per block); each lane of a quad decodes one 32-row block of a 128-row chunk for
+// four columns straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to fp16, as exl2_reconstruct forms it), and
 // m16n8k16 mma accumulate in fp32; K-slices (their partial sums in the jobs' `partials`, no
 // counters) are added in slice order by a third kernel (deterministic).
 // Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks).
