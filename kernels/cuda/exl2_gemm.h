@@ -146,8 +146,8 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // scratch, overwritten). Then each block streams its K-slice of them, and each lane its own words,
 // through a double-buffered ring of shared memory (cp.async; exl2_mma_smem_bytes(rows, the widest
 // group's bits) per block); each lane of a quad decodes one 32-row block of a 128-row chunk for
-// four columns straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to fp16, as exl2_reconstruct forms it), and
-// m16n8k16 mma accumulate in fp32; K-slices (their partial sums in the jobs' `partials`, no
+// four columns straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to fp16, as
+// exl2_reconstruct forms it), and m16n8k16 mma accumulate in fp32; K-slices (their partial sums in the jobs' `partials`, no
 // counters) are added in slice order by a third kernel (deterministic).
 // Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks).
 // Needs streamed layouts (every job's n_segs > 0), k_slice a multiple of 128 and no norm, rope or
