@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_context.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
@@ -16,6 +17,10 @@ CudaContext::CudaContext(int device) : device_(device) {
   int smem = 0;
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   max_smem_optin_ = size_t(smem);
+  int major = 0;
+  EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const char* pdl = std::getenv("EXL_CUDA_PDL");
+  overlapped_launches_ = major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

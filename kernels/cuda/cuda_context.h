@@ -48,6 +48,9 @@ class CudaContext {
   cublasHandle_t cublas() const { return cublas_; }
   int sm_count() const { return sm_count_; }
   size_t max_shared_per_block() const { return max_smem_optin_; }
+  // Whether kernels written for it may be launched overlapped with the stream's previous kernel
+  // (programmatic dependent launch: compute capability 9.0 or newer, unless EXL_CUDA_PDL=0).
+  bool overlapped_launches() const { return overlapped_launches_; }
 
   void make_current() const;
   // Waits for everything queued on the stream (and frees staging buffers retired meanwhile).
@@ -107,6 +110,7 @@ class CudaContext {
   cublasHandle_t cublas_ = nullptr;
   int sm_count_ = 1;
   size_t max_smem_optin_ = 48 * 1024;
+  bool overlapped_launches_ = false;
   Buffer areas_[int(Scratch::count)];
   Buffer ring_[2];
   Buffer host_ring_[2];  // pinned, same size as ring_

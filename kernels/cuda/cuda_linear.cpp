@@ -399,7 +399,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, staged, ctx.stream()));
+    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, staged, ctx.overlapped_launches(), ctx.stream()));
   }
   else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/exl2_gemm.h"
+#include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
@@ -413,10 +414,9 @@ __device__ void add_slices(const Exl2DeviceView& w, const float* bias, const flo
   double sq[MB];
 #pragma unroll
   for (int m = 0; m < MB; ++m) sq[m] = 0;
-  // kR outputs per thread at a time, their slices read kZ at a time: enough loads in flight that
-  // the one block finishing a tile is not a chain of round trips (slice order kept per output).
-  // One output at a time for the gemv's few rows, whose registers are capped (8 blocks per SM).
-  constexpr int kR = MB >= 8 ? 4 : 1, kZ = MB >= 8 ? 8 : 16;
+  // One output per thread at a time (the gemv's registers are capped: 8 blocks per SM), its slices
+  // read kZ at a time, so that the one block finishing a tile is not a chain of round trips.
+  constexpr int kR = 1, kZ = 16;
   const int total = mc * k_exl2_gemv_cols_per_block, Z = slices;
   const size_t zs = size_t(rows) * w.N;
   for (int i0 = threadIdx.x; i0 < total; i0 += kR * blockDim.x) {
@@ -895,11 +895,13 @@ __global__ void __launch_bounds__(k_mma_chunk)
   const int k = blockIdx.x * k_mma_chunk + threadIdx.x;
   const int yb = blockIdx.y / (MB / kRows), mlo = blockIdx.y % (MB / kRows) * kRows;
   const int m0 = yb * MB, mc = min(MB, rows - m0);
+  allow_dependents();
   int p = k & 31, src = 0;
   if (k < w.K) {
     p = mma_slot(w.groups[w.group_of_row[k]].bits, k & 31);
     src = w.perm[k];
   }
+  wait_for_inputs();
   __half* out = staged + size_t(blockIdx.z * (gridDim.y / (MB / kRows)) + yb) * mma_chunks(w.K) * MB * k_mma_chunk;
   float v[kRows];
 #pragma unroll
@@ -1058,12 +1060,19 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   int s_fetch = 0;
   // A lane's stage: words [wrows][T] in wring; in sring [3][T]: scale code, scale-maximum pair, and
   // the block's width | (group parity << 4) (0: nothing to add), so the consumer walks no segments.
-  const auto fetch = [&](int c) {
+  // The chunk's activations (written by exl2_mma_stage_kernel: after wait_for_inputs) and the
+  // lane's weights (before it: the prologue's overlap the previous kernel when launched overlapped).
+  const auto fetch_x = [&](int c) {
     if (c < chunks) {
       const int st = c % S;
 #pragma unroll
       for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
         cp_async16(xs_raw + st * kChunkVecs + r * T + threadIdx.x, tile + size_t(c) * kChunkVecs + r * T + threadIdx.x);
+    }
+  };
+  const auto fetch_w = [&](int c) {
+    if (c < chunks) {
+      const int st = c % S;
       const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
       const bool on = at.bits && cols_on;
       if (on) {
@@ -1075,10 +1084,15 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       }
       sring[(3 * st + 2) * T + threadIdx.x] = on ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
     }
-    cp_async_commit();
   };
 #pragma unroll
-  for (int c = 0; c < S - 1; ++c) fetch(c);
+  for (int c = 0; c < S - 1; ++c) fetch_w(c);
+  wait_for_inputs();
+#pragma unroll
+  for (int c = 0; c < S - 1; ++c) {
+    fetch_x(c);
+    cp_async_commit();
+  }
 
   float acc[MT][NT][4];
 #pragma unroll
@@ -1091,7 +1105,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<S - 2>();
     __syncthreads();  // chunk c is in; every warp is done with chunk c − 1, whose stage is refilled
-    fetch(c + S - 1);
+    fetch_w(c + S - 1);
+    fetch_x(c + S - 1);
+    cp_async_commit();
     const int st = c % S;
     const uint32_t meta = sring[(3 * st + 2) * T + threadIdx.x];
     const int bits = int(meta & 15u);
@@ -1112,6 +1128,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     const uint4* wl = wring + st * wrows * T + threadIdx.x;
     mma_chunk(bits, wl, s2, xw, g, t, acc);
   }
+  allow_dependents();
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the ring: it now holds the block's results
 
@@ -1165,15 +1182,32 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   }
 }
 
-// Block (column tile, 8 rows): the K-slices of exl2_mma_kernel's partial sums added in slice order,
-// with bias and residual; every multiprocessor takes part (the gemv's last-block-per-tile sum left
-// most of them idle while a few added 64 rows).
+// Block (column tile, row): thread i adds up column nb + i's K-slice partial sums of exl2_mma_kernel
+// in slice order, after the bias, then adds the result to the residual or stores it. One output
+// per thread and every slice's load in flight at once (16 at a time): the sum is a round trip or
+// two, where an 8-row block per tile with four outputs per thread was a chain of them (10.9 µs
+// for o at 8 rows against ~3, BENCHMARKS.md, session 20).
 __global__ void __launch_bounds__(k_exl2_gemv_threads)
     exl2_mma_sum_kernel(const Exl2GemvSet set, int rows, int slices) {
+  allow_dependents();
+  wait_for_inputs();
   const auto [w, bias, y, part, job, bx] = block_job(set);
-  const int m0 = blockIdx.y * 8;
-  add_slices<8>(w, bias, part, y, rows, m0, min(8, rows - m0), bx * k_exl2_gemv_cols_per_block, set.residual, set.io,
-                job, exl2_gemv_tiles(set.jobs[0].w.N), bx, slices);
+  const int m = int(blockIdx.y), n = bx * k_exl2_gemv_cols_per_block + int(threadIdx.x);
+  if (n >= w.N) return;
+  const size_t zs = size_t(rows) * w.N;
+  const float* p = part + size_t(m) * w.N + n;
+  float sum = bias ? bias[n] : 0.0f;
+  constexpr int kZ = 16;
+  for (int z = 0; z < slices; z += kZ) {
+    float v[kZ];
+#pragma unroll
+    for (int u = 0; u < kZ; ++u) v[u] = z + u < slices ? __ldcg(p + size_t(z + u) * zs) : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kZ; ++u)
+      if (z + u < slices) sum += v[u];
+  }
+  float& out = y[size_t(m) * w.N + n];
+  out = set.residual ? out + sum : sum;
 }
 
 bool g_walk_only = false;
@@ -1251,7 +1285,7 @@ size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
 }
 
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
-                         cudaStream_t stream) {
+                         bool overlapped, cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
       set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged)
     return cudaErrorInvalidValue;
@@ -1271,15 +1305,26 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   const size_t smem = exl2_mma_smem_bytes(rows, wrows);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
-    stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, reinterpret_cast<__half*>(staged));
     // The kernel's static shared memory (segments) counts against the 48 KiB default too: a full
     // 48 KiB ring launches only with the opt-in (measured: cudaErrorInvalidValue).
     if (smem + 1024 > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
     }
+    __half* const st16 = reinterpret_cast<__half*>(staged);
+    const dim3 sum_grid(grid.y, unsigned(rows));
+    if (overlapped) {
+      cudaError_t e = launch_overlapped(stage, stage_grid, dim3(k_mma_chunk), 0, stream, set, x, rows, st16);
+      if (e == cudaSuccess)
+        e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
+                              wrows);
+      if (e == cudaSuccess && grid.z > 1)
+        e = launch_overlapped(exl2_mma_sum_kernel, sum_grid, dim3(T), 0, stream, set, rows, int(grid.z));
+      return e;
+    }
+    stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
     kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
-    if (grid.z > 1) exl2_mma_sum_kernel<<<dim3(grid.y, (rows + 7) / 8), T, 0, stream>>>(set, rows, int(grid.z));
+    if (grid.z > 1) exl2_mma_sum_kernel<<<sum_grid, T, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
   switch (mb) {

@@ -148,7 +148,7 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // group's bits) per block); each lane of a quad decodes one 32-row block of a 128-row chunk for
 // four columns straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to fp16, as
 // exl2_reconstruct forms it), and m16n8k16 mma accumulate in fp32; K-slices (their partial sums in the jobs' `partials`, no
-// counters) are added in slice order by a third kernel (deterministic).
+// counters) are added in slice order by a third kernel (deterministic), a thread per output.
 // Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks).
 // Needs streamed layouts (every job's n_segs > 0), k_slice a multiple of 128 and no norm, rope or
 // hand-off; x_up, residual and bias as in the gemv; `exact` is ignored (the results are at
@@ -159,8 +159,10 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
 size_t exl2_mma_smem_bytes(int rows, int wrows);
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
+// overlapped: launch the three kernels overlapped (overlapped_launch.cuh): each may start during
+// the previous kernel's tail, the tensor-core kernel fetching its first weights meanwhile.
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
-                         cudaStream_t stream);
+                         bool overlapped, cudaStream_t stream);
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);

@@ -640,12 +640,17 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
   return cudaSuccess;
 }
 
-// Extensible launches exist for thread block clusters, which are not emulated.
-enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+// Extensible launches exist for thread block clusters and programmatic dependent launch (sm_90),
+// which are not emulated: the emulated device is sm_80, so the backend launches as usual.
+enum cudaLaunchAttributeID {
+  cudaLaunchAttributeProgrammaticStreamSerialization = 3,
+  cudaLaunchAttributeClusterDimension = 4
+};
 struct cudaLaunchAttributeValue {
   struct {
     unsigned x, y, z;
   } clusterDim;
+  int programmaticStreamSerializationAllowed;
 };
 struct cudaLaunchAttribute {
   cudaLaunchAttributeID id;
@@ -660,7 +665,7 @@ struct cudaLaunchConfig_t {
 };
 template <class... P, class... A>
 inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t*, void (*)(P...), A&&...) {
-  emu::unsupported("cudaLaunchKernelEx (thread block clusters)");
+  emu::unsupported("cudaLaunchKernelEx (thread block clusters, programmatic dependent launch)");
 }
 
 // ---- cuBLAS ----
