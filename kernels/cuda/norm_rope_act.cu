@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/kv_access.cuh"
@@ -68,22 +69,26 @@ struct KvStore {
 
 constexpr int k_rope_threads = 512;
 
-// Block (r, j) rotates row r of tensor j: x0 with n0 heads, x1 with n1 heads. With st.v, block
-// (r, 1) then stores x1's and st.v's row r into the cache, one warp per vector.
+// Block (r, j, z) rotates heads [z·hz, (z+1)·hz) of row r of tensor j (hz = ⌈heads / gridDim.z⌉):
+// x0 with n0 heads, x1 with n1 heads. With st.v, blocks (r, 1, z) then store those heads of x1's
+// and st.v's row r into the cache, one warp per vector.
 __global__ void __launch_bounds__(k_rope_threads)
     rope_kernel(float* x0, int n0, float* x1, int n1, int head_dim, const int32_t* __restrict__ positions,
                 const float* __restrict__ inv_freq, float attn_factor, KvStore st) {
   float* x = blockIdx.y ? x1 : x0;
   const int n_heads = blockIdx.y ? n1 : n0;
+  const int hz = (n_heads + int(gridDim.z) - 1) / int(gridDim.z), h0 = int(blockIdx.z) * hz;
+  const int nh = min(n_heads, h0 + hz) - h0;
+  if (nh <= 0) return;
   extern __shared__ float cs[];  // [half] cos, then [half] sin
   const int half = head_dim / 2;
   float* sn = cs + half;
   const int r = blockIdx.x;
   for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cos_sin(positions[r], inv_freq[i], attn_factor, cs[i], sn[i]);
   __syncthreads();
-  float* xr = x + size_t(r) * n_heads * head_dim;
+  float* xr = x + (size_t(r) * n_heads + h0) * head_dim;
 #pragma unroll 4
-  for (int k = threadIdx.x; k < n_heads * half; k += blockDim.x) {
+  for (int k = threadIdx.x; k < nh * half; k += blockDim.x) {
     const int h = k / half, i = k - h * half;
     rope_rotate(xr + size_t(h) * head_dim, i, half, cs[i], sn[i]);
   }
@@ -91,12 +96,16 @@ __global__ void __launch_bounds__(k_rope_threads)
   __shared__ float inv_s[k_rope_threads / 32][k_kv_max_blocks_per_vec];
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int vec = warp; vec < 2 * n1; vec += blockDim.x >> 5) {
-    const int kv = vec / n1, h = vec - kv * n1;
+  for (int vec = warp; vec < 2 * nh; vec += blockDim.x >> 5) {
+    const int kv = vec / nh, h = h0 + vec - kv * nh;
     const float* src = (kv == 0 ? x1 : st.v) + (size_t(r) * n1 + h) * head_dim;
     kv_store_vector(st.pool, st.layout, kv, h, st.slots[r], src, inv_s[warp], lane);
   }
 }
+
+// Head splits of rope_kernel's rows: a decode batch's few rows spread over more blocks (each row's
+// heads were one 512-thread block: 16 blocks at 8 rows, 12.6 µs per layer on the H200).
+unsigned rope_head_splits(int64_t rows) { return unsigned(std::clamp<int64_t>(128 / std::max<int64_t>(rows, 1), 1, 8)); }
 
 __global__ void swiglu_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* __restrict__ out,
                               int64_t n) {
@@ -149,8 +158,8 @@ cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_
                  float attn_factor, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<unsigned(rows), k_rope_threads, smem, stream>>>(x, n_heads, x, n_heads, head_dim, positions, inv_freq,
-                                                                attn_factor, KvStore{});
+  rope_kernel<<<dim3(unsigned(rows), 1, rope_head_splits(rows)), k_rope_threads, smem, stream>>>(
+      x, n_heads, x, n_heads, head_dim, positions, inv_freq, attn_factor, KvStore{});
   return cudaGetLastError();
 }
 
@@ -158,8 +167,8 @@ cudaError_t rope_qk(float* q, float* k, int64_t rows, int n_heads, int n_kv_head
                     const int32_t* positions, const float* inv_freq, float attn_factor, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<dim3(unsigned(rows), 2), k_rope_threads, smem, stream>>>(q, n_heads, k, n_kv_heads, head_dim, positions,
-                                                                         inv_freq, attn_factor, KvStore{});
+  rope_kernel<<<dim3(unsigned(rows), 2, rope_head_splits(rows)), k_rope_threads, smem, stream>>>(
+      q, n_heads, k, n_kv_heads, head_dim, positions, inv_freq, attn_factor, KvStore{});
   return cudaGetLastError();
 }
 
@@ -168,9 +177,8 @@ cudaError_t rope_qk_store(float* q, float* k, const float* v, int64_t rows, int 
                           const KvDeviceLayout& layout, const int32_t* slots, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const size_t smem = size_t(head_dim / 2) * 2 * sizeof(float);
-  rope_kernel<<<dim3(unsigned(rows), 2), k_rope_threads, smem, stream>>>(q, n_heads, k, n_kv_heads, head_dim, positions,
-                                                                         inv_freq, attn_factor,
-                                                                         KvStore{v, pool, layout, slots});
+  rope_kernel<<<dim3(unsigned(rows), 2, rope_head_splits(rows)), k_rope_threads, smem, stream>>>(
+      q, n_heads, k, n_kv_heads, head_dim, positions, inv_freq, attn_factor, KvStore{v, pool, layout, slots});
   return cudaGetLastError();
 }
 
