@@ -3,12 +3,16 @@
 
 #include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/norm_rope_act.h"
+#include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
 namespace exl::cuda {
 namespace {
 
 constexpr int k_row_threads = 1024;  // a 4096-wide row: 4 loads per thread, all in flight
+
+// The norm and rope kernels allow the next kernel to launch at once (overlapped_launch.cuh): the
+// EXL2 tensor-core products that follow them in a batched decode step wait for their inputs.
 
 // 1 / sqrt(mean square + eps) of a row of `dim` values whose sum of squares the block's
 // k_row_threads threads hold in parts (`ss`: double, reduced in a fixed order); every thread of
@@ -31,6 +35,7 @@ __device__ __forceinline__ float block_inv_rms(double ss, int64_t dim, float eps
 
 __global__ void __launch_bounds__(k_row_threads)
     rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {
+  allow_dependents();
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
   double ss = 0;
@@ -45,6 +50,7 @@ __global__ void __launch_bounds__(k_row_threads)
 __global__ void __launch_bounds__(k_row_threads)
     add_rms_norm_kernel(float* x, const float* __restrict__ y, const float* __restrict__ w, float* out, int64_t dim,
                         float eps) {
+  allow_dependents();
   float* xr = x + blockIdx.x * dim;
   const float* yr = y + blockIdx.x * dim;
   float* orow = out + blockIdx.x * dim;
@@ -75,6 +81,7 @@ constexpr int k_rope_threads = 512;
 __global__ void __launch_bounds__(k_rope_threads)
     rope_kernel(float* x0, int n0, float* x1, int n1, int head_dim, const int32_t* __restrict__ positions,
                 const float* __restrict__ inv_freq, float attn_factor, KvStore st) {
+  allow_dependents();
   float* x = blockIdx.y ? x1 : x0;
   const int n_heads = blockIdx.y ? n1 : n0;
   const int hz = (n_heads + int(gridDim.z) - 1) / int(gridDim.z), h0 = int(blockIdx.z) * hz;
