@@ -14,6 +14,9 @@ namespace {
 constexpr int k_threads = 256;
 constexpr int k_quant_threads = 64;
 
+// Finite (not inf or NaN), in a form the CUDA emulator's C++ also compiles.
+__device__ bool finite_value(double v) { return fabs(v) <= 1.7976931348623157e308; }
+
 int blocks_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return int(b < 65535 * 16 ? b : 65535 * 16);
@@ -56,7 +59,7 @@ __global__ void factor_extract_kernel(const double* b, float* u, int* bad, int64
     float out = 0.0f;
     if (j >= i) {
       const double v = b[(k - 1 - j) * k + (k - 1 - i)];
-      if (!isfinite(v)) atomicOr(bad, 1);
+      if (!finite_value(v)) atomicOr(bad, 1);
       out = float(v);
     }
     u[idx] = out;
@@ -111,7 +114,7 @@ __global__ void group_grid_kernel(const float* rows, int64_t r0, int gr, int n, 
       qs = uint32_t(r < 1 ? 1 : r > 16 ? 16 : r);
       for (int i = 0; i < k_gptq_grid_points; ++i) {
         const float s = __half2float(__float2half_rn(__fmul_rn(smax0, grid_point(i))));
-        if (!isfinite(s)) continue;
+        if (!finite_value(s)) continue;
         const float scale = scale_of(qs, s), inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
         for (int j = 0; j < gr; ++j) {
           const float x = rows[(r0 + j) * n + col];
@@ -125,7 +128,7 @@ __global__ void group_grid_kernel(const float* rows, int64_t r0, int gr, int n, 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int i = 0; i < k_gptq_grid_points; ++i) {
     double v = err[i];
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
     if (lane == 0) red[warp][i] = v;
   }
   __syncthreads();
@@ -144,12 +147,12 @@ __global__ void group_pick_kernel(const double* partial, int n_blocks, const uns
     double best = INFINITY;
     for (int i = 0; i < k_gptq_grid_points; ++i) {
       const __half hi = __float2half_rn(__fmul_rn(smax0, grid_point(i)));
-      if (!isfinite(__half2float(hi))) continue;
+      if (!finite_value(__half2float(hi))) continue;
       double e = 0.0;
       for (int b = 0; b < n_blocks; ++b) e += partial[b * k_gptq_grid_points + i];
       if (e < best) best = e, h = __half_as_ushort(hi);
     }
-    if (!isfinite(best)) atomicOr(bad, 2);
+    if (!finite_value(best)) atomicOr(bad, 2);
   }
   *smax_half = h;
   *smax = __half2float(__ushort_as_half(h));

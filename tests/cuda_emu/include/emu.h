@@ -160,6 +160,18 @@ inline T atomicAdd(T* p, T v) {
   *p = o + v;
   return o;
 }
+template <class T>
+inline T atomicMax(T* p, T v) {
+  const T o = *p;
+  if (v > o) *p = v;
+  return o;
+}
+template <class T>
+inline T atomicOr(T* p, T v) {
+  const T o = *p;
+  *p = o | v;
+  return o;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -727,6 +739,37 @@ inline cublasStatus_t cublasGemmBatchedEx(cublasHandle_t, cublasOperation_t ta, 
                                        static_cast<const float*>(beta), C[i], ct, ldc);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
   }
+  return CUBLAS_STATUS_SUCCESS;
+}
+typedef enum { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 } cublasFillMode_t;
+typedef enum { CUBLAS_SIDE_LEFT = 0, CUBLAS_SIDE_RIGHT = 1 } cublasSideMode_t;
+typedef enum { CUBLAS_DIAG_NON_UNIT = 0, CUBLAS_DIAG_UNIT = 1 } cublasDiagType_t;
+// C [n, n] = alpha·A·Aᵀ + beta·C (trans N, A [n, k]) in the `uplo` triangle only, double sums.
+inline cublasStatus_t cublasSsyrk(cublasHandle_t, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+                                  const float* alpha, const float* A, int lda, const float* beta, float* C, int ldc) {
+  if (trans != CUBLAS_OP_N) emu::unsupported("cublasSsyrk with a transposed A");
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < n; ++i) {
+      if (uplo == CUBLAS_FILL_MODE_LOWER ? i < j : i > j) continue;
+      double s = 0;
+      for (int l = 0; l < k; ++l) s += double(A[i + size_t(l) * lda]) * double(A[j + size_t(l) * lda]);
+      float& out = C[i + size_t(j) * ldc];
+      out = float(*alpha * s + (*beta != 0 ? *beta * out : 0.0));
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+// B [m, n] := alpha·A⁻¹·B for lower-triangular A (left side, no transpose, non-unit diagonal only).
+inline cublasStatus_t cublasDtrsm(cublasHandle_t, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
+                                  cublasDiagType_t diag, int m, int n, const double* alpha, const double* A, int lda,
+                                  double* B, int ldb) {
+  if (side != CUBLAS_SIDE_LEFT || uplo != CUBLAS_FILL_MODE_LOWER || trans != CUBLAS_OP_N || diag != CUBLAS_DIAG_NON_UNIT)
+    emu::unsupported("cublasDtrsm other than left, lower, no transpose, non-unit");
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double s = *alpha * B[i + size_t(j) * ldb];
+      for (int l = 0; l < i; ++l) s -= A[i + size_t(l) * lda] * B[l + size_t(j) * ldb];
+      B[i + size_t(j) * ldb] = s / A[i + size_t(i) * lda];
+    }
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
