@@ -188,7 +188,23 @@ std::vector<std::vector<int32_t>> CalibModel::generate(
   const int64_t plen = int64_t(prompts[0].size());
   for (const auto& pr : prompts)
     EXL_CHECK(int64_t(pr.size()) == plen, "engine: quantize: generate: prompts of unequal length");
-  auto pool = kv_pool(rows, std::max(length, plen), int(cfg_.num_layers));
+  const int64_t max_len = std::max(length, plen);
+  if (const auto mem = be_.device_memory()) {
+    // A KV pool of every layer for all rows may not fit (7B-shaped, 344 rows of 256: 92 GB in f32);
+    // rows are independent, so they go in batches whose pool takes at most half the free memory.
+    const int64_t per_row = max_len * cfg_.num_layers * 2 * cfg_.num_kv_heads * cfg_.head_dim * int64_t(sizeof(float));
+    const int64_t batch = std::max<int64_t>(1, int64_t(mem->free_bytes / 2) / std::max<int64_t>(per_row, 1));
+    if (batch < rows) {
+      std::vector<std::vector<int32_t>> all;
+      for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+        auto part = generate(prompts.subspan(size_t(r0), size_t(std::min(batch, rows - r0))), length,
+                             [&](int64_t row, std::span<const float> logits) { return next(r0 + row, logits); });
+        for (auto& r : part) all.push_back(std::move(r));
+      }
+      return all;
+    }
+  }
+  auto pool = kv_pool(rows, max_len, int(cfg_.num_layers));
   int64_t pos = 0;
   std::vector<int32_t> step_ids;
   for (const auto& pr : prompts) step_ids.insert(step_ids.end(), pr.begin(), pr.end());

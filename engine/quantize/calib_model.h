@@ -65,7 +65,8 @@ class CalibModel {
 
   // `rows` sequences continued from `prompts` (one per row, equal lengths) to `length` tokens,
   // each next token sampled from softmax(logits) by next(row, logits[vocab]), with the source
-  // weights and an incremental KV cache.
+  // weights and an incremental KV cache. On a backend with device memory the rows run in batches
+  // whose KV pool (every layer, f32) takes at most half the free memory; next() sees them in order.
   std::vector<std::vector<int32_t>> generate(
       std::span<const std::vector<int32_t>> prompts, int64_t length,
       const std::function<int32_t(int64_t row, std::span<const float> logits)>& next) const;
