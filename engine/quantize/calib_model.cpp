@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/formats/tensor_access.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -181,7 +182,7 @@ std::vector<float> CalibModel::logits(std::span<const float> x) const {
 
 std::vector<std::vector<int32_t>> CalibModel::generate(
     std::span<const std::vector<int32_t>> prompts, int64_t length,
-    const std::function<int32_t(int64_t, std::span<const float>)>& next) const {
+    const std::function<int32_t(int64_t, std::span<const float>)>& next, ThreadPool* tp) const {
   const int64_t rows = int64_t(prompts.size());
   EXL_CHECK(rows > 0 && !prompts[0].empty(), "engine: quantize: generate: no prompts");
   std::vector<std::vector<int32_t>> out(prompts.begin(), prompts.end());
@@ -198,7 +199,7 @@ std::vector<std::vector<int32_t>> CalibModel::generate(
       std::vector<std::vector<int32_t>> all;
       for (int64_t r0 = 0; r0 < rows; r0 += batch) {
         auto part = generate(prompts.subspan(size_t(r0), size_t(std::min(batch, rows - r0))), length,
-                             [&](int64_t row, std::span<const float> logits) { return next(r0 + row, logits); });
+                             [&](int64_t row, std::span<const float> logits) { return next(r0 + row, logits); }, tp);
         for (auto& r : part) all.push_back(std::move(r));
       }
       return all;
@@ -224,11 +225,14 @@ std::vector<std::vector<int32_t>> CalibModel::generate(
       std::copy_n(x.begin() + ((r + 1) * n - 1) * H, H, last.begin() + r * H);
     const std::vector<float> lg = logits(last);
     step_ids.assign(size_t(rows), 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t id = next(r, std::span<const float>(lg).subspan(size_t(r * cfg_.vocab_size), size_t(cfg_.vocab_size)));
-      out[size_t(r)].push_back(id);
-      step_ids[size_t(r)] = id;
-    }
+    auto pick = [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        step_ids[size_t(r)] =
+            next(r, std::span<const float>(lg).subspan(size_t(r * cfg_.vocab_size), size_t(cfg_.vocab_size)));
+    };
+    if (tp) tp->parallel_for(rows, 1, pick);
+    else pick(0, rows);
+    for (int64_t r = 0; r < rows; ++r) out[size_t(r)].push_back(step_ids[size_t(r)]);
     if (int64_t(out[0].size()) >= length) break;
   }
   for (auto& o : out) o.resize(size_t(length));

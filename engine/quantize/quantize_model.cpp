@@ -49,12 +49,20 @@ struct DenseLayer {
   std::vector<float> bias;
 };
 
-DenseLayer load_dense(const ModelDir& dir, const LinearSpec& spec) {
+// The source weights of a linear, validated (missing, malformed or already quantized tensors are
+// errors naming the layer).
+LinearWeights load_source(const ModelDir& dir, const LinearSpec& spec) {
   LinearWeights lw = load_linear(dir, spec.name, spec.in_features, spec.out_features);
-  const auto* d = std::get_if<DenseMatrix>(&lw);
-  EXL_CHECK(d, "engine: quantize: '", dir.path().string(), "': layer '", spec.name, "' is already quantized (",
+  EXL_CHECK(std::holds_alternative<DenseMatrix>(lw), "engine: quantize: '", dir.path().string(), "': layer '",
+            spec.name, "' is already quantized (",
             to_string(*detect_weight_format(dir, *resolve_linear_prefix(dir, spec.name))),
             "); the input must be an FP16, BF16 or FP32 checkpoint");
+  return lw;
+}
+
+DenseLayer load_dense(const ModelDir& dir, const LinearSpec& spec) {
+  const LinearWeights lw = load_source(dir, spec);
+  const auto* d = std::get_if<DenseMatrix>(&lw);
   DenseLayer out;
   out.w.resize(size_t(spec.in_features * spec.out_features));
   dequantize(*d, out.w);
@@ -289,7 +297,7 @@ JobState open_partial(const fs::path& dir, const nlohmann::json& fingerprint) {
   return s;
 }
 
-CalibrationSet calibration_rows(const fs::path& in_dir, const CalibModel& cm, const QuantizeOptions& o) {
+CalibrationSet calibration_rows(const fs::path& in_dir, const CalibModel& cm, const QuantizeOptions& o, ThreadPool& pool) {
   std::unique_ptr<Tokenizer> tok;
   try {
     tok = load_tokenizer(in_dir);
@@ -300,11 +308,11 @@ CalibrationSet calibration_rows(const fs::path& in_dir, const CalibModel& cm, co
   std::optional<int32_t> bos;
   if (tok && tok->bos_id()) bos = *tok->bos_id();
   else if (!cm.config().bos_token_ids.empty()) bos = int32_t(cm.config().bos_token_ids[0]);
-  return self_generated_calibration(cm, o.cal_rows, o.cal_length, o.cal_seed, bos);
+  return self_generated_calibration(cm, o.cal_rows, o.cal_length, o.cal_seed, bos, &pool);
 }
 
 CalibrationSet load_or_make_calibration(const fs::path& partial, const fs::path& in_dir, const CalibModel& cm,
-                                        const QuantizeOptions& o) {
+                                        const QuantizeOptions& o, ThreadPool& pool) {
   const fs::path file = partial / "calibration.json";
   CalibrationSet cal;
   if (fs::exists(file)) {
@@ -313,7 +321,7 @@ CalibrationSet load_or_make_calibration(const fs::path& partial, const fs::path&
     cal.rows = j.at("rows").get<std::vector<std::vector<int32_t>>>();
     return cal;
   }
-  cal = calibration_rows(in_dir, cm, o);
+  cal = calibration_rows(in_dir, cm, o, pool);
   write_json(file, {{"source", cal.source}, {"rows", cal.rows}});
   return cal;
 }
@@ -718,7 +726,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   }
   std::set<std::string> consumed;
   for (const auto& s : specs) {
-    load_dense(in, s);  // fails fast on missing, malformed or quantized tensors
+    load_source(in, s);  // fails fast on missing, malformed or quantized tensors
     if (*resolve_linear_prefix(in, s.name) == s.name) consumed.insert({s.name + ".weight", s.name + ".bias"});
   }
   std::optional<Measurement> given;
@@ -742,7 +750,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   const CalibModel cm(in, *be, o.rope_table(c));
   auto t0 = Clock::now();
   if (progress) progress("calibrate", 0, 1);
-  const CalibrationSet cal = load_or_make_calibration(partial, in_dir, cm, o);
+  const CalibrationSet cal = load_or_make_calibration(partial, in_dir, cm, o, pool);
   if (progress) progress("calibrate", 1, 1);
   report.calibration = cal.source;
   report.seconds_calibrate = seconds_since(t0);
