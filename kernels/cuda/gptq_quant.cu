@@ -11,13 +11,13 @@
 namespace exl::cuda {
 namespace {
 
-constexpr int k_threads = 256;
-constexpr int k_quant_threads = 64;
+constexpr int k_gptq_threads = 256;
+constexpr int k_gptq_quant_threads = 64;
 
 // Finite (not inf or NaN), in a form the CUDA emulator's C++ also compiles.
-__device__ bool finite_value(double v) { return fabs(v) <= 1.7976931348623157e308; }
+__device__ bool gptq_finite(double v) { return fabs(v) <= 1.7976931348623157e308; }
 
-int blocks_for(int64_t n, int threads) {
+int gptq_blocks_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return int(b < 65535 * 16 ? b : 65535 * 16);
 }
@@ -59,7 +59,7 @@ __global__ void factor_extract_kernel(const double* b, float* u, int* bad, int64
     float out = 0.0f;
     if (j >= i) {
       const double v = b[(k - 1 - j) * k + (k - 1 - i)];
-      if (!finite_value(v)) atomicOr(bad, 1);
+      if (!gptq_finite(v)) atomicOr(bad, 1);
       out = float(v);
     }
     u[idx] = out;
@@ -87,21 +87,21 @@ __global__ void group_colmax_kernel(const float* rows, int64_t r0, int gr, int n
   atomicMax(smax_bits, __float_as_uint(b));
 }
 
-__device__ float grid_point(int i) {
+__device__ float gptq_grid_point(int i) {
   return __fadd_rn(0.70f, __fdiv_rn(__fmul_rn(0.50f, float(i)), float(k_gptq_grid_points - 1)));
 }
 
-__device__ float scale_of(uint32_t qs, float smax) {
+__device__ float gptq_scale_of(uint32_t qs, float smax) {
   return __fdiv_rn(__fmul_rn(float(qs * qs), smax), 256.0f);
 }
 
-__device__ float code_of(float r, float inv, float zero, float maxq) {
+__device__ float gptq_code_of(float r, float inv, float zero, float maxq) {
   return fminf(fmaxf(__fadd_rn(rintf(__fmul_rn(r, inv)), zero), 0.0f), maxq);
 }
 
 __global__ void group_grid_kernel(const float* rows, int64_t r0, int gr, int n, int bits, const float* base,
                                   const unsigned* smax_bits, uint8_t* qscale, double* partial) {
-  __shared__ double red[k_threads / 32][k_gptq_grid_points];
+  __shared__ double red[k_gptq_threads / 32][k_gptq_grid_points];
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   const float smax0 = __uint_as_float(*smax_bits);
   const float maxq = float((1 << bits) - 1), zero = float(1 << (bits - 1));
@@ -113,12 +113,12 @@ __global__ void group_grid_kernel(const float* rows, int64_t r0, int gr, int n, 
       const long r = lroundf(__fmul_rn(sqrtf(__fdiv_rn(base[col], smax0)), 16.0f));
       qs = uint32_t(r < 1 ? 1 : r > 16 ? 16 : r);
       for (int i = 0; i < k_gptq_grid_points; ++i) {
-        const float s = __half2float(__float2half_rn(__fmul_rn(smax0, grid_point(i))));
-        if (!finite_value(s)) continue;
-        const float scale = scale_of(qs, s), inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
+        const float s = __half2float(__float2half_rn(__fmul_rn(smax0, gptq_grid_point(i))));
+        if (!gptq_finite(s)) continue;
+        const float scale = gptq_scale_of(qs, s), inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
         for (int j = 0; j < gr; ++j) {
           const float x = rows[(r0 + j) * n + col];
-          const float d = __fsub_rn(x, __fmul_rn(__fsub_rn(code_of(x, inv, zero, maxq), zero), scale));
+          const float d = __fsub_rn(x, __fmul_rn(__fsub_rn(gptq_code_of(x, inv, zero, maxq), zero), scale));
           err[i] += double(__fmul_rn(d, d));
         }
       }
@@ -134,7 +134,7 @@ __global__ void group_grid_kernel(const float* rows, int64_t r0, int gr, int n, 
   __syncthreads();
   if (threadIdx.x < k_gptq_grid_points) {
     double v = 0.0;
-    for (int w = 0; w < k_threads / 32; ++w) v += red[w][threadIdx.x];
+    for (int w = 0; w < k_gptq_threads / 32; ++w) v += red[w][threadIdx.x];
     partial[blockIdx.x * k_gptq_grid_points + threadIdx.x] = v;
   }
 }
@@ -146,13 +146,13 @@ __global__ void group_pick_kernel(const double* partial, int n_blocks, const uns
   if (smax0 > 0.0f) {
     double best = INFINITY;
     for (int i = 0; i < k_gptq_grid_points; ++i) {
-      const __half hi = __float2half_rn(__fmul_rn(smax0, grid_point(i)));
-      if (!finite_value(__half2float(hi))) continue;
+      const __half hi = __float2half_rn(__fmul_rn(smax0, gptq_grid_point(i)));
+      if (!gptq_finite(__half2float(hi))) continue;
       double e = 0.0;
       for (int b = 0; b < n_blocks; ++b) e += partial[b * k_gptq_grid_points + i];
       if (e < best) best = e, h = __half_as_ushort(hi);
     }
-    if (!finite_value(best)) atomicOr(bad, 2);
+    if (!gptq_finite(best)) atomicOr(bad, 2);
   }
   *smax_half = h;
   *smax = __half2float(__ushort_as_half(h));
@@ -161,7 +161,7 @@ __global__ void group_pick_kernel(const double* partial, int n_blocks, const uns
 __global__ void group_quantize_kernel(float* rows, const float* u, int64_t k, int64_t r0, int gr, int n, int np,
                                       int bits, int64_t qrow_start, const uint8_t* qscale, const float* smax_p,
                                       float* err, uint32_t* q_weight, uint32_t* q_scale_row) {
-  extern __shared__ float col_rows[];  // [gr][k_quant_threads]
+  extern __shared__ float col_rows[];  // [gr][k_gptq_quant_threads]
   const int t = threadIdx.x;
   const int col = blockIdx.x * blockDim.x + t;
   if (col >= np) return;
@@ -181,17 +181,17 @@ __global__ void group_quantize_kernel(float* rows, const float* u, int64_t k, in
     }
   };
   if (col < n) {
-    for (int j = 0; j < gr; ++j) col_rows[j * k_quant_threads + t] = rows[(r0 + j) * n + col];
-    const float scale = scale_of(qscale[col], *smax_p), inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
+    for (int j = 0; j < gr; ++j) col_rows[j * k_gptq_quant_threads + t] = rows[(r0 + j) * n + col];
+    const float scale = gptq_scale_of(qscale[col], *smax_p), inv = scale > 0.0f ? __fdiv_rn(1.0f, scale) : 0.0f;
     for (int j = 0; j < gr; ++j) {
-      const float r = col_rows[j * k_quant_threads + t];
-      const float q = code_of(r, inv, zero, maxq);
+      const float r = col_rows[j * k_gptq_quant_threads + t];
+      const float q = gptq_code_of(r, inv, zero, maxq);
       put(uint32_t(q));
       const float* uj = u + (r0 + j) * k + r0;
       const float e = __fdiv_rn(__fsub_rn(r, __fmul_rn(__fsub_rn(q, zero), scale)), uj[j]);
       err[int64_t(j) * n + col] = e;
       for (int i = j + 1; i < gr; ++i) {
-        float& ri = col_rows[i * k_quant_threads + t];
+        float& ri = col_rows[i * k_gptq_quant_threads + t];
         ri = __fsub_rn(ri, __fmul_rn(uj[i], e));
       }
     }
@@ -209,47 +209,47 @@ __global__ void group_quantize_kernel(float* rows, const float* u, int64_t k, in
 }  // namespace
 
 cudaError_t gptq_hessian_add(double* h, const float* c, int64_t k, cudaStream_t stream) {
-  hessian_add_kernel<<<blocks_for(k * k, k_threads), k_threads, 0, stream>>>(h, c, k);
+  hessian_add_kernel<<<gptq_blocks_for(k * k, k_gptq_threads), k_gptq_threads, 0, stream>>>(h, c, k);
   return cudaGetLastError();
 }
 
 cudaError_t gptq_hessian_diag(const double* h, double* d, int64_t k, cudaStream_t stream) {
-  hessian_diag_kernel<<<blocks_for(k, k_threads), k_threads, 0, stream>>>(h, d, k);
+  hessian_diag_kernel<<<gptq_blocks_for(k, k_gptq_threads), k_gptq_threads, 0, stream>>>(h, d, k);
   return cudaGetLastError();
 }
 
 cudaError_t gptq_factor_build(const double* h, const int32_t* perm, const uint8_t* dead, double damp, double* a,
                               double* b, int64_t k, cudaStream_t stream) {
-  factor_build_kernel<<<blocks_for(k * k, k_threads), k_threads, 0, stream>>>(h, perm, dead, damp, a, b, k);
+  factor_build_kernel<<<gptq_blocks_for(k * k, k_gptq_threads), k_gptq_threads, 0, stream>>>(h, perm, dead, damp, a, b, k);
   return cudaGetLastError();
 }
 
 cudaError_t gptq_factor_extract(const double* b, float* u, int* bad, int64_t k, cudaStream_t stream) {
-  factor_extract_kernel<<<blocks_for(k * k, k_threads), k_threads, 0, stream>>>(b, u, bad, k);
+  factor_extract_kernel<<<gptq_blocks_for(k * k, k_gptq_threads), k_gptq_threads, 0, stream>>>(b, u, bad, k);
   return cudaGetLastError();
 }
 
 cudaError_t gptq_gather_rows(const float* w, const int32_t* perm, const uint8_t* dead_row, float* rows,
                              int64_t n_out, int64_t k, cudaStream_t stream) {
-  gather_rows_kernel<<<blocks_for(n_out * k, k_threads), k_threads, 0, stream>>>(w, perm, dead_row, rows, n_out, k);
+  gather_rows_kernel<<<gptq_blocks_for(n_out * k, k_gptq_threads), k_gptq_threads, 0, stream>>>(w, perm, dead_row, rows, n_out, k);
   return cudaGetLastError();
 }
 
 cudaError_t gptq_group_colmax(const float* rows, int64_t r0, int gr, int n, int bits, float* base,
                               unsigned* smax_bits, cudaStream_t stream) {
   const float half_range = float((1 << bits) - 1) / 2.0f;
-  group_colmax_kernel<<<blocks_for(n, k_threads), k_threads, 0, stream>>>(rows, r0, gr, n, half_range, base,
+  group_colmax_kernel<<<gptq_blocks_for(n, k_gptq_threads), k_gptq_threads, 0, stream>>>(rows, r0, gr, n, half_range, base,
                                                                           smax_bits);
   return cudaGetLastError();
 }
 
-int gptq_group_grid_blocks(int n) { return blocks_for(n, k_threads); }
+int gptq_group_grid_blocks(int n) { return gptq_blocks_for(n, k_gptq_threads); }
 
 cudaError_t gptq_group_grid(const float* rows, int64_t r0, int gr, int n, int bits, const float* base,
                             const unsigned* smax_bits, uint8_t* qscale, double* partial, int* n_blocks,
                             cudaStream_t stream) {
   *n_blocks = gptq_group_grid_blocks(n);
-  group_grid_kernel<<<*n_blocks, k_threads, 0, stream>>>(rows, r0, gr, n, bits, base, smax_bits, qscale, partial);
+  group_grid_kernel<<<*n_blocks, k_gptq_threads, 0, stream>>>(rows, r0, gr, n, bits, base, smax_bits, qscale, partial);
   return cudaGetLastError();
 }
 
@@ -262,9 +262,9 @@ cudaError_t gptq_group_pick(const double* partial, int n_blocks, const unsigned*
 cudaError_t gptq_group_quantize(float* rows, const float* u, int64_t k, int64_t r0, int gr, int n, int np, int bits,
                                 int64_t qrow_start, const uint8_t* qscale, const float* smax, float* err,
                                 uint32_t* q_weight, uint32_t* q_scale_row, cudaStream_t stream) {
-  const size_t smem = size_t(gr) * k_quant_threads * sizeof(float);
+  const size_t smem = size_t(gr) * k_gptq_quant_threads * sizeof(float);
   if (smem > 48 * 1024) return cudaErrorInvalidValue;
-  group_quantize_kernel<<<blocks_for(np, k_quant_threads), k_quant_threads, smem, stream>>>(
+  group_quantize_kernel<<<gptq_blocks_for(np, k_gptq_quant_threads), k_gptq_quant_threads, smem, stream>>>(
       rows, u, k, r0, gr, n, np, bits, qrow_start, qscale, smax, err, q_weight, q_scale_row);
   return cudaGetLastError();
 }
