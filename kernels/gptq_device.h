@@ -5,7 +5,8 @@
 //     XᵀX is one cuBLAS SSYRK (fp32 accumulation over the chunk, no TF32), added into a double H
 //     (the reference sums 128 rows in fp32, then in double);
 //   - factor: the act-ordered, damped H (order and damping decided by the caller from diag()),
-//     its Cholesky (cuSOLVER DPOTRF) and the triangular inverse (cuBLAS DTRSM) in double, giving U,
+//     its Cholesky (blocked: 128-wide diagonal blocks on the host, panels by cuBLAS DTRSM and
+//     DSYRK) and the triangular inverse (DTRSM), in double, giving U,
 //     the upper factor of (H + λI)⁻¹ in permuted order, as fp32, as the reference does;
 //   - quantize: per group the scale search (exactly the reference's arithmetic; the 16 candidate
 //     errors summed in double in a fixed order, so ties may break differently), the group's rows
@@ -13,7 +14,7 @@
 //     its order, no FMA contraction), and the rows after the group updated by one cuBLAS SGEMM
 //     (fp32, a different summation order than the reference's loop: results agree to fp32 rounding,
 //     so a code near a rounding boundary may differ, and its error feedback with it).
-// A GptqDevice owns its stream and cuBLAS/cuSOLVER handles; each call returns when its work is
+// A GptqDevice owns its stream and cuBLAS handle; each call returns when its work is
 // done. One thread at a time; objects it made must be used with it only.
 #pragma once
 #include <cstdint>

@@ -1,9 +1,11 @@
-// GptqDevice on CUDA (kernels/gptq_device.h): cuBLAS SSYRK for the Hessian chunks, cuSOLVER
-// DPOTRF and cuBLAS DTRSM for the factor, gptq_quant.cu's kernels per group and a cuBLAS SGEMM
-// for the lazy update of the rows after each group.
-#include <cusolverDn.h>
-
+// GptqDevice on CUDA (kernels/gptq_device.h): cuBLAS SSYRK for the Hessian chunks, a blocked
+// Cholesky (kGptqCholeskyBlock-wide diagonal blocks factored on the host in double, the panels by
+// cuBLAS DTRSM, the trailing matrix by DSYRK) and DTRSM for the factor, gptq_quant.cu's kernels
+// per group and a cuBLAS SGEMM for the lazy update of the rows after each group. cuBLAS only:
+// cuSOLVER would add 400 MB of libraries (libcusolver, libcusparse, libnvJitLink) to every binary
+// that links the kernels.
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
@@ -14,15 +16,25 @@ namespace exl {
 
 namespace cuda_gptq_impl {
 
-[[noreturn]] void fail_cusolver(const char* call, cusolverStatus_t st) {
-  fail("kernels: cuda: gptq: ", call, ": cuSOLVER status ", int(st));
-}
+constexpr int64_t kGptqCholeskyBlock = 128;
 
-#define EXL_CUSOLVER_CHECK(call)                                                            \
-  do {                                                                                      \
-    const cusolverStatus_t exl_cusolver_st_ = (call);                                       \
-    if (exl_cusolver_st_ != CUSOLVER_STATUS_SUCCESS) ::exl::cuda_gptq_impl::fail_cusolver(#call, exl_cusolver_st_); \
-  } while (0)
+// In place: the lower Cholesky factor of the SPD block a [n, n] (column-major, leading dimension
+// n; the upper part is left as it is); false when it is not numerically positive definite.
+bool gptq_cholesky_block(std::vector<double>& a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    double d = a[size_t(j + j * n)];
+    for (int64_t k = 0; k < j; ++k) d -= a[size_t(j + k * n)] * a[size_t(j + k * n)];
+    if (!(d > 0) || !std::isfinite(d)) return false;
+    d = std::sqrt(d);
+    a[size_t(j + j * n)] = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      double v = a[size_t(i + j * n)];
+      for (int64_t k = 0; k < j; ++k) v -= a[size_t(i + k * n)] * a[size_t(j + k * n)];
+      a[size_t(i + j * n)] = v / d;
+    }
+  }
+  return true;
+}
 
 class CudaGptqHessian final : public GptqDeviceHessian {
  public:
@@ -56,15 +68,7 @@ struct Area {
 
 class CudaGptqDevice final : public GptqDevice {
  public:
-  explicit CudaGptqDevice(int device) : ctx_(device) {
-    EXL_CUSOLVER_CHECK(cusolverDnCreate(&solver_));
-    EXL_CUSOLVER_CHECK(cusolverDnSetStream(solver_, ctx_.stream()));
-  }
-  ~CudaGptqDevice() override {
-    ctx_.make_current();
-    cudaStreamSynchronize(ctx_.stream());
-    if (solver_) cusolverDnDestroy(solver_);
-  }
+  explicit CudaGptqDevice(int device) : ctx_(device) {}
 
   std::unique_ptr<GptqDeviceHessian> make_hessian(int64_t dim) override {
     EXL_CHECK(dim > 0, "kernels: cuda: gptq: Hessian of dimension ", dim);
@@ -124,22 +128,17 @@ class CudaGptqDevice final : public GptqDevice {
     double* b = b_.get<double>(ctx_, size_t(K * K));
     EXL_CUDA_CHECK(cuda::gptq_factor_build(static_cast<const double*>(h.h.data()), static_cast<const int32_t*>(f->perm.data()),
                                            static_cast<const uint8_t*>(dead_d.data()), damp, a, b, K, ctx_.stream()));
-    int lwork = 0;
-    EXL_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(solver_, CUBLAS_FILL_MODE_LOWER, int(K), a, int(K), &lwork));
-    double* work = work_.get<double>(ctx_, size_t(std::max(lwork, 1)));
-    int* info = flags_.get<int>(ctx_, 2);
-    EXL_CUDA_CHECK(cudaMemsetAsync(info, 0, 2 * sizeof(int), ctx_.stream()));
-    EXL_CUSOLVER_CHECK(cusolverDnDpotrf(solver_, CUBLAS_FILL_MODE_LOWER, int(K), a, int(K), work, lwork, info));
-    int host_info[2] = {0, 0};
-    download(host_info, info, sizeof(int));
-    if (host_info[0] != 0) return nullptr;
+    if (!cholesky_lower(a, K)) return nullptr;
+    int* bad = flags_.get<int>(ctx_, 1);
+    EXL_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), ctx_.stream()));
     const double one = 1.0;
     EXL_CUBLAS_CHECK(cublasDtrsm(ctx_.cublas(), CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N,
                                  CUBLAS_DIAG_NON_UNIT, int(K), int(K), &one, a, int(K), b, int(K)));
     f->u = ctx_.alloc(size_t(K * K) * sizeof(float));
-    EXL_CUDA_CHECK(cuda::gptq_factor_extract(b, f->u.f32(), info + 1, K, ctx_.stream()));
-    download(host_info, info, 2 * sizeof(int));
-    if (host_info[1] != 0) return nullptr;
+    EXL_CUDA_CHECK(cuda::gptq_factor_extract(b, f->u.f32(), bad, K, ctx_.stream()));
+    int host_bad = 0;
+    download(&host_bad, bad, sizeof(int));
+    if (host_bad != 0) return nullptr;
     return f;
   }
 
@@ -239,14 +238,39 @@ class CudaGptqDevice final : public GptqDevice {
     EXL_CHECK(p, "kernels: cuda: gptq: an object of another GptqDevice");
     return *p;
   }
+  // In place: the lower Cholesky factor of the symmetric a [k, k] (column-major) in its lower
+  // triangle, right-looking by blocks; false when a is not numerically positive definite.
+  bool cholesky_lower(double* a, int64_t K) {
+    std::vector<double> blk;
+    const double one = 1.0, minus_one = -1.0;
+    for (int64_t j0 = 0; j0 < K; j0 += kGptqCholeskyBlock) {
+      const int64_t jb = std::min(kGptqCholeskyBlock, K - j0), rest = K - j0 - jb;
+      double* djj = a + j0 + j0 * K;
+      blk.resize(size_t(jb * jb));
+      EXL_CUDA_CHECK(cudaMemcpy2DAsync(blk.data(), size_t(jb) * sizeof(double), djj, size_t(K) * sizeof(double),
+                                       size_t(jb) * sizeof(double), size_t(jb), cudaMemcpyDeviceToHost, ctx_.stream()));
+      ctx_.sync();
+      if (!gptq_cholesky_block(blk, jb)) return false;
+      EXL_CUDA_CHECK(cudaMemcpy2DAsync(djj, size_t(K) * sizeof(double), blk.data(), size_t(jb) * sizeof(double),
+                                       size_t(jb) * sizeof(double), size_t(jb), cudaMemcpyHostToDevice, ctx_.stream()));
+      if (rest == 0) break;
+      double* a21 = djj + jb;  // rows j0 + jb.., columns j0..j0 + jb
+      // A21 := A21 · L11⁻ᵀ, then A22 −= A21 · A21ᵀ (lower triangle).
+      EXL_CUBLAS_CHECK(cublasDtrsm(ctx_.cublas(), CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T,
+                                   CUBLAS_DIAG_NON_UNIT, int(rest), int(jb), &one, djj, int(K), a21, int(K)));
+      EXL_CUBLAS_CHECK(cublasDsyrk(ctx_.cublas(), CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, int(rest), int(jb), &minus_one,
+                                   a21, int(K), &one, a21 + jb * K, int(K)));
+    }
+    return true;
+  }
+
   void download(void* dst, const void* src, size_t bytes) {
     EXL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.sync();
   }
 
   cuda::CudaContext ctx_;
-  cusolverDnHandle_t solver_ = nullptr;
-  Area x_, c_, d_, a_, b_, work_, flags_, rows_, base_, qscale_, partial_, err_, smax_bits_, smax_;
+  Area x_, c_, d_, a_, b_, flags_, rows_, base_, qscale_, partial_, err_, smax_bits_, smax_;
 };
 
 }  // namespace cuda_gptq_impl

@@ -1,5 +1,5 @@
 // Kernels of the device GPTQ (kernels/gptq_device.h; kernels in gptq_quant.cu, the cuBLAS and
-// cuSOLVER calls in gptq_device.cpp). Matrices are row-major; "rows" is the weight in permuted-row
+// Cholesky in gptq_device.cpp). Matrices are row-major; "rows" is the weight in permuted-row
 // order, rows[j, n] = W[n, perm[j]], [K, N]. Each launcher queues on `stream`.
 #pragma once
 #include <cuda_runtime_api.h>

@@ -84,7 +84,7 @@ int cli_quantize(std::span<const std::string> args) {
       "included) at or under --bpw (exact dynamic programming). Layers are quantized in order, each\n"
       "on the outputs of the quantized layers before it.\n"
       "--backend cuda runs everything on CUDA device 0: the source model's blocks on the CUDA backend,\n"
-      "Hessians as cuBLAS GEMMs, the factorization with cuSOLVER and GPTQ's column loop on the GPU\n"
+      "Hessians as cuBLAS GEMMs, the factorization in double and GPTQ's column loop on the GPU\n"
       "(auto, the default, picks it when a device exists); cpu runs the CPU reference. Results agree\n"
       "to fp32 rounding, not bit for bit.\n"
       "Calibration: --calibration FILE (plain text, or JSONL with a \"text\" field per line), cut\n"

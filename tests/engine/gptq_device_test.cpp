@@ -1,7 +1,7 @@
 // The device GPTQ (kernels/gptq_device.h, reached through engine/quantize/gptq_runner.h) against
 // the CPU reference (gptq.h) on random correlated inputs. The device tests skip without a CUDA
 // device; they also run on the CPU in tests/cuda_emu (`make -C tests/cuda_emu gptq`), which
-// emulates the kernels and, naively, the cuBLAS/cuSOLVER calls.
+// emulates the kernels and, naively, the cuBLAS calls.
 //
 // Tolerances: the device Hessian sums 2048-row chunks in fp32 (the reference 128-row chunks), both
 // then in double, so diag(H) agrees to ~1e-6 relative and the act-order is the same unless two

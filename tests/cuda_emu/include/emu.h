@@ -573,6 +573,15 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
   if (!emu::enqueue([=] { std::memmove(d, s, n); })) std::memmove(d, s, n);
   return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy2DAsync(void* d, size_t dpitch, const void* s, size_t spitch, size_t width, size_t height,
+                                     cudaMemcpyKind, cudaStream_t) {
+  auto copy = [=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch, width);
+  };
+  if (!emu::enqueue(copy)) copy();
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   std::memmove(d, s, n);
   return cudaSuccess;
@@ -758,18 +767,45 @@ inline cublasStatus_t cublasSsyrk(cublasHandle_t, cublasFillMode_t uplo, cublasO
     }
   return CUBLAS_STATUS_SUCCESS;
 }
-// B [m, n] := alpha·A⁻¹·B for lower-triangular A (left side, no transpose, non-unit diagonal only).
+// C [n, n] = alpha·A·Aᵀ + beta·C (A [n, k], no transpose) in the lower triangle only.
+inline cublasStatus_t cublasDsyrk(cublasHandle_t, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+                                  const double* alpha, const double* A, int lda, const double* beta, double* C,
+                                  int ldc) {
+  if (uplo != CUBLAS_FILL_MODE_LOWER || trans != CUBLAS_OP_N) emu::unsupported("cublasDsyrk other than lower, N");
+  for (int j = 0; j < n; ++j)
+    for (int i = j; i < n; ++i) {
+      double s = 0;
+      for (int l = 0; l < k; ++l) s += A[i + size_t(l) * lda] * A[j + size_t(l) * lda];
+      double& out = C[i + size_t(j) * ldc];
+      out = *alpha * s + (*beta != 0 ? *beta * out : 0.0);
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+// Lower-triangular A, non-unit diagonal: left side B [m, n] := alpha·A⁻¹·B (no transpose), or
+// right side B := alpha·B·A⁻ᵀ (transpose).
 inline cublasStatus_t cublasDtrsm(cublasHandle_t, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
                                   cublasDiagType_t diag, int m, int n, const double* alpha, const double* A, int lda,
                                   double* B, int ldb) {
-  if (side != CUBLAS_SIDE_LEFT || uplo != CUBLAS_FILL_MODE_LOWER || trans != CUBLAS_OP_N || diag != CUBLAS_DIAG_NON_UNIT)
-    emu::unsupported("cublasDtrsm other than left, lower, no transpose, non-unit");
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < m; ++i) {
-      double s = *alpha * B[i + size_t(j) * ldb];
-      for (int l = 0; l < i; ++l) s -= A[i + size_t(l) * lda] * B[l + size_t(j) * ldb];
-      B[i + size_t(j) * ldb] = s / A[i + size_t(i) * lda];
-    }
+  if (uplo != CUBLAS_FILL_MODE_LOWER || diag != CUBLAS_DIAG_NON_UNIT)
+    emu::unsupported("cublasDtrsm other than lower, non-unit");
+  if (side == CUBLAS_SIDE_LEFT && trans == CUBLAS_OP_N) {
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = *alpha * B[i + size_t(j) * ldb];
+        for (int l = 0; l < i; ++l) s -= A[i + size_t(l) * lda] * B[l + size_t(j) * ldb];
+        B[i + size_t(j) * ldb] = s / A[i + size_t(i) * lda];
+      }
+  } else if (side == CUBLAS_SIDE_RIGHT && trans == CUBLAS_OP_T) {
+    // X·Aᵀ = alpha·B: column j of X from columns l < j (Aᵀ is upper: X[:, j]·A[j, j] = alpha·B[:, j] − Σ X[:, l]·A[j, l]).
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = *alpha * B[i + size_t(j) * ldb];
+        for (int l = 0; l < j; ++l) s -= B[i + size_t(l) * ldb] * A[j + size_t(l) * lda];
+        B[i + size_t(j) * ldb] = s / A[j + size_t(j) * lda];
+      }
+  } else {
+    emu::unsupported("cublasDtrsm other than (left, N) or (right, T)");
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
