@@ -8,8 +8,11 @@
 #   tests/gpu/convert_llama2_7b.sh [EXLAGENT [WORK_DIR]]     (defaults: build/exlagent, /tmp/llama2-7b-convert)
 #
 # Environment: LAYERS (32; fewer for a quick smoke run), BPW (4.0), BACKEND (cuda), SEED (0),
-# EXTRA (more quantize options, e.g. "--cal-rows 64"). The checkpoint is reused when WORK_DIR/hf
-# exists with the same LAYERS and SEED; the output WORK_DIR/q-BPW is replaced.
+# EXTRA (more quantize options, e.g. "--cal-rows 64"), MAKE_ONLY=1 (make the checkpoint and stop),
+# RESUME=1 (keep an interrupted conversion's WORK_DIR/.q-BPW.partial: the job resumes from it, and
+# the phases it had finished report next to nothing). The checkpoint is reused when WORK_DIR/hf exists with the
+# same LAYERS and SEED; the output WORK_DIR/q-BPW is replaced. To stay under a 10-minute limit per
+# command: MAKE_ONLY=1 first, then the conversion.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -34,7 +37,7 @@ out, layers, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfg = LlamaConfig(hidden_size=4096, intermediate_size=11008, num_hidden_layers=layers, num_attention_heads=32,
                   num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5,
                   rope_theta=10000.0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-                  initializer_range=0.02, torch_dtype="float16")
+                  initializer_range=0.02)
 torch.manual_seed(seed)
 torch.set_default_dtype(torch.float16)
 with torch.device("cuda"):
@@ -46,8 +49,10 @@ with torch.no_grad():  # the same init whatever the transformers version does at
             p.normal_(0.0, 0.02, generator=g)
         else:
             p.fill_(1.0)
-model.config.torch_dtype = torch.float16
-model.save_pretrained(out, safe_serialization=True)
+try:
+    model.save_pretrained(out, safe_serialization=True)
+except TypeError:  # transformers 5 writes safetensors only and dropped the argument
+    model.save_pretrained(out)
 print(f"made {out}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters, {layers} layers")
 PY
   tok="$shared/models/llama2-tokenizer/tokenizer.model"
@@ -60,8 +65,10 @@ PY
   python3 -c "import sys; print(f'checkpoint: {float(sys.argv[2]) - float(sys.argv[1]):.1f} s')" "$t0" "$EPOCHREALTIME" >&2
 fi
 
+[[ "${MAKE_ONLY:-0}" == 1 ]] && exit 0
 out="$work/q-$bpw"
-rm -rf "$out" "$work/.q-$bpw.partial"
+rm -rf "$out"
+[[ "${RESUME:-0}" == 1 ]] || rm -rf "$work/.q-$bpw.partial"
 mem_log="$work/gpu_mem.log"
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 2000 > "$mem_log" 2>/dev/null &
 smi=$!
