@@ -6,16 +6,16 @@
 //     (the reference sums 128 rows in fp32, then in double);
 //   - factor: the act-ordered, damped H (order and damping decided by the caller from diag()),
 //     its Cholesky (blocked: 128-wide diagonal blocks on the host, panels by cuBLAS DTRSM and
-//     DSYRK) and the triangular inverse (DTRSM), in double, giving U,
-//     the upper factor of (H + λI)⁻¹ in permuted order, as fp32, as the reference does;
+//     DSYRK) and the triangular inverse (DTRSM), in double, giving U, the upper factor of
+//     (H + λI)⁻¹ in permuted order, as fp32, as the reference does;
 //   - quantize: per group the scale search (exactly the reference's arithmetic; the 16 candidate
 //     errors summed in double in a fixed order, so ties may break differently), the group's rows
 //     quantized one by one with the error fed to its later rows (the reference's fp32 operations in
 //     its order, no FMA contraction), and the rows after the group updated by one cuBLAS SGEMM
 //     (fp32, a different summation order than the reference's loop: results agree to fp32 rounding,
 //     so a code near a rounding boundary may differ, and its error feedback with it).
-// A GptqDevice owns its stream and cuBLAS handle; each call returns when its work is
-// done. One thread at a time; objects it made must be used with it only.
+// A GptqDevice owns its stream and cuBLAS handle; each call returns when its work is done. One
+// thread at a time; objects it made must be used with it only.
 #pragma once
 #include <cstdint>
 #include <memory>
