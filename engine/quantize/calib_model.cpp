@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/formats/tensor_access.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -181,14 +182,30 @@ std::vector<float> CalibModel::logits(std::span<const float> x) const {
 
 std::vector<std::vector<int32_t>> CalibModel::generate(
     std::span<const std::vector<int32_t>> prompts, int64_t length,
-    const std::function<int32_t(int64_t, std::span<const float>)>& next) const {
+    const std::function<int32_t(int64_t, std::span<const float>)>& next, ThreadPool* tp) const {
   const int64_t rows = int64_t(prompts.size());
   EXL_CHECK(rows > 0 && !prompts[0].empty(), "engine: quantize: generate: no prompts");
   std::vector<std::vector<int32_t>> out(prompts.begin(), prompts.end());
   const int64_t plen = int64_t(prompts[0].size());
   for (const auto& pr : prompts)
     EXL_CHECK(int64_t(pr.size()) == plen, "engine: quantize: generate: prompts of unequal length");
-  auto pool = kv_pool(rows, std::max(length, plen), int(cfg_.num_layers));
+  const int64_t max_len = std::max(length, plen);
+  if (const auto mem = be_.device_memory()) {
+    // A KV pool of every layer for all rows may not fit (7B-shaped, 344 rows of 256: 92 GB in f32);
+    // rows are independent, so they go in batches whose pool takes at most half the free memory.
+    const int64_t per_row = max_len * cfg_.num_layers * 2 * cfg_.num_kv_heads * cfg_.head_dim * int64_t(sizeof(float));
+    const int64_t batch = std::max<int64_t>(1, int64_t(mem->free_bytes / 2) / std::max<int64_t>(per_row, 1));
+    if (batch < rows) {
+      std::vector<std::vector<int32_t>> all;
+      for (int64_t r0 = 0; r0 < rows; r0 += batch) {
+        auto part = generate(prompts.subspan(size_t(r0), size_t(std::min(batch, rows - r0))), length,
+                             [&](int64_t row, std::span<const float> logits) { return next(r0 + row, logits); }, tp);
+        for (auto& r : part) all.push_back(std::move(r));
+      }
+      return all;
+    }
+  }
+  auto pool = kv_pool(rows, max_len, int(cfg_.num_layers));
   int64_t pos = 0;
   std::vector<int32_t> step_ids;
   for (const auto& pr : prompts) step_ids.insert(step_ids.end(), pr.begin(), pr.end());
@@ -208,11 +225,14 @@ std::vector<std::vector<int32_t>> CalibModel::generate(
       std::copy_n(x.begin() + ((r + 1) * n - 1) * H, H, last.begin() + r * H);
     const std::vector<float> lg = logits(last);
     step_ids.assign(size_t(rows), 0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int32_t id = next(r, std::span<const float>(lg).subspan(size_t(r * cfg_.vocab_size), size_t(cfg_.vocab_size)));
-      out[size_t(r)].push_back(id);
-      step_ids[size_t(r)] = id;
-    }
+    auto pick = [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        step_ids[size_t(r)] =
+            next(r, std::span<const float>(lg).subspan(size_t(r * cfg_.vocab_size), size_t(cfg_.vocab_size)));
+    };
+    if (tp) tp->parallel_for(rows, 1, pick);
+    else pick(0, rows);
+    for (int64_t r = 0; r < rows; ++r) out[size_t(r)].push_back(step_ids[size_t(r)]);
     if (int64_t(out[0].size()) >= length) break;
   }
   for (auto& o : out) o.resize(size_t(length));

@@ -20,6 +20,8 @@
 
 namespace exl {
 
+class ThreadPool;
+
 // Which positions the T rows of an activation [T, hidden] are: `rows` sequences of `n_tokens`
 // each, at positions pos_start.., rows of one sequence consecutive.
 struct CalibPositions {
@@ -65,10 +67,14 @@ class CalibModel {
 
   // `rows` sequences continued from `prompts` (one per row, equal lengths) to `length` tokens,
   // each next token sampled from softmax(logits) by next(row, logits[vocab]), with the source
-  // weights and an incremental KV cache.
+  // weights and an incremental KV cache. On a backend with device memory the rows run in batches
+  // whose KV pool (every layer, f32) takes at most half the free memory; next() sees them in order.
+  // With `pool`, next() runs for the rows of a step in parallel (it must be safe to call
+  // concurrently for different rows).
   std::vector<std::vector<int32_t>> generate(
       std::span<const std::vector<int32_t>> prompts, int64_t length,
-      const std::function<int32_t(int64_t row, std::span<const float> logits)>& next) const;
+      const std::function<int32_t(int64_t row, std::span<const float> logits)>& next,
+      ThreadPool* pool = nullptr) const;
 
  private:
   struct Layer;

@@ -11,6 +11,7 @@
 namespace exl {
 
 class CalibModel;
+class ThreadPool;
 class Tokenizer;
 
 struct CalibrationSet {
@@ -27,8 +28,10 @@ CalibrationSet calibration_from_file(const std::filesystem::path& file, const To
                                      int64_t length);
 
 // `rows` rows of `length` tokens the model samples itself (temperature 1, full vocabulary)
-// after a seeded prompt of BOS (when given) and one random token; deterministic for a seed.
+// after a seeded prompt of BOS (when given) and one random token; deterministic for a seed (each
+// row has its own generator, so `pool`, which samples the rows of a step in parallel, changes
+// nothing).
 CalibrationSet self_generated_calibration(const CalibModel& model, int64_t rows, int64_t length, uint64_t seed,
-                                          std::optional<int32_t> bos);
+                                          std::optional<int32_t> bos, ThreadPool* pool = nullptr);
 
 }  // namespace exl

@@ -89,29 +89,39 @@ void accumulate_hessian(Hessian& h, const float* x, int64_t rows, ThreadPool* po
   h.rows += rows;
 }
 
-GptqPlan plan_gptq(const Hessian& hs, double damp_fraction, ThreadPool* pool) {
-  const int64_t K = hs.dim;
-  EXL_CHECK(K > 0 && hs.rows > 0, "engine: quantize: gptq: no calibration rows reached this linear");
-  auto at = [&](int64_t i, int64_t j) { return i <= j ? hs.h[size_t(i * K + j)] : hs.h[size_t(j * K + i)]; };
-  GptqPlan p;
-  p.dim = K;
-  p.dead.assign(size_t(K), 0);
-  std::vector<double> diag(static_cast<size_t>(K));
+GptqOrder gptq_order(std::span<const double> diag, double damp_fraction) {
+  const int64_t K = int64_t(diag.size());
+  GptqOrder o;
+  o.dead.assign(size_t(K), 0);
   double mean = 0;
   for (int64_t i = 0; i < K; ++i) {
-    diag[size_t(i)] = at(i, i);
-    if (!(diag[size_t(i)] > 0)) p.dead[size_t(i)] = 1;
+    if (!(diag[size_t(i)] > 0)) o.dead[size_t(i)] = 1;
     else mean += diag[size_t(i)];
   }
   mean /= double(K);
   if (!(mean > 0)) mean = 1.0;
-  p.perm.resize(size_t(K));
-  std::iota(p.perm.begin(), p.perm.end(), 0);
-  std::stable_sort(p.perm.begin(), p.perm.end(), [&](int32_t a, int32_t b) { return diag[size_t(a)] > diag[size_t(b)]; });
+  o.perm.resize(size_t(K));
+  std::iota(o.perm.begin(), o.perm.end(), 0);
+  std::stable_sort(o.perm.begin(), o.perm.end(), [&](int32_t a, int32_t b) { return diag[size_t(a)] > diag[size_t(b)]; });
+  o.damp = std::max(damp_fraction * mean, 1e-10);
+  return o;
+}
+
+GptqPlan plan_gptq(const Hessian& hs, double damp_fraction, ThreadPool* pool) {
+  const int64_t K = hs.dim;
+  EXL_CHECK(K > 0 && hs.rows > 0, "engine: quantize: gptq: no calibration rows reached this linear");
+  auto at = [&](int64_t i, int64_t j) { return i <= j ? hs.h[size_t(i * K + j)] : hs.h[size_t(j * K + i)]; };
+  std::vector<double> diag(static_cast<size_t>(K));
+  for (int64_t i = 0; i < K; ++i) diag[size_t(i)] = at(i, i);
+  GptqOrder order = gptq_order(diag, damp_fraction);
+  GptqPlan p;
+  p.dim = K;
+  p.perm = std::move(order.perm);
+  p.dead = std::move(order.dead);
 
   // The upper Cholesky factor of (H + λI)⁻¹ in permuted order from one Cholesky and one triangular
   // inverse: with R the index reversal, chol_lower(R·H·R) = R·U⁻¹·R, so U = R·(that)⁻¹·R.
-  double damp = std::max(damp_fraction * mean, 1e-10);
+  double damp = order.damp;
   for (int attempt = 0; attempt < 10; ++attempt, damp *= 2) {
     std::vector<double> a(size_t(K * K));
     for (int64_t i = 0; i < K; ++i) {

@@ -43,6 +43,16 @@ struct GptqPlan {
   double damp = 0;             // λ actually used
 };
 
+// The act-order (input features by descending diag(H), ties by index), the dead features
+// (diag ≤ 0) and the first damping λ = max(damp_fraction · Σ live diag / dim, 1e-10) (a mean of 0
+// counts as 1): what plan_gptq and the device path (gptq_runner.h) both start from.
+struct GptqOrder {
+  std::vector<int32_t> perm;
+  std::vector<uint8_t> dead;
+  double damp = 0;
+};
+GptqOrder gptq_order(std::span<const double> diag, double damp_fraction);
+
 // damp_fraction · mean(diag H) is added to the diagonal (ExLlamaV2 uses 0.12; GPTQ's paper 0.01);
 // when the factorization fails the damping is doubled, up to 10 times. Throws exl::Error
 // ("engine: quantize: gptq: ...") when it still fails or H is empty.

@@ -17,13 +17,17 @@
 #include "engine/formats/tensor_access.h"
 #include "engine/quantize/calib_model.h"
 #include "engine/quantize/calibration.h"
-#include "engine/quantize/gptq.h"
+#include "engine/quantize/gptq_runner.h"
+#include "engine/quantize/kl_reference.h"
 #include "engine/quantize/measurement.h"
 #include "engine/quantize/quantize_alloc.h"
 #include "engine/quantize/quantize_linear.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/cuda_device.h"
+#include "kernels/gptq_device.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -45,12 +49,20 @@ struct DenseLayer {
   std::vector<float> bias;
 };
 
-DenseLayer load_dense(const ModelDir& dir, const LinearSpec& spec) {
+// The source weights of a linear, validated (missing, malformed or already quantized tensors are
+// errors naming the layer).
+LinearWeights load_source(const ModelDir& dir, const LinearSpec& spec) {
   LinearWeights lw = load_linear(dir, spec.name, spec.in_features, spec.out_features);
-  const auto* d = std::get_if<DenseMatrix>(&lw);
-  EXL_CHECK(d, "engine: quantize: '", dir.path().string(), "': layer '", spec.name, "' is already quantized (",
+  EXL_CHECK(std::holds_alternative<DenseMatrix>(lw), "engine: quantize: '", dir.path().string(), "': layer '",
+            spec.name, "' is already quantized (",
             to_string(*detect_weight_format(dir, *resolve_linear_prefix(dir, spec.name))),
             "); the input must be an FP16, BF16 or FP32 checkpoint");
+  return lw;
+}
+
+DenseLayer load_dense(const ModelDir& dir, const LinearSpec& spec) {
+  const LinearWeights lw = load_source(dir, spec);
+  const auto* d = std::get_if<DenseMatrix>(&lw);
   DenseLayer out;
   out.w.resize(size_t(spec.in_features * spec.out_features));
   dequantize(*d, out.w);
@@ -79,32 +91,6 @@ std::vector<uint16_t> to_f16(std::span<const float> v) {
 template <typename T>
 std::span<const std::byte> bytes(const std::vector<T>& v) {
   return std::as_bytes(std::span<const T>(v));
-}
-
-// A quantized linear with its layout, and the backend's copy for running blocks.
-struct QuantLinear {
-  QuantOption layout;
-  Exl2Tensors t;
-  std::unique_ptr<PreparedLinear> prepared;
-};
-
-// GPTQ of one source linear into `layout`, prepared on the backend with its bias.
-QuantLinear quantize_linear(const CalibModel& cm, const DenseLayer& d, const LinearSpec& s, const GptqPlan& plan,
-                            const QuantOption& layout, ThreadPool& pool) {
-  QuantLinear q;
-  q.layout = layout;
-  q.t = gptq_quantize(d.w, s.out_features, s.in_features, plan, option_groups(layout, s.in_features), &pool);
-  if (!d.bias.empty()) q.t.bias = to_f16(d.bias);
-  Exl2Matrix m = q.t.view();
-  m.bias = d.bias;
-  q.prepared = cm.prepare(m);
-  return q;
-}
-
-GptqPlan plan_from(std::span<const float> x, int64_t dim, double damp, ThreadPool& pool) {
-  Hessian h = make_hessian(dim);
-  accumulate_hessian(h, x.data(), int64_t(x.size()) / dim, &pool);
-  return plan_gptq(h, damp, &pool);
 }
 
 // A file declares the 4-byte tensors of every layer (q_weight, q_scale, q_invperm) before the
@@ -311,7 +297,7 @@ JobState open_partial(const fs::path& dir, const nlohmann::json& fingerprint) {
   return s;
 }
 
-CalibrationSet calibration_rows(const fs::path& in_dir, const CalibModel& cm, const QuantizeOptions& o) {
+CalibrationSet calibration_rows(const fs::path& in_dir, const CalibModel& cm, const QuantizeOptions& o, ThreadPool& pool) {
   std::unique_ptr<Tokenizer> tok;
   try {
     tok = load_tokenizer(in_dir);
@@ -322,11 +308,11 @@ CalibrationSet calibration_rows(const fs::path& in_dir, const CalibModel& cm, co
   std::optional<int32_t> bos;
   if (tok && tok->bos_id()) bos = *tok->bos_id();
   else if (!cm.config().bos_token_ids.empty()) bos = int32_t(cm.config().bos_token_ids[0]);
-  return self_generated_calibration(cm, o.cal_rows, o.cal_length, o.cal_seed, bos);
+  return self_generated_calibration(cm, o.cal_rows, o.cal_length, o.cal_seed, bos, &pool);
 }
 
 CalibrationSet load_or_make_calibration(const fs::path& partial, const fs::path& in_dir, const CalibModel& cm,
-                                        const QuantizeOptions& o) {
+                                        const QuantizeOptions& o, ThreadPool& pool) {
   const fs::path file = partial / "calibration.json";
   CalibrationSet cal;
   if (fs::exists(file)) {
@@ -335,7 +321,7 @@ CalibrationSet load_or_make_calibration(const fs::path& partial, const fs::path&
     cal.rows = j.at("rows").get<std::vector<std::vector<int32_t>>>();
     return cal;
   }
-  cal = calibration_rows(in_dir, cm, o);
+  cal = calibration_rows(in_dir, cm, o, pool);
   write_json(file, {{"source", cal.source}, {"rows", cal.rows}});
   return cal;
 }
@@ -349,15 +335,18 @@ struct Job {
   const ModelDir& in;
   const CalibModel& cm;
   ThreadPool& pool;
+  const GptqRunner& gptq;
   const QuantizeOptions& o;
   std::vector<LinearSpec> specs;  // decoder linears, layer by layer (kLinearsPerLayer each), then the head
   CalibPositions pos;             // the calibration rows as one batch
   std::unique_ptr<KvPool> kv;     // one layer's cache for them
 };
 
-Exl2Tensors gptq_tensors(const DenseLayer& d, const LinearSpec& s, const GptqPlan& plan, const QuantOption& layout,
-                         ThreadPool& pool) {
-  Exl2Tensors t = gptq_quantize(d.w, s.out_features, s.in_features, plan, option_groups(layout, s.in_features), &pool);
+using PlanPtr = std::shared_ptr<const GptqRunner::Plan>;
+
+Exl2Tensors gptq_tensors(const Job& job, const DenseLayer& d, const GptqRunner::Weight& w, const LinearSpec& s,
+                         const GptqRunner::Plan& plan, const QuantOption& layout) {
+  Exl2Tensors t = job.gptq.quantize(w, plan, option_groups(layout, s.in_features));
   if (!d.bias.empty()) t.bias = to_f16(d.bias);
   return t;
 }
@@ -376,13 +365,16 @@ int64_t layout_bits(const QuantOption& layout, const LinearSpec& s) {
 // layout of each linear GPTQ-quantized once; `run` evaluates the block with the given linears).
 // *probe receives the output of the candidate nearest 4 bpw, the sensitivity probe.
 BlockMeasurement measure_block(
-    Job& job, std::string name, std::span<const LinearSpec> specs, std::span<const GptqPlan* const> plans,
+    Job& job, std::string name, std::span<const LinearSpec> specs, std::span<const GptqRunner::Plan* const> plans,
     std::span<const BlockLayout> candidates, std::span<const float> y_ref,
     const std::function<std::vector<float>(std::span<const PreparedLinear* const>)>& run, std::vector<float>* probe,
     size_t* probe_index) {
   std::vector<DenseLayer> dense;
+  std::vector<std::shared_ptr<const GptqRunner::Weight>> held;
   int64_t weights = 0;
   for (const auto& s : specs) dense.push_back(load_dense(job.in, s)), weights += s.in_features * s.out_features;
+  for (size_t i = 0; i < specs.size(); ++i)
+    held.push_back(job.gptq.weight(dense[i].w, specs[i].out_features, specs[i].in_features));
   std::vector<std::map<std::string, Exl2Tensors>> cache(specs.size());
   BlockMeasurement bm{std::move(name), 0, {}};
   const double norm = std::max(sum_squares(y_ref), 1e-30);
@@ -393,7 +385,7 @@ BlockMeasurement measure_block(
     BlockOptionScore score{cand, 0, 0, 0};
     for (size_t i = 0; i < specs.size(); ++i) {
       auto [it, fresh] = cache[i].try_emplace(to_string(cand[i]));
-      if (fresh) it->second = gptq_tensors(dense[i], specs[i], *plans[i], cand[i], job.pool);
+      if (fresh) it->second = gptq_tensors(job, dense[i], *held[i], specs[i], *plans[i], cand[i]);
       prepared.push_back(prepare_quantized(job.cm, it->second, dense[i]));
       ptrs.push_back(prepared.back().get());
       score.bits += layout_bits(cand[i], specs[i]);
@@ -407,28 +399,6 @@ BlockMeasurement measure_block(
   return bm;
 }
 
-// Mean over tokens of KL(softmax(head(x_ref)) ‖ softmax(head(x))), computed a row at a time.
-double mean_kl(const CalibModel& cm, std::span<const float> x_ref, std::span<const float> x, int64_t row_tokens) {
-  const int64_t H = cm.config().hidden_size, V = cm.config().vocab_size, T = int64_t(x.size()) / H;
-  double total = 0;
-  for (int64_t t0 = 0; t0 < T; t0 += row_tokens) {
-    const int64_t n = std::min(row_tokens, T - t0);
-    const auto p = cm.logits(x_ref.subspan(size_t(t0 * H), size_t(n * H)));
-    const auto q = cm.logits(x.subspan(size_t(t0 * H), size_t(n * H)));
-    for (int64_t t = 0; t < n; ++t) {
-      const float* a = p.data() + t * V;
-      const float* b = q.data() + t * V;
-      double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
-      for (int64_t v = 0; v < V; ++v) ma = std::max(ma, double(a[v])), mb = std::max(mb, double(b[v]));
-      for (int64_t v = 0; v < V; ++v) sa += std::exp(double(a[v]) - ma), sb += std::exp(double(b[v]) - mb);
-      const double la = ma + std::log(sa), lb = mb + std::log(sb);
-      for (int64_t v = 0; v < V; ++v) kl += std::exp(double(a[v]) - la) * ((double(a[v]) - la) - (double(b[v]) - lb));
-      total += kl;
-    }
-  }
-  return total / double(T);
-}
-
 // Block `b` (2·layer for attention, 2·layer + 1 for the MLP) of the source model.
 std::vector<float> source_block(Job& job, int64_t b, std::span<const float> x, const CalibPositions& pos) {
   return b % 2 ? job.cm.mlp_block(b / 2, x, pos) : job.cm.attention_block(b / 2, x, pos, *job.kv, 0);
@@ -439,41 +409,47 @@ std::vector<float> source_block(Job& job, int64_t b, std::span<const float> x, c
 // block evaluations are the pass's cost). Each block's candidates get their output error; the
 // block's sensitivity (the final logits' mean KL from the source model's per unit of output
 // error, measured by running the probe candidate's output through the rest of the source model)
-// turns them into the predicted KL the allocation sums.
+// turns them into the predicted KL the allocation sums. Host memory: the activations of one block
+// at a time (its input and output, its linears' inputs), not of every block: a first pass over the
+// source model keeps only the final logits of the scored rows.
 Measurement measure(Job& job, std::vector<float> x, const std::string& calibration, const QuantizeProgress& progress) {
   const ModelConfig& c = job.cm.config();
   Measurement m{model_fingerprint(c), calibration, {}};
   const double damp = job.o.damp;
   const int64_t n_blocks = 2 * c.num_layers;
-  std::vector<std::vector<float>> inputs{x};
-  for (int64_t b = 0; b < n_blocks; ++b) inputs.push_back(source_block(job, b, inputs.back(), job.pos));
   CalibPositions sub = job.pos;
   if (job.o.measure_rows > 0) sub.rows = std::min(sub.rows, job.o.measure_rows);
   const size_t sub_n = size_t(sub.tokens() * c.hidden_size);
   auto head_of = [&](const std::vector<float>& v) { return std::span<const float>(v.data(), sub_n); };
+  KlReference ref;
+  {
+    std::vector<float> y = x;
+    for (int64_t b = 0; b < n_blocks; ++b) y = source_block(job, b, y, job.pos);
+    ref = kl_reference(job.cm, head_of(y), sub.n_tokens, job.pool);
+  }
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t l = b / 2;
     const std::span<const LinearSpec> lin(job.specs.data() + l * kLinearsPerLayer, kLinearsPerLayer);
-    const std::vector<float>& full_in = inputs[size_t(b)];
-    const std::span<const float> xin = head_of(full_in);
-    std::vector<float> xn, act, probe;
+    const std::span<const float> xin = head_of(x);
+    std::vector<float> xn, act, probe, next;
     size_t probe_index = 0;
     if (b % 2 == 0) {
-      job.cm.attention_block(l, full_in, job.pos, *job.kv, 0, {}, &xn, &act);
-      const GptqPlan p_in = plan_from(xn, c.hidden_size, damp, job.pool), p_o = plan_from(act, lin[3].in_features, damp, job.pool);
-      const GptqPlan* plans[kAttnLinears] = {&p_in, &p_in, &p_in, &p_o};
+      next = job.cm.attention_block(l, x, job.pos, *job.kv, 0, {}, &xn, &act);
+      const PlanPtr p_in = job.gptq.plan(xn, c.hidden_size, damp), p_o = job.gptq.plan(act, lin[3].in_features, damp);
+      xn = {}, act = {};
+      const GptqRunner::Plan* plans[kAttnLinears] = {p_in.get(), p_in.get(), p_in.get(), p_o.get()};
       m.blocks.push_back(measure_block(job, cat("model.layers.", l, ".self_attn"), lin.subspan(0, kAttnLinears), plans,
-                                       attention_candidates(), head_of(inputs[size_t(b + 1)]),
+                                       attention_candidates(), head_of(next),
                                        [&](std::span<const PreparedLinear* const> w) {
                                          return job.cm.attention_block(l, xin, sub, *job.kv, 0, w);
                                        }, &probe, &probe_index));
     } else {
-      job.cm.mlp_block(l, full_in, job.pos, {}, &xn, &act);
-      const GptqPlan p_in = plan_from(xn, c.hidden_size, damp, job.pool),
-                     p_down = plan_from(act, c.intermediate_size, damp, job.pool);
-      const GptqPlan* plans[kMlpLinears] = {&p_in, &p_in, &p_down};
+      next = job.cm.mlp_block(l, x, job.pos, {}, &xn, &act);
+      const PlanPtr p_in = job.gptq.plan(xn, c.hidden_size, damp), p_down = job.gptq.plan(act, c.intermediate_size, damp);
+      xn = {}, act = {};
+      const GptqRunner::Plan* plans[kMlpLinears] = {p_in.get(), p_in.get(), p_down.get()};
       m.blocks.push_back(measure_block(job, cat("model.layers.", l, ".mlp"), lin.subspan(kAttnLinears, kMlpLinears),
-                                       plans, mlp_candidates(), head_of(inputs[size_t(b + 1)]),
+                                       plans, mlp_candidates(), head_of(next),
                                        [&](std::span<const PreparedLinear* const> w) {
                                          return job.cm.mlp_block(l, xin, sub, w);
                                        }, &probe, &probe_index));
@@ -481,8 +457,9 @@ Measurement measure(Job& job, std::vector<float> x, const std::string& calibrati
     for (int64_t r = b + 1; r < n_blocks; ++r) probe = source_block(job, r, probe, sub);
     BlockMeasurement& bm = m.blocks.back();
     const double probe_err = bm.options[probe_index].output_error;
-    bm.sensitivity = probe_err > 0 ? mean_kl(job.cm, head_of(inputs.back()), probe, sub.n_tokens) / probe_err : 0;
+    bm.sensitivity = probe_err > 0 ? mean_kl(job.cm, ref, probe, job.pool) / probe_err : 0;
     for (auto& o : bm.options) o.error = bm.sensitivity * o.output_error;
+    x = std::move(next);
     if (progress) progress("measure", size_t(b + 1), size_t(n_blocks));
   }
   return m;
@@ -509,11 +486,11 @@ struct DoneLinear {
   std::unique_ptr<PreparedLinear> prepared;
 };
 
-DoneLinear finish_linear(Job& job, const LinearSpec& s, std::span<const float> x, const QuantOption& layout,
+DoneLinear finish_linear(Job& job, const LinearSpec& s, const GptqRunner::Plan& plan, const QuantOption& layout,
                          std::vector<QuantizedLayerReport>& reports) {
   const DenseLayer d = load_dense(job.in, s);
-  const GptqPlan plan = plan_from(x, s.in_features, job.o.damp, job.pool);
-  DoneLinear out{gptq_tensors(d, s, plan, layout, job.pool), nullptr};
+  const auto w = job.gptq.weight(d.w, s.out_features, s.in_features);
+  DoneLinear out{gptq_tensors(job, d, *w, s, plan, layout), nullptr};
   out.prepared = prepare_quantized(job.cm, out.t, d);
   std::vector<float> back(d.w.size());
   dequantize(out.t.view(), back);
@@ -533,10 +510,12 @@ std::vector<Exl2Tensors> quantize_layer(Job& job, int64_t l, std::vector<float>&
   auto t0 = Clock::now();
   std::vector<float> xn, att, act;
   const std::vector<float> a_ref = job.cm.attention_block(l, x, job.pos, *job.kv, 0, {}, &xn);
-  for (int i = 0; i < 3; ++i) done.push_back(finish_linear(job, lin[size_t(i)], xn, attn[size_t(i)], state.layers));
+  const double damp = job.o.damp;
+  PlanPtr plan = job.gptq.plan(xn, c.hidden_size, damp);
+  for (int i = 0; i < 3; ++i) done.push_back(finish_linear(job, lin[size_t(i)], *plan, attn[size_t(i)], state.layers));
   const PreparedLinear* w[kAttnLinears] = {done[0].prepared.get(), done[1].prepared.get(), done[2].prepared.get(), nullptr};
   job.cm.attention_block(l, x, job.pos, *job.kv, 0, std::span(w, 3), nullptr, &att);
-  done.push_back(finish_linear(job, lin[3], att, attn[3], state.layers));
+  done.push_back(finish_linear(job, lin[3], *job.gptq.plan(att, lin[3].in_features, damp), attn[3], state.layers));
   w[3] = done[3].prepared.get();
   x = job.cm.attention_block(l, x, job.pos, *job.kv, 0, w);
   int64_t bits = 0, weights = 0;
@@ -546,10 +525,11 @@ std::vector<Exl2Tensors> quantize_layer(Job& job, int64_t l, std::vector<float>&
                           sum_sq_diff(x, a_ref) / std::max(sum_squares(a_ref), 1e-30), seconds_since(t0)});
   t0 = Clock::now();
   const std::vector<float> m_ref = job.cm.mlp_block(l, x, job.pos, {}, &xn);
-  for (int i = 0; i < 2; ++i) done.push_back(finish_linear(job, lin[size_t(4 + i)], xn, mlp[size_t(i)], state.layers));
+  plan = job.gptq.plan(xn, c.hidden_size, damp);
+  for (int i = 0; i < 2; ++i) done.push_back(finish_linear(job, lin[size_t(4 + i)], *plan, mlp[size_t(i)], state.layers));
   const PreparedLinear* g[kMlpLinears] = {done[4].prepared.get(), done[5].prepared.get(), nullptr};
   job.cm.mlp_block(l, x, job.pos, std::span(g, 2), nullptr, &act);
-  done.push_back(finish_linear(job, lin[6], act, mlp[2], state.layers));
+  done.push_back(finish_linear(job, lin[6], *job.gptq.plan(act, lin[6].in_features, damp), mlp[2], state.layers));
   g[2] = done[6].prepared.get();
   x = job.cm.mlp_block(l, x, job.pos, g);
   bits = weights = 0;
@@ -557,7 +537,6 @@ std::vector<Exl2Tensors> quantize_layer(Job& job, int64_t l, std::vector<float>&
     bits += 8 * done[size_t(i)].t.storage_bytes(), weights += lin[size_t(i)].in_features * lin[size_t(i)].out_features;
   state.blocks.push_back({cat("model.layers.", l, ".mlp"), double(bits) / double(weights), 0,
                           sum_sq_diff(x, m_ref) / std::max(sum_squares(m_ref), 1e-30), seconds_since(t0)});
-  (void)c;
   std::vector<Exl2Tensors> out;
   for (auto& d : done) out.push_back(std::move(d.t));
   return out;
@@ -608,7 +587,9 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
                                     in.has(*resolve_linear_prefix(in, s.name) + ".bias")));
     }
   }
-  tensors.push_back(std::move(finish_linear(job, specs.back(), job.cm.final_norm(x), head_option, head_report).t));
+  const std::vector<float> head_in = job.cm.final_norm(x);
+  tensors.push_back(
+      std::move(finish_linear(job, specs.back(), *job.gptq.plan(head_in, c.hidden_size, job.o.damp), head_option, head_report).t));
   if (progress) progress("quantize", q_total, q_total);
   return tensors;
 }
@@ -647,6 +628,17 @@ void write_output(const ModelDir& in, const QuantizeOptions& o, const Calibratio
   fs::remove_all(partial);
 }
 
+// Whether --backend NAME means the CUDA backend (and the device GPTQ).
+bool use_cuda(const std::string& backend) {
+  if (backend == "cpu") return false;
+  if (backend == "cuda") {
+    EXL_CHECK(cuda_device_count() > 0, "engine: quantize: --backend cuda: ", cuda_device_description());
+    return true;
+  }
+  EXL_CHECK(backend == "auto", "engine: quantize: --backend must be cpu, cuda or auto, got '", backend, "'");
+  return cuda_device_count() > 0;
+}
+
 }  // namespace quantize_model_impl
 
 QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, QuantizeOptions o,
@@ -663,6 +655,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   EXL_CHECK(o.cal_rows >= 0 && o.cal_length >= 16, "engine: quantize: --cal-rows must not be negative and "
             "--cal-length at least 16, got ", o.cal_rows, " and ", o.cal_length);
 
+  const bool cuda_wanted = use_cuda(o.backend);
   std::vector<LinearSpec> specs;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (auto& s : decoder_layer_linears(c, l)) specs.push_back(std::move(s));
@@ -676,7 +669,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   }
   std::set<std::string> consumed;
   for (const auto& s : specs) {
-    load_dense(in, s);  // fails fast on missing, malformed or quantized tensors
+    load_source(in, s);  // fails fast on missing, malformed or quantized tensors
     if (*resolve_linear_prefix(in, s.name) == s.name) consumed.insert({s.name + ".weight", s.name + ".bias"});
   }
   std::optional<Measurement> given;
@@ -691,17 +684,21 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   report.target_bpw = o.bpw;
   report.resumed_layers = state.done_layers;
 
-  auto be = make_cpu_backend(o.threads);
+  const bool cuda = cuda_wanted;
+  report.backend = cuda ? "cuda" : "cpu";
+  auto be = cuda ? make_cuda_backend(0) : make_cpu_backend(o.threads);
   ThreadPool pool(o.threads);
+  const std::unique_ptr<GptqDevice> device = cuda ? make_cuda_gptq_device(0) : nullptr;
+  const GptqRunner gptq(pool, device.get());
   const CalibModel cm(in, *be, o.rope_table(c));
   auto t0 = Clock::now();
   if (progress) progress("calibrate", 0, 1);
-  const CalibrationSet cal = load_or_make_calibration(partial, in_dir, cm, o);
+  const CalibrationSet cal = load_or_make_calibration(partial, in_dir, cm, o, pool);
   if (progress) progress("calibrate", 1, 1);
   report.calibration = cal.source;
   report.seconds_calibrate = seconds_since(t0);
   const int64_t rows = int64_t(cal.rows.size()), len = int64_t(cal.rows[0].size());
-  Job job{in, cm, pool, o, specs, {rows, len, 0, len}, cm.kv_pool(rows, len, 1)};
+  Job job{in, cm, pool, gptq, o, specs, {rows, len, 0, len}, cm.kv_pool(rows, len, 1)};
   std::vector<int32_t> ids;
   for (const auto& r : cal.rows) ids.insert(ids.end(), r.begin(), r.end());
 

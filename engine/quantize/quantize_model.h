@@ -25,8 +25,12 @@
 // end. It survives an interruption (kill, exception, a throwing progress callback): running the
 // same job again (same input, options and calibration) resumes from it, reusing the calibration,
 // the measurement and every quantized layer; a partial directory of another job is replaced.
-// Every calibrated computation runs on a Backend through engine/quantize/calib_model.h; the
-// CPU backend is used here (the GPTQ arithmetic is gptq.h's CPU reference).
+// Every calibrated computation runs on a Backend through engine/quantize/calib_model.h, and GPTQ
+// through gptq_runner.h: with --backend cuda both run on CUDA device 0 (the CUDA backend; Hessians,
+// factors and GPTQ on kernels/gptq_device.h), otherwise on the CPU backend and gptq.h's CPU
+// reference. The device path agrees with the CPU's to fp32 rounding, not bit for bit (the CUDA
+// backend's attention and its linears' summation order differ), so its calibration text, layouts and
+// codes may differ slightly; a partial directory resumes on either.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -54,6 +58,9 @@ struct QuantizeOptions {
   int64_t measure_rows = 4;            // rows the measurement scores candidates on (Hessians: all); 0 = all
   std::filesystem::path measurement;   // a measurement.json to reuse; empty: measure
   double damp = 0.01;                  // GPTQ damping, fraction of mean(diag H)
+  // "cpu", "cuda" (CUDA device 0: CalibModel on the CUDA backend, GPTQ on kernels/gptq_device.h)
+  // or "auto" (cuda when a device exists).
+  std::string backend = "auto";
 };
 
 struct QuantizedLayerReport {
@@ -73,6 +80,7 @@ struct QuantizedBlockReport {
 
 struct QuantizeReport {
   double target_bpw = 0;
+  std::string backend;    // "cpu" or "cuda": where it ran
   double layers_bpw = 0;  // achieved, decoder layers
   double head_bpw = 0;
   double mean_rel_error = 0;  // over decoder-layer linears
@@ -90,8 +98,8 @@ struct QuantizeReport {
 using QuantizeProgress = std::function<void(std::string_view stage, size_t done, size_t total)>;
 
 // Throws exl::Error (message "engine: quantize: ...") for an unsupported architecture, missing or
-// already quantized tensors, out-of-range options, an existing `out`, bad calibration or
-// measurement files, or I/O failures.
+// already quantized tensors, out-of-range options, --backend cuda without a CUDA device, an
+// existing `out`, bad calibration or measurement files, or I/O failures.
 QuantizeReport quantize_model(const std::filesystem::path& in, const std::filesystem::path& out,
                               QuantizeOptions options, const QuantizeProgress& progress = {});
 

@@ -29,13 +29,14 @@ using ::testing::HasSubstr;
 
 RopeTable rope_of(const ModelConfig& c) { return make_rope_table(c.rope, int(c.head_dim), c.max_position_embeddings); }
 
-// Two threads and the test's rope table; `cal_rows` (0: the default) rows of `cal_length` calibration tokens.
+// The CPU, two threads and the test's rope table; `cal_rows` (0: the default) rows of `cal_length` calibration tokens.
 QuantizeOptions job_options(int64_t cal_rows, int64_t cal_length) {
   QuantizeOptions o;
   o.threads = 2;
   o.rope_table = rope_of;
   o.cal_rows = cal_rows;
   o.cal_length = cal_length;
+  o.backend = "cpu";
   return o;
 }
 

@@ -154,7 +154,7 @@ std::vector<float> prefill_logits(const fs::path& dir_path) {
 }
 
 // Options for the exl2-ref models: the calibration the tests use (self-generated, kRows x
-// kLength tokens), 2 threads.
+// kLength tokens), 2 threads, the CPU.
 constexpr int64_t kRows = 16, kLength = 256;
 QuantizeOptions ref_options(double bpw, int head_bits = 6) {
   QuantizeOptions o;
@@ -164,6 +164,7 @@ QuantizeOptions ref_options(double bpw, int head_bits = 6) {
   o.rope_table = [](const ModelConfig& c) { return make_rope_table(c.rope, int(c.head_dim), c.max_position_embeddings); };
   o.cal_rows = kRows;
   o.cal_length = kLength;
+  o.backend = "cpu";  // the reference path the numbers in BENCHMARKS.md come from
   return o;
 }
 

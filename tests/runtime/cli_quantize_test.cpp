@@ -1,12 +1,13 @@
 // `exlagent quantize`: the JSON report's contract (calibration source, per-block and per-linear
 // rows, seconds per phase), progress with an ETA on stderr, a calibration file, a measurement
-// reused, and bad calibration options as errors naming the option.
+// reused, the backend the run took (auto), and bad options as errors naming the option.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "kernels/cuda_device.h"
 #include "runtime/cli/cli_commands.h"
 #include "test_support.h"
 
@@ -34,6 +35,7 @@ TEST(CliQuantize, ReportsPhasesBlocksAndLayersAndReusesItsMeasurement) {
   EXPECT_EQ(j["blocks"][1]["name"], "model.layers.0.mlp");
   for (const char* phase : {"calibrate", "measure", "quantize", "write", "total"}) EXPECT_TRUE(j["seconds"].contains(phase)) << phase;
   EXPECT_FALSE(j["measurement_reused"].get<bool>());
+  EXPECT_EQ(j["backend"], cuda_device_count() > 0 ? "cuda" : "cpu");  // --backend auto
   EXPECT_LE(j["layers_bpw"].get<double>(), 4.0);
   EXPECT_THAT(r.err, HasSubstr("quantize: measure"));
   EXPECT_THAT(r.err, HasSubstr("quantize: quantize"));
@@ -64,6 +66,8 @@ TEST(CliQuantize, BadCalibrationOptionsAreErrors) {
   test::write_file(tmp / "m.json", "{\"format\": \"exlagent-measurement-1\", \"blocks\": []}");
   r = test::run_cli(cli_quantize, {"--in", hf, "--out", (tmp / "a").string(), "--measurement", (tmp / "m.json").string()});
   EXPECT_THAT(r.error, HasSubstr("has 0 blocks; this model has 4"));
+  r = test::run_cli(cli_quantize, {"--in", hf, "--out", (tmp / "a").string(), "--backend", "gpu"});
+  EXPECT_THAT(r.error, HasSubstr("--backend must be cpu, cuda or auto, got 'gpu'"));
   EXPECT_FALSE(fs::exists(tmp / "a"));
 }
 

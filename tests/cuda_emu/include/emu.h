@@ -160,6 +160,18 @@ inline T atomicAdd(T* p, T v) {
   *p = o + v;
   return o;
 }
+template <class T>
+inline T atomicMax(T* p, T v) {
+  const T o = *p;
+  if (v > o) *p = v;
+  return o;
+}
+template <class T>
+inline T atomicOr(T* p, T v) {
+  const T o = *p;
+  *p = o | v;
+  return o;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -561,6 +573,15 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
   if (!emu::enqueue([=] { std::memmove(d, s, n); })) std::memmove(d, s, n);
   return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy2DAsync(void* d, size_t dpitch, const void* s, size_t spitch, size_t width, size_t height,
+                                     cudaMemcpyKind, cudaStream_t) {
+  auto copy = [=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(d) + r * dpitch, static_cast<const char*>(s) + r * spitch, width);
+  };
+  if (!emu::enqueue(copy)) copy();
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
   std::memmove(d, s, n);
   return cudaSuccess;
@@ -731,6 +752,64 @@ inline cublasStatus_t cublasGemmBatchedEx(cublasHandle_t, cublasOperation_t ta, 
     const cublasStatus_t s = emu::gemm(ta, tb, m, n, k, static_cast<const float*>(alpha), A[i], at, lda, B[i], bt, ldb,
                                        static_cast<const float*>(beta), C[i], ct, ldc);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+typedef enum { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1 } cublasFillMode_t;
+typedef enum { CUBLAS_SIDE_LEFT = 0, CUBLAS_SIDE_RIGHT = 1 } cublasSideMode_t;
+typedef enum { CUBLAS_DIAG_NON_UNIT = 0, CUBLAS_DIAG_UNIT = 1 } cublasDiagType_t;
+// C [n, n] = alpha·A·Aᵀ + beta·C (trans N, A [n, k]) in the `uplo` triangle only, double sums.
+inline cublasStatus_t cublasSsyrk(cublasHandle_t, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+                                  const float* alpha, const float* A, int lda, const float* beta, float* C, int ldc) {
+  if (trans != CUBLAS_OP_N) emu::unsupported("cublasSsyrk with a transposed A");
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < n; ++i) {
+      if (uplo == CUBLAS_FILL_MODE_LOWER ? i < j : i > j) continue;
+      double s = 0;
+      for (int l = 0; l < k; ++l) s += double(A[i + size_t(l) * lda]) * double(A[j + size_t(l) * lda]);
+      float& out = C[i + size_t(j) * ldc];
+      out = float(*alpha * s + (*beta != 0 ? *beta * out : 0.0));
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+// C [n, n] = alpha·A·Aᵀ + beta·C (A [n, k], no transpose) in the lower triangle only.
+inline cublasStatus_t cublasDsyrk(cublasHandle_t, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+                                  const double* alpha, const double* A, int lda, const double* beta, double* C,
+                                  int ldc) {
+  if (uplo != CUBLAS_FILL_MODE_LOWER || trans != CUBLAS_OP_N) emu::unsupported("cublasDsyrk other than lower, N");
+  for (int j = 0; j < n; ++j)
+    for (int i = j; i < n; ++i) {
+      double s = 0;
+      for (int l = 0; l < k; ++l) s += A[i + size_t(l) * lda] * A[j + size_t(l) * lda];
+      double& out = C[i + size_t(j) * ldc];
+      out = *alpha * s + (*beta != 0 ? *beta * out : 0.0);
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
+// Lower-triangular A, non-unit diagonal: left side B [m, n] := alpha·A⁻¹·B (no transpose), or
+// right side B := alpha·B·A⁻ᵀ (transpose).
+inline cublasStatus_t cublasDtrsm(cublasHandle_t, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
+                                  cublasDiagType_t diag, int m, int n, const double* alpha, const double* A, int lda,
+                                  double* B, int ldb) {
+  if (uplo != CUBLAS_FILL_MODE_LOWER || diag != CUBLAS_DIAG_NON_UNIT)
+    emu::unsupported("cublasDtrsm other than lower, non-unit");
+  if (side == CUBLAS_SIDE_LEFT && trans == CUBLAS_OP_N) {
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = *alpha * B[i + size_t(j) * ldb];
+        for (int l = 0; l < i; ++l) s -= A[i + size_t(l) * lda] * B[l + size_t(j) * ldb];
+        B[i + size_t(j) * ldb] = s / A[i + size_t(i) * lda];
+      }
+  } else if (side == CUBLAS_SIDE_RIGHT && trans == CUBLAS_OP_T) {
+    // X·Aᵀ = alpha·B: column j of X from columns l < j (Aᵀ is upper: X[:, j]·A[j, j] = alpha·B[:, j] − Σ X[:, l]·A[j, l]).
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = *alpha * B[i + size_t(j) * ldb];
+        for (int l = 0; l < j; ++l) s -= B[i + size_t(l) * ldb] * A[j + size_t(l) * lda];
+        B[i + size_t(j) * ldb] = s / A[j + size_t(j) * lda];
+      }
+  } else {
+    emu::unsupported("cublasDtrsm other than (left, N) or (right, T)");
   }
   return CUBLAS_STATUS_SUCCESS;
 }
