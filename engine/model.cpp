@@ -4,6 +4,7 @@
 
 #include "engine/formats/linear_loader.h"
 #include "engine/rope.h"
+#include "engine/tp_model.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -47,6 +48,19 @@ Model::Model(const ModelDir& dir, std::span<const ModelPart> parts) : cfg_(dir.c
   EXL_CHECK(next == cfg_.num_layers, "engine: model: the parts hold layers [0, ", next, ") of ", cfg_.num_layers);
   load(dir);
 }
+
+Model::Model(const ModelDir& dir, std::span<Backend* const> ranks, Communicator& comm) : cfg_(dir.config()) {
+  EXL_CHECK(!ranks.empty() && ranks.front() != nullptr, "engine: model: a tensor-parallel model needs ranks");
+  parts_.push_back({ranks.front(), 0, cfg_.num_layers, {}});
+  identity_ = std::filesystem::absolute(dir.path()).lexically_normal().string();
+  for (const auto& f : dir.files())
+    identity_ += cat("|", f->path().filename().string(), ":", std::filesystem::file_size(f->path()));
+  tp_ = std::make_unique<TpModel>(dir, ranks, comm);
+}
+
+int Model::n_ranks() const { return tp_ ? tp_->n_ranks() : 1; }
+
+const float* Model::device_logits() const { return tp_ ? tp_->device_logits() : last_part().scratch.logits.f32(); }
 
 void Model::load(const ModelDir& dir) {
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, D = cfg_.head_dim;
@@ -102,6 +116,7 @@ KvLayout Model::kv_layout(KvFormat format, int page_size) const {
 }
 
 std::unique_ptr<KvPool> Model::alloc_kv_pool(KvFormat format, int page_size, int num_pages) {
+  if (tp_) return tp_->alloc_kv_pool(format, page_size, num_pages);
   const KvLayout layout = kv_layout(format, page_size);
   if (parts_.size() == 1) return parts_.front().be->alloc_kv_pool(layout, num_pages);
   auto pool = std::make_unique<SplitKvPool>();
@@ -125,6 +140,7 @@ KvPool& Model::part_pool(KvPool& pool, size_t part) const {
 }
 
 void Model::kv_copy(KvPool& pool, int from, int to, int n_rows) {
+  if (tp_) return tp_->kv_copy(pool, from, to, n_rows);
   for (size_t i = 0; i < parts_.size(); ++i) parts_[i].be->kv_copy(part_pool(pool, i), from, to, n_rows);
 }
 
@@ -158,15 +174,15 @@ std::vector<float> Model::forward(std::span<const ForwardSeq> batch, KvPool& poo
   const int64_t R = forward_device(batch, pool);
   device_rows_ = 0;
   std::vector<float> out(size_t(R * cfg_.vocab_size));
-  if (parts_.size() > 1) last_part().be->make_current();
-  last_part().be->download(out.data(), last_part().scratch.logits.data(), out.size() * 4);
+  if (parts_.size() > 1 || tp_) last_part().be->make_current();
+  last_part().be->download(out.data(), device_logits(), out.size() * 4);
   return out;
 }
 
 bool Model::can_sample_on_device() const { return last_part().be->capabilities().sample_rows; }
 
 bool Model::can_sample_deferred() const {
-  return parts_.size() == 1 && parts_.front().be->capabilities().sample_rows_deferred;
+  return parts_.size() == 1 && !tp_ && parts_.front().be->capabilities().sample_rows_deferred;
 }
 
 bool Model::sample_device(std::span<const RowSampling> rows, std::span<int32_t> out) {
@@ -175,27 +191,32 @@ bool Model::sample_device(std::span<const RowSampling> rows, std::span<int32_t> 
   for (const RowSampling& r : rows)
     EXL_CHECK(r.row >= 0 && r.row < device_rows_, "engine: model: sample_device: logits row ", r.row,
               " not in the last forward_device() (", device_rows_, " rows)");
-  if (parts_.size() > 1) last_part().be->make_current();
-  return last_part().be->sample_rows(last_part().scratch.logits.f32(), cfg_.vocab_size, rows, out);
+  if (parts_.size() > 1 || tp_) last_part().be->make_current();
+  return last_part().be->sample_rows(device_logits(), cfg_.vocab_size, rows, out);
 }
 
 bool Model::sample_device_deferred(std::span<const RowSampling> rows) {
   for (const RowSampling& r : rows)
     EXL_CHECK(r.row >= 0 && r.row < device_rows_, "engine: model: sample_device_deferred: logits row ", r.row,
               " not in the last forward_device() (", device_rows_, " rows)");
-  if (parts_.size() != 1) return false;
+  if (parts_.size() != 1 || tp_) return false;
   return backend().sample_rows_deferred(last_part().scratch.logits.f32(), cfg_.vocab_size, rows);
 }
 
 void Model::collect_samples(std::span<int32_t> out) { backend().collect_samples(out); }
 
 int64_t Model::forward_device(std::span<const ForwardSeq> batch, KvPool& pool) {
+  if (tp_) {
+    device_rows_ = 0;
+    device_rows_ = tp_->forward_device(batch, pool);
+    return device_rows_;
+  }
   return run_forward(batch, pool, false);
 }
 
 int64_t Model::forward_device_fed(std::span<const ForwardSeq> batch, KvPool& pool) {
-  EXL_CHECK(parts_.size() == 1, "engine: model: forward_device_fed: a model split over ", parts_.size(),
-            " backends cannot decode from deferred samples");
+  EXL_CHECK(parts_.size() == 1 && !tp_, "engine: model: forward_device_fed: a model split over ",
+            std::max<int64_t>(int64_t(parts_.size()), n_ranks()), " backends cannot decode from deferred samples");
   for (const ForwardSeq& s : batch)
     EXL_CHECK(s.tokens.size() == 1, "engine: model: forward_device_fed: a sequence of ", s.tokens.size(),
               " tokens (a fed step decodes one per sequence)");

@@ -9,7 +9,8 @@
 // [tokens, hidden] handed to the next part's backend (Backend::copy_to, else download and upload
 // through host memory). Its K/V pool is a pool per part, each holding the part's layers, with
 // one page table for all (alloc_kv_pool). A model of one part runs exactly the single-backend
-// code path.
+// code path. A tensor-parallel model (engine/tp_model.h) runs behind the same interface: its
+// logits and sampling on rank 0, a K/V pool per rank.
 #pragma once
 #include <memory>
 #include <span>
@@ -20,14 +21,17 @@
 
 namespace exl {
 
-// One sequence's part of a forward batch: `tokens` are at positions pos_start.., and their K/V go
-// to the cache through `page_table`, which must cover positions [0, pos_start + tokens.size()).
+class Communicator;
+class TpModel;
+
 // One backend's share of a model split by layers: decoder layers [layer_begin, layer_end).
 struct ModelPart {
   Backend* backend = nullptr;
   int64_t layer_begin = 0, layer_end = 0;
 };
 
+// One sequence's part of a forward batch: `tokens` are at positions pos_start.., and their K/V go
+// to the cache through `page_table`, which must cover positions [0, pos_start + tokens.size()).
 struct ForwardSeq {
   std::span<const int32_t> tokens;
   int64_t pos_start = 0;
@@ -41,10 +45,15 @@ class Model {
   // A split model: parts in layer order, each non-empty, together every layer once; the first
   // holds the embedding, the last the final norm and the head. Throws exl::Error otherwise.
   Model(const ModelDir& dir, std::span<const ModelPart> parts);
+  // A tensor-parallel model over `ranks` (one backend each) joined by `comm` (both outlive the
+  // model); throws exl::Error as TpModel does.
+  Model(const ModelDir& dir, std::span<Backend* const> ranks, Communicator& comm);
   ~Model();
+  // The number of tensor-parallel ranks (1 unless built over ranks).
+  int n_ranks() const;
 
   const ModelConfig& config() const { return cfg_; }
-  // The first part's backend (the only one unless split).
+  // The first part's backend (the only one unless split; rank 0's when tensor-parallel).
   Backend& backend() const { return *parts_.front().be; }
   // The parts in layer order (one for a model that is not split).
   std::vector<ModelPart> parts() const;
@@ -56,7 +65,7 @@ class Model {
   // A K/V pool of `num_pages` pages in kv_layout(format, page_size) for forward(): the backend's
   // own pool, or for a split model one pool per part behind one page table.
   std::unique_ptr<KvPool> alloc_kv_pool(KvFormat format, int page_size, int num_pages);
-  // Backend::kv_copy on every part's pool (copy on write of a shared page).
+  // Backend::kv_copy on every part's (rank's) pool (copy on write of a shared page).
   void kv_copy(KvPool& pool, int from, int to, int n_rows);
 
   // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
@@ -71,7 +80,7 @@ class Model {
   // Whether the backend (a split model's last part's) can sample on the device at all.
   bool can_sample_on_device() const;
   // Whether the backend can sample deferred (sample_device_deferred below); never for a split
-  // model (the sampled ids would have to reach the first part's backend on the device).
+  // or tensor-parallel model (the sampled ids would have to reach the other backends).
   bool can_sample_deferred() const;
 
   // Pipelined decoding (Backend::sample_rows_deferred): the host queues step n+1 before it has
@@ -110,6 +119,7 @@ class Model {
   void hand_over(size_t from_part, int64_t tokens);
   Part& last_part() { return parts_.back(); }
   const Part& last_part() const { return parts_.back(); }
+  const float* device_logits() const;
 
   std::vector<Part> parts_;
   std::vector<float> staging_;  // host copy of the residual stream between parts
@@ -120,6 +130,7 @@ class Model {
   std::vector<Layer> layers_;
   Buffer final_norm_;
   std::unique_ptr<PreparedLinear> head_;
+  std::unique_ptr<TpModel> tp_;  // a tensor-parallel model: the rest above stays unused
   int64_t device_rows_ = 0;  // logits rows left by the last forward_device()
 };
 

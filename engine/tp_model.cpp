@@ -141,10 +141,35 @@ void TpModel::ensure_scratch(int64_t T, int64_t R) {
   }
 }
 
-std::vector<float> TpModel::forward(std::span<const ForwardSeq> batch, KvPool& whole_pool) {
+Backend& TpModel::rank_backend(int rank) const { return *ranks_.at(size_t(rank))->be; }
+
+KvPool& TpModel::rank_pool(KvPool& whole_pool, size_t rank) const {
   auto* pool = dynamic_cast<TpKvPool*>(&whole_pool);
   EXL_CHECK(pool != nullptr && pool->ranks.size() == ranks_.size(),
-            "engine: tensor parallel: forward needs a K/V pool from the model's own alloc_kv_pool()");
+            "engine: tensor parallel: a model over ", ranks_.size(),
+            " ranks needs a K/V pool from its own alloc_kv_pool()");
+  return *pool->ranks[rank];
+}
+
+void TpModel::kv_copy(KvPool& pool, int from, int to, int n_rows) {
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    ranks_[r]->be->make_current();
+    ranks_[r]->be->kv_copy(rank_pool(pool, r), from, to, n_rows);
+  }
+}
+
+std::vector<float> TpModel::forward(std::span<const ForwardSeq> batch, KvPool& pool) {
+  const int64_t R = forward_device(batch, pool);
+  std::vector<float> logits(size_t(R * cfg_.vocab_size));
+  Backend& be0 = *ranks_.front()->be;
+  be0.make_current();
+  be0.download(logits.data(), logits_.f32(), logits.size() * 4);
+  return logits;
+}
+
+int64_t TpModel::forward_device(std::span<const ForwardSeq> batch, KvPool& whole_pool) {
+  rank_pool(whole_pool, 0);
+  auto* pool = static_cast<TpKvPool*>(&whole_pool);
   const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, V = cfg_.vocab_size;
   const int page_size = pool->layout.page_size;
   std::vector<int32_t> ids, positions, slots;
@@ -237,9 +262,7 @@ std::vector<float> TpModel::forward(std::span<const ForwardSeq> batch, KvPool& w
     be0.rms_norm(k0.x.f32() + logit_rows[size_t(r)] * H, final_norm_.f32(), last_.f32() + r * H, 1, H, eps);
   if (exact) be0.linear_exact(*head_, last_.f32(), logits_.f32(), R);
   else be0.linear(*head_, last_.f32(), logits_.f32(), R);
-  std::vector<float> logits(size_t(R * V));
-  be0.download(logits.data(), logits_.f32(), logits.size() * 4);
-  return logits;
+  return R;
 }
 
 }  // namespace exl

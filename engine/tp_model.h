@@ -32,10 +32,18 @@ class TpModel {
   std::unique_ptr<KvPool> alloc_kv_pool(KvFormat format, int page_size, int num_pages);
   // Model::forward's contract: logits rows in host memory, [Σ (all_logits ? n_tokens : 1), vocab].
   std::vector<float> forward(std::span<const ForwardSeq> batch, KvPool& pool);
+  // forward() leaving the logits rows in rank 0's memory (device_logits()) until the next call;
+  // returns the number of rows.
+  int64_t forward_device(std::span<const ForwardSeq> batch, KvPool& pool);
+  const float* device_logits() const { return logits_.f32(); }
+  Backend& rank_backend(int rank) const;
+  // Backend::kv_copy on every rank's pool.
+  void kv_copy(KvPool& pool, int from, int to, int n_rows);
 
  private:
   struct Rank;
   void ensure_scratch(int64_t tokens, int64_t rows);
+  KvPool& rank_pool(KvPool& pool, size_t rank) const;
   ModelConfig cfg_;
   TpPlan plan_;
   RopeTable rope_;

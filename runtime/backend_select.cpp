@@ -45,12 +45,12 @@ GpuSplit parse_gpu_split(const std::string& text, const std::string& backend) {
 }
 
 std::vector<std::unique_ptr<Backend>> make_split_backends(const std::string& name, const GpuSplit& split,
-                                                          int cpu_threads) {
-  EXL_CHECK(split.n_devices > 0, "runtime: --gpu-split names no device");
+                                                          int cpu_threads, std::string_view flag) {
+  EXL_CHECK(split.n_devices > 0, "runtime: ", flag, " names no device");
   std::vector<std::unique_ptr<Backend>> out;
   if (name == "cuda") {
     const int have = cuda_device_count();
-    EXL_CHECK(split.n_devices <= have, "runtime: --gpu-split names ", split.n_devices, " devices but this machine has ",
+    EXL_CHECK(split.n_devices <= have, "runtime: ", flag, " names ", split.n_devices, " devices but this machine has ",
               have, have == 1 ? " CUDA device" : " CUDA devices", have == 0 ? cat(" (", cuda_device_description(), ")") : "");
     for (int d = 0; d < split.n_devices; ++d) out.push_back(make_cuda_backend(d));
     return out;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/layer_split.h"
@@ -22,8 +23,9 @@ GpuSplit parse_gpu_split(const std::string& text, const std::string& backend);
 // One backend per device of the split: CUDA devices 0..n-1 (throws when the machine has fewer:
 // "runtime: --gpu-split names 2 devices but this machine has 1 CUDA device"), or n CPU backends of
 // `cpu_threads` threads each (a CPU split runs the split code path, for tests).
+// `flag` names the option in that error (--tensor-parallel uses this too).
 std::vector<std::unique_ptr<Backend>> make_split_backends(const std::string& name, const GpuSplit& split,
-                                                          int cpu_threads = 0);
+                                                          int cpu_threads = 0, std::string_view flag = "--gpu-split");
 // The memory of each backend's device, in order (Backend::device_memory).
 std::vector<std::optional<DeviceMemory>> device_memories(const std::vector<std::unique_ptr<Backend>>& backends);
 

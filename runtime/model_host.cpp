@@ -27,7 +27,18 @@ ModelHost::ModelHost(const ModelHostOptions& options, std::unique_ptr<Backend> b
       fail("runtime: draft model '", options.draft_model_dir, "': ", e.what());
     }
   }
-  if (!options.gpu_split.empty()) {
+  EXL_CHECK(options.gpu_split.empty() || options.tensor_parallel <= 1,
+            "runtime: --gpu-split and --tensor-parallel cannot be combined (give one)");
+  EXL_CHECK(options.tensor_parallel >= 0, "runtime: --tensor-parallel must be positive");
+  if (options.tensor_parallel > 1) {
+    EXL_CHECK(backend == nullptr, "runtime: model host: --tensor-parallel makes its own backends");
+    GpuSplit ranks;
+    ranks.n_devices = options.tensor_parallel;
+    backends_ = make_split_backends(options.backend, ranks, options.cpu_threads, "--tensor-parallel");
+    std::vector<Backend*> raw;
+    for (const auto& b : backends_) raw.push_back(b.get());
+    comm_ = make_host_communicator(raw);
+  } else if (!options.gpu_split.empty()) {
     EXL_CHECK(backend == nullptr, "runtime: model host: a --gpu-split makes its own backends");
     split_ = parse_gpu_split(options.gpu_split, options.backend);
     backends_ = make_split_backends(options.backend, *split_, options.cpu_threads);
@@ -54,6 +65,14 @@ void ModelHost::load(MemoryRequest req) {
     dreq.cache_pages = 1;  // its pages are planned with the model's (companion_page_bytes)
     draft_model_ = load_planned_model(*draft_dir_, backend(), dreq, draft_plan_);
     req.companion_page_bytes = int64_t(draft_model_->kv_layout(cache_format_, req.page_size).page_bytes());
+  }
+  if (comm_) {
+    plan_ = plan_memory(*dir_, req, backend().device_memory());
+    check_fits(plan_);
+    std::vector<Backend*> ranks;
+    for (const auto& b : backends_) ranks.push_back(b.get());
+    model_ = std::make_unique<Model>(*dir_, ranks, *comm_);
+    return;
   }
   if (!split_) {
     model_ = load_planned_model(*dir_, backend(), req, plan_);

@@ -22,6 +22,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/communicator.h"
 #include "sessions/chat_template.h"
 
 namespace exl {
@@ -40,6 +41,9 @@ struct ModelHostOptions {
   // A layer split over several devices (--gpu-split "20,24" or "auto"; runtime/backend_select.h):
   // one backend per device, the model placed by engine/layer_split.h. Empty: one device.
   std::string gpu_split;
+  // Tensor parallelism over this many devices (--tensor-parallel N; engine/tp_model.h): one
+  // backend per device, collectives through host memory. 0 or 1: off. Not with gpu_split.
+  int tensor_parallel = 0;
 };
 
 class ModelHost {
@@ -77,7 +81,8 @@ class ModelHost {
   int64_t max_position_embeddings() const;
   bool loaded() const { return model_ != nullptr; }
   Model& model();
-  // The memory plan; with a split, its totals over the devices (device unset).
+  // The memory plan; with a split, its totals over the devices (device unset). Tensor-parallel:
+  // planned as if rank 0 held the whole model (a conservative bound: its share is smaller).
   const MemoryPlan& plan() const { return plan_; }
   // The layer placement of a split model after loading; null without a split.
   const LayerPlacement* placement() const { return placement_ ? &*placement_ : nullptr; }
@@ -96,6 +101,7 @@ class ModelHost {
   std::vector<std::unique_ptr<Backend>> backends_;
   std::optional<GpuSplit> split_;
   std::optional<LayerPlacement> placement_;
+  std::unique_ptr<Communicator> comm_;  // tensor parallelism's; after backends_: destroyed first
   std::unique_ptr<ModelDir> draft_dir_;
   std::unique_ptr<Model> draft_model_;
   MemoryPlan draft_plan_;

@@ -10,10 +10,12 @@
 #include <cmath>
 
 #include "engine/formats/linear_loader.h"
+#include "engine/generate/generator.h"
 #include "engine/model.h"
 #include "engine/tp_model.h"
 #include "kernels/communicator.h"
 #include "kernels/error.h"
+#include "generation_harness.h"
 #include "test_support.h"
 
 namespace exl {
@@ -217,6 +219,49 @@ TEST_P(TpModels, LogitsMatchTheUnsplitModel) {
 INSTANTIATE_TEST_SUITE_P(Models, TpModels,
                          ::testing::Values(TpCase{k_exl2, 2}, TpCase{k_dense, 2}, TpCase{"models/stories260K-hf", 2},
                                            TpCase{"data/exl2-ref/qwen2-bias/hf", 1}));
+
+// Two jobs sharing a 40-token prefix (the second from the prefix cache, a partial page copied on
+// write), greedy with device sampling where the backend offers it.
+std::vector<test::GenerationRecord> generate_pair(Model& m, const Tokenizer& tok) {
+  GeneratorOptions o;
+  o.page_size = 16;
+  o.num_pages = 16;
+  Generator g(m, tok, o);
+  std::vector<int32_t> a{1};
+  for (int i = 1; i < 40; ++i) a.push_back(int32_t(3 + (i * 53) % 500));
+  std::vector<int32_t> b = a;
+  a.insert(a.end(), {7, 8, 9});
+  b.insert(b.end(), {70, 80});
+  std::vector<test::GenerationRecord> r(2);
+  for (size_t j = 0; j < 2; ++j) {
+    GenerationJob job;
+    job.prompt = j == 0 ? a : b;
+    job.sampling.temperature = 0;
+    job.max_new_tokens = 8;
+    job.on_event = test::record_events(&r[j]);
+    g.submit(std::move(job));
+    g.run_until_idle();
+  }
+  return r;
+}
+
+TEST(TensorParallelModel, GenerationThroughModelMatchesOneBackend) {
+  EXL_REQUIRE_SHARED(k_exl2);
+  const auto path = test::shared_dir() / k_exl2;
+  test::CpuModel single(path);
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> ranks;
+  for (int r = 0; r < 2; ++r) owned.push_back(make_cpu_backend(1)), ranks.push_back(owned.back().get());
+  auto comm = make_host_communicator(ranks);
+  Model tp(single.dir, ranks, *comm);
+  EXPECT_EQ(tp.n_ranks(), 2);
+  EXPECT_FALSE(tp.can_sample_deferred());
+  const auto want = generate_pair(*single.model, *single.tok);
+  const auto got = generate_pair(tp, *single.tok);
+  ASSERT_TRUE(got[1].done) << got[1].error;
+  EXPECT_GE(got[1].stats.n_cached_tokens, 32);
+  for (size_t j = 0; j < 2; ++j) EXPECT_EQ(got[j].tokens, want[j].tokens) << "job " << j;
+}
 
 }  // namespace tensor_parallel_test
 }  // namespace exl

@@ -1,6 +1,7 @@
 // --gpu-split on the command line: its values, `info`'s placement (table and JSON), `generate`
 // on a model split over two CPU backends (llama2.c's reference text), the job commands' flag, and
-// the error when the machine has fewer CUDA devices than the split names.
+// the error when the machine has fewer CUDA devices than the split names; --tensor-parallel's
+// `generate` on two CPU ranks and its usage errors.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -117,11 +118,27 @@ TEST(GpuSplitFlag, GenerateOnTwoCpuBackendsMatchesLlama2c) {
   EXPECT_EQ(run(cli_generate, {"--model", model.string(), "--gpu-split", "auto"}).code, 2);  // auto on the CPU
 }
 
+TEST(TensorParallelFlag, GenerateOnTwoCpuRanksMatchesLlama2c) {
+  EXL_REQUIRE_SHARED("models/stories260K/reference/expected_greedy_200.txt");
+  const std::string model = (test::shared_dir() / "models/stories260K-hf").string();
+  auto r = run(cli_generate, {"--model", model, "--temperature", "0", "--max-tokens", "200", "--tensor-parallel", "2"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  EXPECT_EQ(r.out, test::read_file(test::shared_dir() / "models/stories260K/reference/expected_greedy_200.txt"));
+  EXPECT_EQ(run(cli_generate, {"--model", model, "--tensor-parallel", "0"}).code, 2);
+  EXPECT_EQ(run(cli_generate, {"--model", model, "--tensor-parallel", "2", "--gpu-split", "1,1"}).code, 2);
+  r = run(cli_generate, {"--model", model, "--tensor-parallel", "4"});  // 4 kv heads, but hidden 64: 2 blocks
+  EXPECT_EQ(r.code, -1);
+  EXPECT_NE(r.error.find("engine: tensor parallel: "), std::string::npos) << r.error;
+}
+
 TEST(GpuSplitFlag, JobCommandsTakeTheFlag) {
   const CommandSpec spec{"x", "", {}, with_job_engine_flags({})};
   const std::vector<std::string> args{"--backend", "cpu", "--gpu-split", "2,3"};
   const ParsedArgs a = parse_args(spec, args);
   EXPECT_EQ(job_engine_options(a, "m", 1).gpu_split, "2,3");
+  const std::vector<std::string> tp{"--tensor-parallel", "2"};
+  EXPECT_EQ(job_engine_options(parse_args(spec, tp), "m", 1).tensor_parallel, 2);
+  EXPECT_NE(spec.help().find("--tensor-parallel"), std::string::npos);
   const std::vector<std::string> bad{"--gpu-split", "2,-3"};
   EXPECT_THROW(job_engine_options(parse_args(spec, bad), "m", 1), UsageError);
   EXPECT_NE(spec.help().find("--gpu-split"), std::string::npos);
