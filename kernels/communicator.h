@@ -30,4 +30,11 @@ class Communicator {
 // for no ranks.
 std::unique_ptr<Communicator> make_host_communicator(std::span<Backend* const> ranks);
 
+// Whether this build has the NCCL communicator (CMake found NCCL beside the CUDA toolkit).
+bool nccl_available();
+// The NCCL communicator over CUDA backends `ranks` on CUDA devices `devices` (one each, distinct):
+// collectives on streams of its own after each backend's queued ops, NCCL_NVLS_ENABLE=0 unless
+// set. Throws exl::Error without NCCL or when NCCL fails.
+std::unique_ptr<Communicator> make_nccl_communicator(std::span<Backend* const> ranks, std::span<const int> devices);
+
 }  // namespace exl

@@ -70,4 +70,12 @@ std::unique_ptr<Communicator> make_host_communicator(std::span<Backend* const> r
   return std::make_unique<HostCommunicator>(ranks);
 }
 
+#ifndef EXL_HAVE_NCCL
+bool nccl_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(std::span<Backend* const>, std::span<const int>) {
+  fail("kernels: nccl: this build has no NCCL (configure with CUDA and NCCL present)");
+}
+#endif
+
 }  // namespace exl

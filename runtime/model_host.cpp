@@ -37,7 +37,13 @@ ModelHost::ModelHost(const ModelHostOptions& options, std::unique_ptr<Backend> b
     backends_ = make_split_backends(options.backend, ranks, options.cpu_threads, "--tensor-parallel");
     std::vector<Backend*> raw;
     for (const auto& b : backends_) raw.push_back(b.get());
-    comm_ = make_host_communicator(raw);
+    if (options.backend == "cuda" && nccl_available()) {
+      std::vector<int> devices;
+      for (int d = 0; d < options.tensor_parallel; ++d) devices.push_back(d);
+      comm_ = make_nccl_communicator(raw, devices);
+    } else {
+      comm_ = make_host_communicator(raw);
+    }
   } else if (!options.gpu_split.empty()) {
     EXL_CHECK(backend == nullptr, "runtime: model host: a --gpu-split makes its own backends");
     split_ = parse_gpu_split(options.gpu_split, options.backend);

@@ -42,7 +42,8 @@ struct ModelHostOptions {
   // one backend per device, the model placed by engine/layer_split.h. Empty: one device.
   std::string gpu_split;
   // Tensor parallelism over this many devices (--tensor-parallel N; engine/tp_model.h): one
-  // backend per device, collectives through host memory. 0 or 1: off. Not with gpu_split.
+  // backend per device, collectives by NCCL on CUDA when the build has it, else through host
+  // memory. 0 or 1: off. Not with gpu_split.
   int tensor_parallel = 0;
 };
 
