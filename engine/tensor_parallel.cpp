@@ -36,9 +36,89 @@ std::vector<int64_t> group_cuts(const Exl2Matrix& m, int N, std::string_view nam
   return cuts;
 }
 
-uint32_t nibble(const uint32_t* row, int64_t col) { return (row[col / 8] >> (4 * (col % 8))) & 15u; }
+uint32_t scale_nibble(const uint32_t* row, int64_t col) { return (row[col / 8] >> (4 * (col % 8))) & 15u; }
+
+// Device bytes of `w`'s slice of n output columns, without copying its data.
+int64_t column_slice_bytes(const LinearWeights& w, int64_t n) {
+  if (const auto* e = std::get_if<Exl2Matrix>(&w)) {
+    Exl2Matrix m;
+    m.in_features = e->in_features, m.out_features = n, m.padded_out = (n + 31) / 32 * 32, m.q_rows = e->q_rows;
+    m.groups = e->groups;
+    m.bias.resize(e->bias.empty() ? 0 : size_t(n));
+    return linear_device_bytes(m);
+  }
+  const auto* d = std::get_if<DenseMatrix>(&w);
+  EXL_CHECK(d != nullptr, "engine: tensor parallel: GPTQ weights are not split (EXL2 and dense weights are)");
+  DenseMatrix m = *d;
+  m.out_features = n;
+  m.bias.resize(d->bias.empty() ? 0 : size_t(n));
+  return linear_device_bytes(m);
+}
 
 }  // namespace
+
+MemoryPlan plan_tp_memory(const ModelDir& dir, const TpPlan& plan, const MemoryRequest& req,
+                          std::span<const std::optional<DeviceMemory>> memory) {
+  const int N = plan.n_ranks;
+  EXL_CHECK(int(memory.size()) == N, "engine: tensor parallel: memory of ", memory.size(), " devices for ", N, " ranks");
+  const ModelConfig& c = dir.config();
+  const int64_t D = c.head_dim;
+  MemoryPlan whole = plan_memory(dir, req, std::nullopt);  // checks the options, sizes the replicated parts
+  std::vector<int64_t> weights(size_t(N), whole.embedding_bytes + whole.norm_bytes), kv_heads(size_t(N), 0);
+  const LinearSpec head = head_linear(c);
+  weights[0] += linear_device_bytes(load_linear(dir, head.name, head.in_features, head.out_features));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::vector<LinearSpec> specs = decoder_layer_linears(c, l);
+    std::vector<LinearWeights> w;
+    for (const LinearSpec& s : specs) w.push_back(load_linear(dir, s.name, s.in_features, s.out_features));
+    for (int r = 0; r < N; ++r) {
+      const TpLayerSlice& s = plan.slices[size_t(l)][size_t(r)];
+      const int64_t qd = (s.q_head_end - s.q_head_begin) * D, kvd = (s.kv_head_end - s.kv_head_begin) * D;
+      const int64_t mlp = int64_t(s.mlp_cols.size());
+      weights[size_t(r)] += column_slice_bytes(w[0], qd) + column_slice_bytes(w[1], kvd) + column_slice_bytes(w[2], kvd) +
+                            column_slice_bytes(w[3], s.o_col_end - s.o_col_begin) + column_slice_bytes(w[4], mlp) +
+                            column_slice_bytes(w[5], mlp) +
+                            linear_device_bytes(slice_linear_rows(w[6], s.down_row_begin, s.down_row_end, r == 0).weights);
+      kv_heads[size_t(r)] += s.kv_head_end - s.kv_head_begin;
+    }
+  }
+  MemoryPlan best;
+  for (int r = 0; r < N; ++r) {
+    // One rank's plan: the whole plan's arithmetic with this rank's weights and page size.
+    MemoryPlan p = whole;
+    p.device = memory[size_t(r)];
+    p.weight_bytes = weights[size_t(r)];
+    p.linear_bytes = p.weight_bytes - p.embedding_bytes - p.norm_bytes;
+    KvLayout one;
+    one.n_layers = 1, one.n_kv_heads = 1, one.head_dim = int(D), one.page_size = req.page_size, one.format = req.cache_format;
+    p.page_bytes = kv_heads[size_t(r)] * int64_t(one.page_bytes());
+    p.margin_bytes = p.device ? k_margin_fixed + int64_t(p.device->total_bytes / 100) : 0;
+    int64_t pages = req.cache_pages;
+    p.fits = true;
+    if (pages == 0) {
+      const int64_t min_pages = std::min<int64_t>(
+          p.max_pages, (std::min<int64_t>(p.request.max_seq_len, req.max_step_tokens) + req.page_size - 1) / req.page_size);
+      pages = p.device ? std::clamp<int64_t>((int64_t(p.device->free_bytes) - p.weight_bytes - p.scratch_bytes -
+                                              p.margin_bytes) / (p.page_bytes + req.companion_page_bytes),
+                                             0, p.max_pages)
+                       : std::min<int64_t>(p.max_pages, req.cpu_default_pages);
+      if (pages < min_pages) pages = min_pages, p.fits = false;
+    }
+    p.cache_pages = int(pages);
+    p.cache_tokens = pages * req.page_size;
+    p.cache_bytes = pages * (p.page_bytes + req.companion_page_bytes);
+    if (p.device && p.total_bytes() + p.margin_bytes > int64_t(p.device->free_bytes)) p.fits = false;
+    if (!p.fits)
+      p.error = cat("engine: tensor parallel: memory plan: rank ", r, " of model '", p.model, "' needs ",
+                    format_bytes(p.weight_bytes), " of weights + ", format_bytes(p.cache_bytes), " of cache (",
+                    p.cache_tokens, " tokens, ", to_string(p.cache_format), ") + ", format_bytes(p.scratch_bytes),
+                    " of scratch, but device ", p.device->device, " has ", format_bytes(int64_t(p.device->free_bytes)),
+                    " free (", format_bytes(p.margin_bytes), " of it kept as a safety margin)");
+    const bool worse = r == 0 || (!p.fits && best.fits) || (p.fits == best.fits && p.cache_pages < best.cache_pages);
+    if (worse) best = p;
+  }
+  return best;
+}
 
 TpPlan plan_tensor_parallel(const ModelDir& dir, int N) {
   const ModelConfig& c = dir.config();
@@ -101,7 +181,7 @@ LinearSlice slice_linear_columns(const LinearWeights& w, std::span<const int32_t
     s.scale_words.assign(size_t(G * m.padded_out / 8), 0u);
     for (int64_t g = 0; g < G; ++g)
       for (int64_t i = 0; i < n; ++i)
-        s.scale_words[size_t(g * m.padded_out / 8 + i / 8)] |= nibble(e->q_scale + g * e->padded_out / 8, cols[size_t(i)])
+        s.scale_words[size_t(g * m.padded_out / 8 + i / 8)] |= scale_nibble(e->q_scale + g * e->padded_out / 8, cols[size_t(i)])
                                                                << (4 * (i % 8));
     m.q_weight = s.words.data();
     m.q_scale = s.scale_words.data();

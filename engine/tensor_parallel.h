@@ -23,10 +23,12 @@
 // Embedding and norms are replicated on every rank; the head runs on rank 0.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/formats/model_dir.h"
+#include "engine/memory_plan.h"
 #include "kernels/linear_weights.h"
 
 namespace exl {
@@ -68,5 +70,14 @@ LinearSlice slice_linear_columns(const LinearWeights& w, std::span<const int32_t
 // at group boundaries (the slice points into w's memory), dense input columns copied. The bias is
 // kept only when `keep_bias` (one rank adds it). Throws for GPTQ or bounds inside a group.
 LinearSlice slice_linear_rows(const LinearWeights& w, int64_t row_begin, int64_t row_end, bool keep_bias);
+
+// The memory plan of a TP model (memory_plan.h's byte formulas per rank): each rank holds the
+// embedding and norms, its linear slices, the head on rank 0, the whole scratch reserve (a
+// bound), and per KV page its kv heads of every layer. The cache gets as many pages as the
+// tightest rank holds (automatic) or is checked on every rank (explicit). The plan reports the
+// tightest rank: its device, weights and page bytes; `error` names it. memory[r] is rank r's
+// device memory (nullopt: no limit); throws as plan_tensor_parallel does.
+MemoryPlan plan_tp_memory(const ModelDir& dir, const TpPlan& plan, const MemoryRequest& req,
+                          std::span<const std::optional<DeviceMemory>> memory);
 
 }  // namespace exl

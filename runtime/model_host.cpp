@@ -4,6 +4,7 @@
 
 #include "engine/generate/draft_model.h"
 #include "kernels/error.h"
+#include "engine/tensor_parallel.h"
 #include "runtime/backend_select.h"
 
 namespace exl {
@@ -73,7 +74,7 @@ void ModelHost::load(MemoryRequest req) {
     req.companion_page_bytes = int64_t(draft_model_->kv_layout(cache_format_, req.page_size).page_bytes());
   }
   if (comm_) {
-    plan_ = plan_memory(*dir_, req, backend().device_memory());
+    plan_ = plan_tp_memory(*dir_, plan_tensor_parallel(*dir_, int(backends_.size())), req, device_memories(backends_));
     check_fits(plan_);
     std::vector<Backend*> ranks;
     for (const auto& b : backends_) ranks.push_back(b.get());

@@ -82,8 +82,8 @@ class ModelHost {
   int64_t max_position_embeddings() const;
   bool loaded() const { return model_ != nullptr; }
   Model& model();
-  // The memory plan; with a split, its totals over the devices (device unset). Tensor-parallel:
-  // planned as if rank 0 held the whole model (a conservative bound: its share is smaller).
+  // The memory plan; with a split, its totals over the devices (device unset); tensor-parallel,
+  // the tightest rank's (engine/tensor_parallel.h: plan_tp_memory).
   const MemoryPlan& plan() const { return plan_; }
   // The layer placement of a split model after loading; null without a split.
   const LayerPlacement* placement() const { return placement_ ? &*placement_ : nullptr; }

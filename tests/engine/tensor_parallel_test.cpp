@@ -265,3 +265,45 @@ TEST(TensorParallelModel, GenerationThroughModelMatchesOneBackend) {
 
 }  // namespace tensor_parallel_test
 }  // namespace exl
+
+namespace exl {
+namespace tensor_parallel_test {
+
+TEST(TensorParallelMemory, EachRankHoldsItsShareAndTheTightestRankDecides) {
+  EXL_REQUIRE_SHARED(k_exl2);
+  ModelDir dir(test::shared_dir() / k_exl2);
+  MemoryRequest req;
+  req.cache_format = KvFormat::fp16;
+  const MemoryPlan whole = plan_memory(dir, req, std::nullopt);
+  const TpPlan plan = plan_tensor_parallel(dir, 2);
+  const std::vector<std::optional<DeviceMemory>> none(2);
+  const MemoryPlan p = plan_tp_memory(dir, plan, req, none);
+  ASSERT_TRUE(p.fits) << p.error;
+  EXPECT_EQ(p.page_bytes * 2, whole.page_bytes);  // one of the two kv heads per rank
+  EXPECT_LT(p.weight_bytes, whole.weight_bytes);
+  EXPECT_GT(p.weight_bytes, whole.embedding_bytes + whole.norm_bytes + whole.linear_bytes / 3);
+  EXPECT_EQ(p.cache_pages, whole.cache_pages);
+
+  // Rank 1's device holds rank 0's weights, the scratch and 10 pages; rank 0's has room to spare.
+  const size_t roomy = size_t(4) << 30;
+  const size_t snug = size_t(k_margin_fixed + int64_t(roomy / 100) + p.weight_bytes + p.scratch_bytes + 10 * p.page_bytes);
+  const std::vector<std::optional<DeviceMemory>> mem{DeviceMemory{0, roomy, roomy}, DeviceMemory{1, snug, roomy}};
+  const MemoryPlan q = plan_tp_memory(dir, plan, req, mem);
+  ASSERT_TRUE(q.fits) << q.error;
+  ASSERT_TRUE(q.device.has_value());
+  EXPECT_EQ(q.device->device, 1);  // the rank with less free memory sets the page count
+  EXPECT_GE(q.cache_pages, 10);
+  EXPECT_LT(q.cache_pages, p.cache_pages);
+  EXPECT_LE(q.total_bytes() + q.margin_bytes, int64_t(snug));
+
+  const std::vector<std::optional<DeviceMemory>> tight{DeviceMemory{0, roomy, roomy},
+                                                       DeviceMemory{1, size_t(k_margin_fixed) + 1000, roomy}};
+  const MemoryPlan t = plan_tp_memory(dir, plan, req, tight);
+  EXPECT_FALSE(t.fits);
+  EXPECT_NE(t.error.find("engine: tensor parallel: memory plan: rank 1 of model '"), std::string::npos) << t.error;
+  EXPECT_NE(t.error.find("but device 1 has "), std::string::npos) << t.error;
+  EXPECT_THROW(check_fits(t), Error);
+}
+
+}  // namespace tensor_parallel_test
+}  // namespace exl
