@@ -4,6 +4,7 @@
 
 #include "engine/layer_split.h"
 #include "engine/memory_plan.h"
+#include "engine/tensor_parallel.h"
 #include "engine/formats/model_dir.h"
 #include "engine/model_summary.h"
 #include "runtime/backend_select.h"
@@ -137,26 +138,36 @@ int cli_info(std::span<const std::string> args) {
       "weight of the decoder layers and the head, weight bytes and KV-cache bytes per 1k tokens. With --backend,\n"
       "also the memory plan `serve` would load with on that backend: device bytes of the weights, scratch\n"
       "reserve and KV cache against the device's free memory; with --gpu-split, the layer placement:\n"
-      "which decoder layers (and embedding, head) each device holds, and its bytes.",
+      "which decoder layers (and embedding, head) each device holds, and its bytes; with\n"
+      "--tensor-parallel N, the plan of the rank with the least room.",
       {"MODEL_DIR"},
       {{"--json", "", "print one JSON object instead of the table"},
        {"--backend", "NAME", "plan the memory for cpu or cuda"},
        {"--gpu-split", "GB,GB...|auto", "with --backend: plan a layer split over devices (GB per device, or auto) and "
                                         "show which layers each device holds"},
+       {"--tensor-parallel", "N", "with --backend: plan tensor parallelism over N devices (the memory plan of the "
+                                  "rank with the least room)"},
        {"--cache-pages", "N", "plan this many KV cache pages of 64 tokens (default: what fits)"}}};
   return run_command(spec, args, [](const ParsedArgs& a) {
     ModelDir dir(a.positionals[0]);
     ModelSummary s = summarize_model(dir);
     std::optional<MemoryPlan> plan;
     std::optional<LayerPlacement> split;
-    if (a.has("--gpu-split") && !a.has("--backend")) throw UsageError("--gpu-split needs --backend");
+    if ((a.has("--gpu-split") || a.has("--tensor-parallel")) && !a.has("--backend"))
+      throw UsageError("--gpu-split and --tensor-parallel need --backend");
+    const int tp = tensor_parallel_flag(a);
     if (a.has("--backend")) {
       const std::string backend = *a.get("--backend");
       MemoryRequest req;
       req.cache_format = default_cache_format(backend);
       req.cache_pages = int(a.get_int("--cache-pages", 0));
       if (req.cache_pages < 0) throw UsageError("--cache-pages must be positive");
-      if (const std::string gs = gpu_split_flag(a, backend); !gs.empty()) {
+      if (tp > 1) {
+        GpuSplit ranks;
+        ranks.n_devices = tp;
+        plan = plan_tp_memory(dir, plan_tensor_parallel(dir, tp), req,
+                              device_memories(make_split_backends(backend, ranks, 1, "--tensor-parallel")));
+      } else if (const std::string gs = gpu_split_flag(a, backend); !gs.empty()) {
         const GpuSplit gpu_split = parse_gpu_split(gs, backend);
         split = plan_layer_split(dir, req, gpu_split, device_memories(make_split_backends(backend, gpu_split, 1)));
       } else {

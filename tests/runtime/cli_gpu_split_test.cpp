@@ -9,6 +9,7 @@
 
 #include "cli_runner.h"
 #include "engine/layer_split.h"
+#include "engine/memory_plan.h"
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"
 #include "runtime/backend_select.h"
@@ -126,6 +127,17 @@ TEST(TensorParallelFlag, GenerateOnTwoCpuRanksMatchesLlama2c) {
   EXPECT_EQ(r.out, test::read_file(test::shared_dir() / "models/stories260K/reference/expected_greedy_200.txt"));
   EXPECT_EQ(run(cli_generate, {"--model", model, "--tensor-parallel", "0"}).code, 2);
   EXPECT_EQ(run(cli_generate, {"--model", model, "--tensor-parallel", "2", "--gpu-split", "1,1"}).code, 2);
+  const std::string gqa = (test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw").string();
+  r = run(cli_info, {gqa, "--json", "--backend", "cpu", "--tensor-parallel", "2", "--cache-pages", "4"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  const auto m = nlohmann::json::parse(r.out)["memory_plan"];
+  MemoryRequest req;
+  req.cache_format = KvFormat::f32;
+  req.cache_pages = 4;
+  const MemoryPlan whole = plan_memory(ModelDir(gqa), req, std::nullopt);
+  EXPECT_EQ(m["cache_pages"], 4);
+  EXPECT_LT(m["weight_bytes"].get<int64_t>(), whole.weight_bytes);  // a rank's share
+  EXPECT_EQ(run(cli_info, {gqa, "--tensor-parallel", "2"}).code, 2);  // needs --backend
   r = run(cli_generate, {"--model", model, "--tensor-parallel", "4"});  // 4 kv heads, but hidden 64: 2 blocks
   EXPECT_EQ(r.code, -1);
   EXPECT_NE(r.error.find("engine: tensor parallel: "), std::string::npos) << r.error;
