@@ -11,8 +11,9 @@
 // within its budget, where a device's bytes are
 //   the scratch reserve (scratch_reserve_bytes, the whole of it: each device runs its own step)
 //   + the weights of its layers (norms and linears; the embedding with layer 0, the final norm and
-//     the head with the last layer) + pages · its layers' share of a page (+ companion bytes of a
-//     draft model on device 0)
+//     the head with the last layer) + pages · its layers' share of a page (+ companion page bytes
+//     of a draft model with layer 0: the draft loads on device 0, which holds layer 0 unless it
+//     is too small for any layer)
 // and a budget is min(the split's GB for it, free − margin) (margin as memory_plan.h). A device
 // that cannot take the next layer is passed over and keeps nothing. An automatic cache takes the
 // most pages (up to MemoryRequest's cap) at which every layer is placed; the fewest it accepts
@@ -46,7 +47,7 @@ struct DevicePlacement {
   bool embedding = false, head = false;    // the embedding table; the final norm and lm_head
   int64_t budget_bytes = 0;                // what it may hold (-1: no bound)
   int64_t weight_bytes = 0, scratch_bytes = 0;
-  int64_t page_bytes = 0;                  // its layers' share of one KV page (+ companion on device 0)
+  int64_t page_bytes = 0;                  // its layers' share of one KV page (+ companion with layer 0)
   int64_t cache_bytes = 0;                 // cache_pages · page_bytes
   std::optional<DeviceMemory> memory;
   int64_t margin_bytes = 0;
