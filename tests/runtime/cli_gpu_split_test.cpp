@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -141,6 +143,51 @@ TEST(TensorParallelFlag, GenerateOnTwoCpuRanksMatchesLlama2c) {
   r = run(cli_generate, {"--model", model, "--tensor-parallel", "4"});  // 4 kv heads, but hidden 64: 2 blocks
   EXPECT_EQ(r.code, -1);
   EXPECT_NE(r.error.find("engine: tensor parallel: "), std::string::npos) << r.error;
+}
+
+std::vector<float> read_floats(const std::filesystem::path& p) {
+  const std::string b = test::read_file(p);
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), v.size() * 4);
+  return v;
+}
+
+TEST(GpuSplitFlag, LogitsOverTwoCpuBackendsOrRanksMatchOne) {
+  EXL_REQUIRE_SHARED("data/exl2-ref/input_ids.json");
+  const auto model = test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw";
+  const std::string ids = (test::shared_dir() / "data/exl2-ref/input_ids.json").string();
+  const auto one = test::binary_dir() / "cli_gpu_split_one.f32", split = test::binary_dir() / "cli_gpu_split_two.f32",
+             tp = test::binary_dir() / "cli_gpu_split_tp.f32";
+  // The request `logits` plans: 96 ids, prefill, 2 pages of 64, f32.
+  MemoryRequest req;
+  req.cache_format = KvFormat::f32;
+  req.page_size = 64;
+  req.cache_pages = 2;
+  req.max_batch_seqs = 1;
+  req.max_step_tokens = 96;
+  req.max_seq_len = 96;
+  GpuSplit three;
+  three.n_devices = 3;
+  const std::vector<std::optional<DeviceMemory>> none(3);
+  const int64_t first = plan_layer_split(ModelDir(model), req, three, none).devices[0].total_bytes();
+  const std::vector<std::string> base{"--model", model.string(), "--ids-json", ids, "--out"};
+  auto args = [&](const std::filesystem::path& out, std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.push_back(out.string());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  for (const auto& [out, extra] : std::vector<std::pair<std::filesystem::path, std::vector<std::string>>>{
+           {one, {}}, {split, {"--gpu-split", exact_gb(first) + ",1"}}, {tp, {"--tensor-parallel", "2"}}}) {
+    const auto r = run(cli_logits, args(out, extra));
+    ASSERT_EQ(r.code, 0) << r.err << r.error;
+  }
+  const auto want = read_floats(one);
+  ASSERT_EQ(want.size(), size_t(96 * 512));
+  EXPECT_LT(test::rel_l2(read_floats(split), want), 1e-6);
+  const auto got = read_floats(tp);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LT(test::rel_l2(got, want), 1e-5);
 }
 
 TEST(GpuSplitFlag, JobCommandsTakeTheFlag) {
