@@ -190,6 +190,23 @@ TEST(GpuSplitFlag, LogitsOverTwoCpuBackendsOrRanksMatchOne) {
   EXPECT_LT(test::rel_l2(got, want), 1e-5);
 }
 
+TEST(GpuSplitFlag, BenchRunsOverTwoCpuBackendsAndRanks) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  const std::string model = (test::shared_dir() / "models/stories260K-hf").string();
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--gpu-split", "1,1"}, std::vector<std::string>{"--tensor-parallel", "2"}}) {
+    std::vector<std::string> args{"--model", model, "--prefill", "16", "--batch", "1,2", "--context", "8",
+                                  "--decode-steps", "2", "--repeat", "1", "--prefix-len", "64", "--suffix-len", "8",
+                                  "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run(cli_bench, args);
+    ASSERT_EQ(r.code, 0) << extra[0] << ": " << r.err << r.error;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["decode"].size(), 2u) << extra[0];
+    EXPECT_GE(j["prefix_cache"]["warm_cached_tokens"].get<int>(), 64) << extra[0];
+  }
+}
+
 TEST(GpuSplitFlag, JobCommandsTakeTheFlag) {
   const CommandSpec spec{"x", "", {}, with_job_engine_flags({})};
   const std::vector<std::string> args{"--backend", "cpu", "--gpu-split", "2,3"};
