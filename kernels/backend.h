@@ -143,6 +143,14 @@ class Backend {
   virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
   virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
   virtual void synchronize() {}
+  // Copies `bytes` at `src` (this backend's memory) to `dst` in `to`'s memory (a model split over
+  // devices hands its residual stream over this way), after this backend's queued ops and before
+  // `to`'s later ones. Returns false, doing nothing, when it cannot (the default): the caller then
+  // goes through host memory (download, upload). A CUDA peer copy can implement it.
+  virtual bool copy_to(Backend& /*to*/, void* /*dst*/, const void* /*src*/, size_t /*bytes*/) { return false; }
+  // Makes the calling thread's ops go to this backend's device: a thread that drives several
+  // backends (a model split over devices) calls it before each one's ops. No-op by default.
+  virtual void make_current() {}
   // Free and total memory of the backend's device now (engine/memory_plan.h plans against it);
   // nullopt for backends that allocate host memory (CPU).
   virtual std::optional<DeviceMemory> device_memory() const { return std::nullopt; }

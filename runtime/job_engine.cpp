@@ -29,7 +29,7 @@ JobEngine::JobEngine(JobEngineOptions options) : opts_(std::move(options)) {
   EXL_CHECK(opts_.max_context > 0, "runtime: job: the context length must be positive");
   host_ = std::make_unique<ModelHost>(
       ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template,
-                       opts_.draft_model});
+                       opts_.draft_model, opts_.gpu_split, opts_.tensor_parallel});
   const int64_t model_ctx = host_->max_position_embeddings();
   ctx_ = model_ctx > 0 ? std::min(model_ctx, opts_.max_context) : opts_.max_context;
   GeneratorOptions go;

@@ -27,6 +27,8 @@ namespace exl {
 struct JobEngineOptions {
   std::string model_dir;
   std::string backend = "cpu";
+  std::string gpu_split;         // a layer split (ModelHostOptions::gpu_split); empty = one device
+  int tensor_parallel = 0;       // ranks (ModelHostOptions::tensor_parallel); 0 or 1 = off
   int cpu_threads = 0;           // 0 = all
   int max_batch_seqs = 16;       // jobs decoding at once
   Speculation speculate = Speculation::auto_;  // engine/generate/speculation.h

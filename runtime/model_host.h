@@ -4,8 +4,9 @@
 //
 // Two steps, because some callers size the KV cache from a tokenized prompt: the constructor
 // opens and validates the directory, loads the tokenizer (and the chat template when asked) and
-// makes the backend; load() or load_generator() plans device memory and uploads the weights,
-// once. Every accessor of the model throws before that.
+// makes the backend (one per device with a --gpu-split); load() or load_generator() plans device
+// memory (with a split: the layer placement) and uploads the weights, once. Every accessor of the
+// model throws before that. A draft model runs on the first device.
 // Thread-safety: after loading, the const accessors may be called from any thread (the model and
 // tokenizer are immutable); loading itself is not thread-safe.
 #pragma once
@@ -16,10 +17,12 @@
 #include <vector>
 #include "engine/formats/model_dir.h"
 #include "engine/generate/generator.h"
+#include "engine/layer_split.h"
 #include "engine/memory_plan.h"
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
+#include "kernels/communicator.h"
 #include "sessions/chat_template.h"
 
 namespace exl {
@@ -35,6 +38,13 @@ struct ModelHostOptions {
   // tokenizer is the model's (checked at construction); loaded first, and its K/V planned with
   // each page of the model's cache.
   std::string draft_model_dir;
+  // A layer split over several devices (--gpu-split "20,24" or "auto"; runtime/backend_select.h):
+  // one backend per device, the model placed by engine/layer_split.h. Empty: one device.
+  std::string gpu_split;
+  // Tensor parallelism over this many devices (--tensor-parallel N; engine/tp_model.h): one
+  // backend per device, collectives by NCCL on CUDA when the build has it, else through host
+  // memory. 0 or 1: off. Not with gpu_split.
+  int tensor_parallel = 0;
 };
 
 class ModelHost {
@@ -63,13 +73,20 @@ class ModelHost {
   const Tokenizer& tokenizer() const { return *tok_; }
   // Null unless options.chat.
   std::shared_ptr<const ChatTemplate> chat_template() const { return tmpl_; }
-  Backend& backend() { return *backend_; }
+  // The first device's backend (the only one without a split).
+  Backend& backend() { return *backends_.front(); }
+  // Every device's backend, in split order.
+  const std::vector<std::unique_ptr<Backend>>& backends() const { return backends_; }
   KvFormat cache_format() const { return cache_format_; }
   // config.json's max_position_embeddings (0 when it does not say).
   int64_t max_position_embeddings() const;
   bool loaded() const { return model_ != nullptr; }
   Model& model();
+  // The memory plan; with a split, its totals over the devices (device unset); tensor-parallel,
+  // the tightest rank's (engine/tensor_parallel.h: plan_tp_memory).
   const MemoryPlan& plan() const { return plan_; }
+  // The layer placement of a split model after loading; null without a split.
+  const LayerPlacement* placement() const { return placement_ ? &*placement_ : nullptr; }
   // Null unless options.draft_model_dir (and, after loading, the loaded draft model).
   Model* draft_model() { return draft_model_.get(); }
 
@@ -82,13 +99,16 @@ class ModelHost {
   std::unique_ptr<ModelDir> dir_;
   std::unique_ptr<Tokenizer> tok_;
   std::shared_ptr<const ChatTemplate> tmpl_;
-  std::unique_ptr<Backend> backend_;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  std::optional<GpuSplit> split_;
+  std::optional<LayerPlacement> placement_;
+  std::unique_ptr<Communicator> comm_;  // tensor parallelism's; after backends_: destroyed first
   std::unique_ptr<ModelDir> draft_dir_;
   std::unique_ptr<Model> draft_model_;
   MemoryPlan draft_plan_;
   KvFormat cache_format_;
   MemoryPlan plan_;
-  std::unique_ptr<Model> model_;  // after backend_: destroyed first
+  std::unique_ptr<Model> model_;  // after backends_: destroyed first
 };
 
 }  // namespace exl

@@ -17,7 +17,7 @@ void check_same_vocabulary(const Tokenizer& target, const Tokenizer& draft) {
 DraftModel::DraftModel(Model& model, int num_pages, int page_size, KvFormat format) : model_(model) {
   EXL_CHECK(num_pages > 0 && page_size > 0, "engine: draft model: num_pages and page_size must be positive");
   const KvLayout layout = model.kv_layout(format, page_size);
-  pool_ = model.backend().alloc_kv_pool(layout, num_pages);
+  pool_ = model.alloc_kv_pool(format, page_size, num_pages);
   CacheConfig pc;
   pc.n_layers = layout.n_layers;
   pc.n_kv_heads = layout.n_kv_heads;

@@ -74,7 +74,7 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions 
   EXL_CHECK(opts_.page_size > 0 && opts_.num_pages > 0 && opts_.max_batch_seqs > 0 && opts_.max_step_tokens > 0,
             "engine: generator: page_size, num_pages, max_batch_seqs and max_step_tokens must be positive");
   KvLayout layout = model.kv_layout(opts_.cache_format, opts_.page_size);
-  pool_ = model.backend().alloc_kv_pool(layout, opts_.num_pages);
+  pool_ = model.alloc_kv_pool(opts_.cache_format, opts_.page_size, opts_.num_pages);
   CacheConfig pc;
   pc.n_layers = layout.n_layers;
   pc.n_kv_heads = layout.n_kv_heads;
@@ -86,7 +86,7 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, GeneratorOptions 
   cache_ = std::make_unique<PageCache>(pc);
   device_sampler_ = opts_.device_sampling && model.can_sample_on_device();
   pipelined_ = device_sampler_ && opts_.pipelined && model.can_sample_deferred();
-  cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.backend().kv_copy(*pool_, from, to, n); });
+  cache_->set_copy_hook([this](PageId from, PageId to, int n) { model_.kv_copy(*pool_, from, to, n); });
   if (opts_.draft_model) {
     EXL_CHECK(opts_.draft_model->vocab_size() == model.vocab_size(), "engine: generator: the draft model's vocabulary has ",
               opts_.draft_model->vocab_size(), " tokens, the target's ", model.vocab_size());

@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
     ctx_.sync();
     prof_.collect();
   }
+  void make_current() override { ctx_.make_current(); }
   void synchronize() override {
     ctx_.sync();
     prof_.collect();

@@ -119,6 +119,7 @@ ParsedArgs parse_args(const CommandSpec& spec, std::span<const std::string> args
 #include <iterator>
 
 #include "engine/generate/speculation.h"
+#include "runtime/backend_select.h"
 #include "runtime/job_engine.h"
 #include "runtime/model_host.h"
 #include "tools/mcp/mcp_client.h"
@@ -165,6 +166,25 @@ std::vector<McpServerConfig> mcp_server_flags(const ParsedArgs& a, const std::st
   return out;
 }
 
+std::string gpu_split_flag(const ParsedArgs& a, const std::string& backend) {
+  const std::string v = a.get_or("--gpu-split", "");
+  if (v.empty()) return v;
+  try {
+    parse_gpu_split(v, backend);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return v;
+}
+
+int tensor_parallel_flag(const ParsedArgs& a) {
+  if (!a.has("--tensor-parallel")) return 0;
+  const long long n = a.get_int("--tensor-parallel", 0);
+  if (n < 1 || n > 64) throw UsageError(cat("--tensor-parallel must be 1 to 64, not ", n));
+  if (n > 1 && a.has("--gpu-split")) throw UsageError("--gpu-split and --tensor-parallel cannot be combined");
+  return int(n);
+}
+
 Speculation speculation_flag(const ParsedArgs& a) {
   const std::string v = a.get_or("--speculate", "auto");
   const auto s = parse_speculation(v);
@@ -176,6 +196,8 @@ Speculation speculation_flag(const ParsedArgs& a) {
 std::vector<FlagSpec> with_job_engine_flags(std::vector<FlagSpec> before, std::vector<FlagSpec> after) {
   before.insert(before.end(),
                 {{"--backend", "NAME", "cpu (default) or cuda"},
+                 {"--gpu-split", "GB,GB...|auto", k_gpu_split_help},
+                 {"--tensor-parallel", "N", k_tensor_parallel_help},
                  {"--threads", "N", "CPU threads (default: all)"},
                  {"--speculate", "MODE", k_speculate_help},
                  {"--draft-model", "DIR", k_draft_model_help},
@@ -188,6 +210,8 @@ JobEngineOptions job_engine_options(const ParsedArgs& a, std::string model_dir, 
   JobEngineOptions eo;
   eo.model_dir = std::move(model_dir);
   eo.backend = a.get_or("--backend", "cpu");
+  eo.gpu_split = gpu_split_flag(a, eo.backend);
+  eo.tensor_parallel = tensor_parallel_flag(a);
   eo.cpu_threads = int(a.get_int("--threads", 0));
   eo.speculate = speculation_flag(a);
   eo.draft_model = a.get_or("--draft-model", "");
@@ -200,6 +224,8 @@ ModelHostOptions model_host_options(const ParsedArgs& a) {
   ModelHostOptions o;
   o.model_dir = *a.get("--model");
   o.backend = a.get_or("--backend", "cpu");
+  o.gpu_split = gpu_split_flag(a, o.backend);
+  o.tensor_parallel = tensor_parallel_flag(a);
   o.cpu_threads = int(a.get_int("--threads", 0));
   if (a.has("--cache")) o.cache_format = kv_format_from_string(*a.get("--cache"));
   return o;

@@ -83,9 +83,26 @@ inline constexpr const char* k_mcp_help =
     "tools/mcp/README.md; repeatable";
 
 struct ModelHostOptions;
-// The model flags of the commands that load one (--model, --backend, --threads, --cache) as
+// The model flags of the commands that load one (--model, --backend, --gpu-split, --tensor-parallel,
+// --threads, --cache) as
 // ModelHostOptions (runtime/model_host.h); a bad --cache throws exl::Error.
 ModelHostOptions model_host_options(const ParsedArgs& a);
+
+// --gpu-split's value ("" when absent), checked by parse_gpu_split (runtime/backend_select.h) for
+// `backend`; a bad one is a UsageError.
+std::string gpu_split_flag(const ParsedArgs& a, const std::string& backend);
+// The --gpu-split line of a command's flag table.
+inline constexpr const char* k_gpu_split_help =
+    "split the model's layers over devices: GB each device may hold (weights, KV cache, scratch), in "
+    "device order (20,24), or auto (every CUDA device, by free memory); the KV cache is as many pages as "
+    "every device can hold for its layers (engine/layer_split.h)";
+
+// --tensor-parallel's value (0 when absent): a positive rank count, not with --gpu-split; else a
+// UsageError.
+int tensor_parallel_flag(const ParsedArgs& a);
+inline constexpr const char* k_tensor_parallel_help =
+    "split every layer's attention heads and MLP columns over N devices (engine/tensor_parallel.h; "
+    "collectives through host memory for now)";
 
 enum class Speculation : uint8_t;
 // --speculate none|ngram|draft|auto (default auto); anything else, or draft without
@@ -101,7 +118,7 @@ inline constexpr const char* k_draft_model_help =
     "a smaller model with the same tokenizer that drafts tokens for --speculate draft/auto";
 
 // A flag table of the commands that run jobs on a JobEngine (runtime/job_engine.h): `before`, then
-// --backend, --threads, --speculate, --draft-model and --chat-template, then `after`.
+// --backend, --gpu-split, --tensor-parallel, --threads, --speculate, --draft-model and --chat-template, then `after`.
 std::vector<FlagSpec> with_job_engine_flags(std::vector<FlagSpec> before, std::vector<FlagSpec> after = {});
 
 struct JobEngineOptions;

@@ -29,7 +29,7 @@ const CommandSpec& bench_spec() {
       "the prefix plus a new suffix, as an agent turn appends a tool result). Prompts are seeded random\n"
       "token ids. On cuda, \"% of roofline\" is the bytes a decode step must read (weights except the\n"
       "embedding table, plus the used KV cache) per step time, over the measured device-to-device copy\n"
-      "bandwidth. A decode step is what generation runs: the forward pass, then greedy sampling on\n"
+      "bandwidth (summed over the devices of a --gpu-split or --tensor-parallel). A decode step is what generation runs: the forward pass, then greedy sampling on\n"
       "the device where the backend can (only the token ids come back), else all logits to the host;\n"
       "where the backend can, decoding is pipelined as Model::forward_device_fed allows: each step is\n"
       "queued, reading the previous step's sampled tokens on the device, before the host collects them.\n"
@@ -37,6 +37,8 @@ const CommandSpec& bench_spec() {
       {},
       {{"--model", "DIR", "model directory", true},
        {"--backend", "NAME", "cpu (default) or cuda"},
+       {"--gpu-split", "GB,GB...|auto", k_gpu_split_help},
+       {"--tensor-parallel", "N", k_tensor_parallel_help},
        {"--cache", "FORMAT", "KV cache format (default: f32 on cpu, fp16 on cuda)"},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--prefill", "LIST", "prompt lengths for prefill, comma-separated (default 512)"},
@@ -94,6 +96,9 @@ int cli_bench(std::span<const std::string> args) {
     const KvFormat fmt = host.cache_format();
     const ModelDir& dir = host.dir();
     Backend* backend = &host.backend();
+    auto sync_all = [&] {
+      for (const auto& b : host.backends()) b->synchronize();
+    };
     const int page = 64;
     const int64_t max_pos = dir.config().max_position_embeddings;
     // The largest of the pools and steps below.
@@ -131,7 +136,9 @@ int cli_bench(std::span<const std::string> args) {
         step_weight_bytes += dir.find(name)->info->nbytes;
     const double kv_bytes_per_token = model.kv_layout(fmt, page).bytes_per_token();
     // Roofline: the measured device copy bandwidth (bytes read + written per second) on CUDA.
-    const double copy_bw = backend_name == "cuda" ? cuda_copy_bandwidth(0) : 0.0;
+    double copy_bw = 0.0;
+    if (backend_name == "cuda")
+      for (size_t d = 0; d < host.backends().size(); ++d) copy_bw += cuda_copy_bandwidth(int(d));
     nlohmann::json out = {{"model", dir.path().string()},
                           {"backend", backend->name()},
                           {"cache", to_string(fmt)},
@@ -142,7 +149,7 @@ int cli_bench(std::span<const std::string> args) {
       n = std::min(n, max_pos);
       auto ids = random_ids(n);
       int pages = int((n + page - 1) / page);
-      auto pool = backend->alloc_kv_pool(model.kv_layout(fmt, page), pages);
+      auto pool = model.alloc_kv_pool(fmt, page, pages);
       std::vector<int32_t> table(static_cast<size_t>(pages));
       for (int i = 0; i < pages; ++i) table[size_t(i)] = i;
       double best = 1e30;
@@ -150,7 +157,7 @@ int cli_bench(std::span<const std::string> args) {
         ForwardSeq s{ids, 0, table, false};
         auto t0 = Clock::now();
         model.forward(std::span<const ForwardSeq>(&s, 1), *pool);
-        backend->synchronize();
+        sync_all();
         best = std::min(best, secs(t0, Clock::now()));
       }
       out["prefill"].push_back({{"tokens", n}, {"seconds", best}, {"tokens_per_s", double(n) / best}});
@@ -160,7 +167,7 @@ int cli_bench(std::span<const std::string> args) {
       ctx = std::min(ctx, max_pos - steps);
       for (int64_t b : batches) {
         const int pages_per_seq = int((ctx + steps + page - 1) / page);
-        auto pool = backend->alloc_kv_pool(model.kv_layout(fmt, page), pages_per_seq * int(b));
+        auto pool = model.alloc_kv_pool(fmt, page, pages_per_seq * int(b));
         std::vector<std::vector<int32_t>> tables(static_cast<size_t>(b)), seqs(static_cast<size_t>(b));
         for (int64_t s = 0; s < b; ++s) {
           for (int i = 0; i < pages_per_seq; ++i) tables[size_t(s)].push_back(int32_t(s * pages_per_seq + i));
@@ -194,7 +201,7 @@ int cli_bench(std::span<const std::string> args) {
               model.forward(batch, *pool);
             }
           }
-          backend->synchronize();
+          sync_all();
           best = std::min(best, secs(t0, Clock::now()));
         }
         const double step_s = best / double(steps);

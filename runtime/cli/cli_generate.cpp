@@ -47,6 +47,8 @@ const CommandSpec& generate_spec() {
        {"--sampler", "MODE", "default or llama2c (reproduces llama2.c's run.c sampler exactly)"},
        {"--cache", "FORMAT", "KV cache format: f32 (cpu default), fp16 (cuda default), q8, q4"},
        {"--backend", "NAME", "cpu (default) or cuda"},
+       {"--gpu-split", "GB,GB...|auto", k_gpu_split_help},
+       {"--tensor-parallel", "N", k_tensor_parallel_help},
        {"--threads", "N", "CPU threads (default: all)"},
        {"--stats", "", "print prompt/cached/generated token counts, TTFT and tokens/s to stderr"}}};
   return s;

@@ -2,7 +2,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "engine/layer_split.h"
 #include "engine/memory_plan.h"
+#include "engine/tensor_parallel.h"
 #include "engine/formats/model_dir.h"
 #include "engine/model_summary.h"
 #include "runtime/backend_select.h"
@@ -98,6 +100,35 @@ nlohmann::ordered_json memory_plan_json(const MemoryPlan& p) {
   return j;
 }
 
+nlohmann::ordered_json layer_split_json(const LayerPlacement& p) {
+  nlohmann::ordered_json devs = nlohmann::ordered_json::array();
+  for (const DevicePlacement& d : p.devices) {
+    nlohmann::ordered_json j = {{"index", d.device},
+                                {"layer_begin", d.layer_begin},
+                                {"layer_end", d.layer_end},
+                                {"embedding", d.embedding},
+                                {"head", d.head},
+                                {"budget_bytes", d.budget_bytes},
+                                {"weight_bytes", d.weight_bytes},
+                                {"scratch_bytes", d.scratch_bytes},
+                                {"cache_bytes", d.cache_bytes},
+                                {"total_bytes", d.total_bytes()}};
+    if (d.memory)
+      j["memory"] = {{"free_bytes", d.memory->free_bytes},
+                     {"total_bytes", d.memory->total_bytes},
+                     {"margin_bytes", d.margin_bytes}};
+    devs.push_back(std::move(j));
+  }
+  nlohmann::ordered_json j = {{"devices", devs},
+                              {"cache_pages", p.cache_pages},
+                              {"cache_tokens", p.cache_tokens},
+                              {"cache_format", to_string(p.cache_format)},
+                              {"cache_auto", p.cache_auto},
+                              {"fits", p.fits}};
+  if (!p.fits) j["error"] = p.error;
+  return j;
+}
+
 }  // namespace
 
 int cli_info(std::span<const std::string> args) {
@@ -106,31 +137,54 @@ int cli_info(std::span<const std::string> args) {
       "Describe a model directory: architecture, dims, per-layer weight format and bit widths, average bits per "
       "weight of the decoder layers and the head, weight bytes and KV-cache bytes per 1k tokens. With --backend,\n"
       "also the memory plan `serve` would load with on that backend: device bytes of the weights, scratch\n"
-      "reserve and KV cache against the device's free memory.",
+      "reserve and KV cache against the device's free memory; with --gpu-split, the layer placement:\n"
+      "which decoder layers (and embedding, head) each device holds, and its bytes; with\n"
+      "--tensor-parallel N, the plan of the rank with the least room.",
       {"MODEL_DIR"},
       {{"--json", "", "print one JSON object instead of the table"},
        {"--backend", "NAME", "plan the memory for cpu or cuda"},
+       {"--gpu-split", "GB,GB...|auto", "with --backend: plan a layer split over devices (GB per device, or auto) and "
+                                        "show which layers each device holds"},
+       {"--tensor-parallel", "N", "with --backend: plan tensor parallelism over N devices (the memory plan of the "
+                                  "rank with the least room)"},
        {"--cache-pages", "N", "plan this many KV cache pages of 64 tokens (default: what fits)"}}};
   return run_command(spec, args, [](const ParsedArgs& a) {
     ModelDir dir(a.positionals[0]);
     ModelSummary s = summarize_model(dir);
     std::optional<MemoryPlan> plan;
+    std::optional<LayerPlacement> split;
+    if ((a.has("--gpu-split") || a.has("--tensor-parallel")) && !a.has("--backend"))
+      throw UsageError("--gpu-split and --tensor-parallel need --backend");
+    const int tp = tensor_parallel_flag(a);
     if (a.has("--backend")) {
+      const std::string backend = *a.get("--backend");
       MemoryRequest req;
-      req.cache_format = default_cache_format(*a.get("--backend"));
+      req.cache_format = default_cache_format(backend);
       req.cache_pages = int(a.get_int("--cache-pages", 0));
       if (req.cache_pages < 0) throw UsageError("--cache-pages must be positive");
-      plan = plan_memory(dir, req, make_backend(*a.get("--backend"), 1)->device_memory());
+      if (tp > 1) {
+        GpuSplit ranks;
+        ranks.n_devices = tp;
+        plan = plan_tp_memory(dir, plan_tensor_parallel(dir, tp), req,
+                              device_memories(make_split_backends(backend, ranks, 1, "--tensor-parallel")));
+      } else if (const std::string gs = gpu_split_flag(a, backend); !gs.empty()) {
+        const GpuSplit gpu_split = parse_gpu_split(gs, backend);
+        split = plan_layer_split(dir, req, gpu_split, device_memories(make_split_backends(backend, gpu_split, 1)));
+      } else {
+        plan = plan_memory(dir, req, make_backend(backend, 1)->device_memory());
+      }
     }
     if (a.has("--json")) {
       nlohmann::ordered_json j = to_json(s);
       if (plan) j["memory_plan"] = memory_plan_json(*plan);
+      if (split) j["layer_split"] = layer_split_json(*split);
       std::cout << j.dump(2) << "\n";
     } else {
       print_text(s, std::cout);
       if (plan) std::cout << "\nmemory plan\n" << describe(*plan);
+      if (split) std::cout << "\nlayer split\n" << describe(*split);
     }
-    return plan && !plan->fits ? 1 : 0;
+    return (plan && !plan->fits) || (split && !split->fits) ? 1 : 0;
   });
 }
 

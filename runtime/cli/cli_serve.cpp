@@ -51,6 +51,8 @@ const CommandSpec& serve_spec() {
         false, true},
        {"--metrics-public", "", "serve GET /metrics without the API key"},
        {"--backend", "NAME", "cpu (default) or cuda"},
+       {"--gpu-split", "GB,GB...|auto", k_gpu_split_help},
+       {"--tensor-parallel", "N", k_tensor_parallel_help},
        {"--threads", "N", "CPU threads for the cpu backend (default: all)"},
        {"--speculate", "MODE", k_speculate_help},
        {"--draft-model", "DIR", k_draft_model_help},
@@ -112,6 +114,8 @@ int cli_serve(std::span<const std::string> args) {
     if (auto it = a.values.find("--allow-origin"); it != a.values.end()) o.allowed_origins = it->second;
     o.metrics_public = a.has("--metrics-public");
     o.backend = a.get_or("--backend", o.backend);
+    o.gpu_split = gpu_split_flag(a, o.backend);
+    o.tensor_parallel = tensor_parallel_flag(a);
     o.cpu_threads = int(a.get_int("--threads", 0));
     o.speculate = speculation_flag(a);
     o.draft_model = a.get_or("--draft-model", "");

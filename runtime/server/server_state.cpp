@@ -25,7 +25,7 @@ ServerState::ServerState(ServerOptions options, std::unique_ptr<Backend> backend
   created_ = int64_t(std::time(nullptr));
   host_ = std::make_unique<ModelHost>(
       ModelHostOptions{opts_.model_dir, opts_.backend, opts_.cpu_threads, std::nullopt, true, opts_.chat_template,
-                       opts_.draft_model},
+                       opts_.draft_model, opts_.gpu_split, opts_.tensor_parallel},
       std::move(backend));
   GeneratorOptions go;
   go.page_size = opts_.page_size;

@@ -33,6 +33,8 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;    // extra Host header values; "*" = any
   std::vector<std::string> allowed_origins;  // extra Origin values ("https://app.example:8443"); "*" = any
   std::string backend = "cpu";
+  std::string gpu_split;                     // a layer split (ModelHostOptions::gpu_split); empty = one device
+  int tensor_parallel = 0;                   // ranks (ModelHostOptions::tensor_parallel); 0 or 1 = off
   int cpu_threads = 0;
   int cache_pages = 0;                       // 0 = fit the free device memory (512 on cpu)
   int page_size = 64;
