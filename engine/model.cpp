@@ -233,7 +233,7 @@ int64_t Model::run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool
     }
     linear(*head_, last.f32(), logits.f32(), R);
   };
-  if (T == int64_t(batch.size())) {  // decode: one token per sequence, a step the backend may replay
+  if (T == int64_t(batch.size()) || T <= k_step_max_tokens) {  // a step the backend may replay
     try {
       do {
         be.begin_step();

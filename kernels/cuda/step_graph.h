@@ -6,9 +6,12 @@
 // it is launched: its copy nodes read the freshly staged host bytes, so positions, slots and page
 // tables are per-step data, not part of the graph. Otherwise the ops are issued again under stream
 // capture (relaxed mode; a scratch area that grows meanwhile makes that step run op by op and the
-// next one capture again) and the new graph is kept, at most k_max_graphs of them (a new batch size
-// or attention plan shape is a new graph). A step whose capture fails, or that uses a path unsafe
-// to capture (cuBLAS), runs op by op instead. Disabled by EXL_CUDA_GRAPHS=0 or when profiling.
+// next one capture again) and the new graph is kept, at most k_max_graphs of them, the least
+// recently launched one making room (a new batch size or attention plan shape is a new graph). A
+// step whose capture fails, or that uses a path unsafe to capture (cuBLAS), runs op by op instead.
+// Steps of several positions per sequence (speculative verify passes, short prefill chunks:
+// mark_multi()) are captured only when their notes were seen before, so that a shape that does not
+// come back costs a recording pass, not a capture. Disabled by EXL_CUDA_GRAPHS=0 or when profiling.
 // Owned and used by one thread (the backend's).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -28,7 +31,16 @@ enum class StepMode { eager, record, capture };
 
 class StepGraphs {
  public:
-  static constexpr size_t k_max_graphs = 64;
+  static constexpr size_t k_max_graphs = 256;
+  // Notes of uncaptured multi-position steps remembered (then forgotten all at once).
+  static constexpr size_t k_max_seen = 4096;
+
+  // Counts for one kind of step (one position per sequence, or several).
+  struct Counts {
+    int64_t steps = 0;     // steps queued (replayed, captured or op by op)
+    int64_t launches = 0;  // of them, run as a graph
+    int64_t captures = 0;  // graphs captured
+  };
 
   explicit StepGraphs(bool enabled) : enabled_(enabled) {}
   ~StepGraphs() { clear(); }
@@ -47,18 +59,23 @@ class StepGraphs {
   void forbid_capture() {
     if (mode_ != StepMode::eager) capturable_ = false;
   }
+  // The step has several positions for some sequence (begin() clears it).
+  void mark_multi() { is_multi_ = true; }
 
   void begin(CudaContext& ctx);
   // True when the step's work is queued (graph launched, or ops issued one by one).
   bool end(CudaContext& ctx);
   void cancel(CudaContext& ctx) noexcept;
-  int64_t launches() const { return launches_; }
-  int64_t captures() const { return captures_; }
+  int64_t launches() const { return one_.launches + multi_.launches; }
+  int64_t captures() const { return one_.captures + multi_.captures; }
+  const Counts& one_position() const { return one_; }
+  const Counts& multi_position() const { return multi_; }
 
  private:
   struct Graph {
     std::vector<uint64_t> notes;
     cudaGraphExec_t exec = nullptr;
+    uint64_t used = 0;  // the launch count when last launched
   };
   template <typename T>
   void push(const T& v) {
@@ -72,15 +89,17 @@ class StepGraphs {
   }
   uint64_t hash() const;
   bool finish_capture(CudaContext& ctx, uint64_t h, bool ok);
+  void launch(Graph& g, CudaContext& ctx);
+  Counts& counts() { return is_multi_ ? multi_ : one_; }
   void clear();
 
-  bool enabled_ = true, capturable_ = true;
+  bool enabled_ = true, capturable_ = true, is_multi_ = false;
   StepMode mode_ = StepMode::eager, next_ = StepMode::record;
   std::vector<uint64_t> notes_;
   std::unordered_map<uint64_t, Graph> graphs_;
-  std::unordered_set<uint64_t> failed_;
+  std::unordered_set<uint64_t> failed_, seen_;
   uint64_t generation_ = 0;
-  int64_t launches_ = 0, captures_ = 0;
+  Counts one_, multi_;
 };
 
 }  // namespace exl::cuda
