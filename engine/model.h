@@ -37,7 +37,7 @@ class Model {
   // Passes of at most this many tokens run as one step a backend may replay (Backend::begin_step:
   // the CUDA backend's graphs): decode steps, and the few positions per sequence of speculative
   // verify passes. Longer ones (prefill chunks) run op by op.
-  static constexpr int64_t k_step_max_tokens = 32;
+  static constexpr int64_t k_step_max_tokens = 64;
 
   // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
   // memory, in batch order: [Σ (all_logits ? n_tokens : 1), vocab].

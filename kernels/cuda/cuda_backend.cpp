@@ -684,8 +684,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   a.max_parts = plan.max_parts;
   if (!plan.direct) {
     const size_t n_part_rows = size_t(plan.n_tokens) * size_t(n_heads) * size_t(plan.max_parts);
-    // Whole powers of two, so that the area grows (and step graphs are captured anew) rarely.
-    const size_t bytes = size_t(pow2_ceil(int64_t(n_part_rows * (2 + size_t(L.head_dim)) * 4)));
+    // Whole powers of two from 1 MiB, so that the area grows (and step graphs are captured anew) rarely.
+    const int64_t need = int64_t(n_part_rows * (2 + size_t(L.head_dim)) * 4);
+    const size_t bytes = size_t(pow2_ceil(std::max<int64_t>(int64_t(1) << 20, need)));
     auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, bytes));
     a.part_max = base;
     a.part_sum = base + n_part_rows;
@@ -700,9 +701,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                                         (plan.part_size / cuda::k_attn_decode_cluster_part) <=
                                     2 * int64_t(ctx_.sm_count());
   note_handoff({}, hout);
-  steps_.note(StepOp::attention, a.pool, layer, d_meta, st.meta_size, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out,
-              n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max, plan.decode,
-              a.cluster);
+  steps_.note(StepOp::attention, a.pool, layer, d_meta, st.meta_size, st.o_seqs, st.o_pages, st.o_works, st.o_pos,
+              a.n_works, q, out, n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens,
+              a.part_max, plan.decode, a.cluster);
   if (steps_.recording()) return;
   prof_.begin(ctx_.stream());
   if (plan.decode)

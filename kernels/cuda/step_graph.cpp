@@ -42,6 +42,7 @@ void StepGraphs::clear() {
 }
 
 void StepGraphs::launch(Graph& g, CudaContext& ctx) {
+  ctx.upload_staged();
   EXL_CUDA_CHECK(cudaGraphLaunch(g.exec, ctx.stream()));
   ++counts().launches;
   ++counts().steps;
@@ -68,7 +69,7 @@ bool StepGraphs::end(CudaContext& ctx) {
     return true;
   }
   next_ = capturable_ && !failed_.count(h) ? StepMode::capture : StepMode::eager;
-  if (next_ == StepMode::capture && is_multi_ && ok && !seen_.count(h)) {  // captured when it comes back
+  if (next_ == StepMode::capture && is_multi_ && !seen_.count(h)) {  // captured when it comes back
     if (seen_.size() >= k_max_seen) seen_.clear();
     seen_.insert(h);
     next_ = StepMode::eager;

@@ -1,10 +1,10 @@
-// Replay of whole decode steps as CUDA graphs (Backend::begin_step / end_step). A step is first
-// recorded: every op validates and stages its host arrays into a pinned ring (at the same offsets
-// every other step: two rings in turn, CudaContext::begin_step) and notes the values that determine
-// its launches (device pointers, sizes, scalars, the attention plan's shape), but queues nothing.
-// When a graph with the same notes exists and no device allocation happened since it was captured,
-// it is launched: its copy nodes read the freshly staged host bytes, so positions, slots and page
-// tables are per-step data, not part of the graph. Otherwise the ops are issued again under stream
+// Replay of whole steps as CUDA graphs (Backend::begin_step / end_step). A step is first
+// recorded: every op validates and stages its host arrays into a pinned ring (at the same device
+// addresses every step: CudaContext::begin_step) and notes the values that determine its launches
+// (device pointers, sizes, scalars, the attention plan's shape), but queues nothing. When a graph
+// with the same notes exists and no device allocation happened since it was captured, the staged
+// bytes are copied up in one copy (CudaContext::upload_staged) and the graph is launched, so
+// positions, slots and page tables are per-step data, not part of the graph. Otherwise the ops are issued again under stream
 // capture (relaxed mode; a scratch area that grows meanwhile makes that step run op by op and the
 // next one capture again) and the new graph is kept, at most k_max_graphs of them, the least
 // recently launched one making room (a new batch size or attention plan shape is a new graph). A

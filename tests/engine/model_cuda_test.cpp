@@ -180,8 +180,8 @@ TEST(CudaStories, PipelinedDecodeMatchesStepByStepAndTheGenerator) {
   g.submit(std::move(j));
   g.run_until_idle();
   EXPECT_EQ(piped[0], generated);
-  // Every fed step ran as a graph, nearly all of them replays: a capture per staging ring (two)
-  // and attention plan shape (which changes as the 16-token pages fill).
+  // Every fed step ran as a graph, nearly all of them replays: a capture per attention plan shape
+  // (which changes as the 16-token pages fill, at bucket boundaries).
   const char* graphs = std::getenv("EXL_CUDA_GRAPHS");
   if (!(graphs && std::string(graphs) == "0")) {
     EXPECT_EQ(after.graph_launches - before.graph_launches, steps);
@@ -233,12 +233,12 @@ TEST(CudaStories, SpeculativeVerifyPassesReplayAsGraphsWithTheSameTokens) {
   EXPECT_GT(mid.multi_steps - before.multi_steps, 10);
   const char* graphs = std::getenv("EXL_CUDA_GRAPHS");
   if (!(graphs && std::string(graphs) == "0")) {
-    // The second job's passes have the first one's shapes (the same context lengths): most replay
-    // (a shape seen once in the first job on the other staging ring is run op by op first).
+    // The second job's passes have the first one's shapes (the same context lengths and drafts):
+    // all of those the first job saw twice replay, the others are captured now.
     const int64_t steps = after.multi_steps - mid.multi_steps;
     const int64_t launches = after.multi_graph_launches - mid.multi_graph_launches;
     EXPECT_GT(steps, 10);
-    EXPECT_GE(2 * launches, steps) << launches << " of " << steps << " verify passes replayed";
+    EXPECT_GE(4 * launches, 3 * steps) << launches << " of " << steps << " verify passes replayed";
     EXPECT_LE(after.multi_graph_captures - mid.multi_graph_captures, steps / 4);
   }
 }
