@@ -74,10 +74,10 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
       plan.part_size = int(part);
       plan.direct = false;
       plan.max_parts = int(ceil_div(max_ctx, part));
-      if (window <= 0) plan.max_parts = int(pow2_ceil(plan.max_parts));
+      if (window <= 0 || window >= max_ctx) plan.max_parts = int(pow2_ceil(plan.max_parts));
     }
   }
-  const bool all_parts = !plan.direct && window <= 0;
+  const bool all_parts = !plan.direct && (window <= 0 || window >= max_ctx);  // no row's window starts above 0
 
   plan.token_pos.assign(size_t(n_tokens), -1);
   for (size_t si = 0; si < seqs.size(); ++si) {

@@ -7,11 +7,12 @@
 // A step replayed as a CUDA graph (step_graph.h) stages the plan's arrays as per-step data, but
 // their sizes and the grid are part of the graph. So that a context growing by one position per
 // step does not need a new graph every partition, the shape depends on the context through
-// buckets: without a sliding window, a split plan has a power-of-two max_parts and a work for every
-// (sequence, kv head, row block, partition below max_parts) — a partition past a block's last
-// position leaves its partials empty (sum 0), which attention_combine does not read — and the
-// page tables are padded with page 0 to a power-of-two count of at least k_attn_min_pages. The
-// partitions themselves (part_size) are those of the exact context, so no row's result changes.
+// buckets: without a sliding window (or with one that covers the context), a split plan has a
+// power-of-two max_parts and a work for every (sequence, kv head, row block, partition below
+// max_parts) — a partition past a block's last position leaves its partials empty (sum 0), which
+// attention_combine does not read — and the page tables are padded with page 0 to a power-of-two
+// count of at least k_attn_min_pages. The partitions themselves (part_size) are those of the exact
+// context, so no row's result changes.
 #pragma once
 #include <cstdint>
 #include <span>
