@@ -4,11 +4,12 @@
 // (device pointers, sizes, scalars, the attention plan's shape), but queues nothing. When a graph
 // with the same notes exists and no device allocation happened since it was captured, the staged
 // bytes are copied up in one copy (CudaContext::upload_staged) and the graph is launched, so
-// positions, slots and page tables are per-step data, not part of the graph. Otherwise the ops are issued again under stream
-// capture (relaxed mode; a scratch area that grows meanwhile makes that step run op by op and the
-// next one capture again) and the new graph is kept, at most k_max_graphs of them, the least
-// recently launched one making room (a new batch size or attention plan shape is a new graph). A
-// step whose capture fails, or that uses a path unsafe to capture (cuBLAS), runs op by op instead.
+// positions, slots and page tables are per-step data, not part of the graph. Otherwise the ops are
+// issued again under stream capture (relaxed mode; a scratch area that grows meanwhile makes that
+// step run op by op and the next one capture again) and the new graph is kept, at most
+// k_max_graphs of them, the least recently launched one making room (a new batch size or
+// attention plan shape is a new graph). A step whose capture fails, or that uses a path unsafe to
+// capture (cuBLAS), runs op by op instead.
 // Steps of several positions per sequence (speculative verify passes, short prefill chunks:
 // mark_multi()) are captured only when their notes were seen before, so that a shape that does not
 // come back costs a recording pass, not a capture. Disabled by EXL_CUDA_GRAPHS=0 or when profiling.
