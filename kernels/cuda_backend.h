@@ -9,7 +9,9 @@
 // decode kernel (cuda/paged_attention.h) and EXL_CUDA_ATTN_DECODE_PART=128/256 fixes its partition
 // size (cuda/attention_plan.h); EXL_CUDA_GEMV_BLOCKS_PER_SM sets the EXL2 gemv's grid
 // (cuda/cuda_linear.h); EXL_CUDA_GRAPHS=0 runs steps op by op instead of as CUDA graphs
-// (cuda/step_graph.h); EXL_CUDA_GRAPH_STATS=1 prints how many steps ran as graphs at destruction.
+// (cuda/step_graph.h), EXL_CUDA_GRAPH_MULTI_AFTER=N captures a multi-position step (a speculative
+// verify pass) once its shape was seen N times before (default 1; -1: never), and
+// EXL_CUDA_GRAPH_STATS=1 prints how many steps ran as graphs at destruction.
 #pragma once
 #include <memory>
 

@@ -544,10 +544,17 @@ class CudaBackend final : public Backend {
   CudaContext ctx_;
   cuda::OpProfiler prof_;
   // EXL_CUDA_GRAPHS=0 issues decode steps op by op (for comparisons); profiling does too.
-  cuda::StepGraphs steps_{!prof_.enabled() && [] {
-    const char* e = std::getenv("EXL_CUDA_GRAPHS");
-    return !(e && std::string(e) == "0");
-  }()};
+  // EXL_CUDA_GRAPH_MULTI_AFTER=N: a multi-position step's shape is captured when seen N times
+  // before (default 1; -1: never), for comparisons.
+  cuda::StepGraphs steps_{!prof_.enabled() &&
+                              [] {
+                                const char* e = std::getenv("EXL_CUDA_GRAPHS");
+                                return !(e && std::string(e) == "0");
+                              }(),
+                          [] {
+                            const char* e = std::getenv("EXL_CUDA_GRAPH_MULTI_AFTER");
+                            return e && *e ? std::atoi(e) : 1;
+                          }()};
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
   static cuda::Handoff::Key key_of(const void* linear) { return {linear, -1}; }

@@ -69,10 +69,13 @@ bool StepGraphs::end(CudaContext& ctx) {
     return true;
   }
   next_ = capturable_ && !failed_.count(h) ? StepMode::capture : StepMode::eager;
-  if (next_ == StepMode::capture && is_multi_ && !seen_.count(h)) {  // captured when it comes back
+  if (next_ == StepMode::capture && is_multi_) {  // captured when it has come back often enough
     if (seen_.size() >= k_max_seen) seen_.clear();
-    seen_.insert(h);
-    next_ = StepMode::eager;
+    int& n = seen_[h];
+    if (multi_after_ < 0 || n < multi_after_) {
+      n += n < multi_after_;
+      next_ = StepMode::eager;
+    }
   }
   return false;
 }

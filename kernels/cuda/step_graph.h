@@ -11,8 +11,9 @@
 // attention plan shape is a new graph). A step whose capture fails, or that uses a path unsafe to
 // capture (cuBLAS), runs op by op instead.
 // Steps of several positions per sequence (speculative verify passes, short prefill chunks:
-// mark_multi()) are captured only when their notes were seen before, so that a shape that does not
-// come back costs a recording pass, not a capture. Disabled by EXL_CUDA_GRAPHS=0 or when profiling.
+// mark_multi()) are captured only when their notes were seen `multi_after` times before (run op by
+// op meanwhile), so that a shape that does not come back costs a recording pass, not a capture;
+// multi_after < 0: never. Disabled by EXL_CUDA_GRAPHS=0 or when profiling.
 // Owned and used by one thread (the backend's).
 #pragma once
 #include <cuda_runtime_api.h>
@@ -43,7 +44,7 @@ class StepGraphs {
     int64_t captures = 0;  // graphs captured
   };
 
-  explicit StepGraphs(bool enabled) : enabled_(enabled) {}
+  explicit StepGraphs(bool enabled, int multi_after = 1) : enabled_(enabled), multi_after_(multi_after) {}
   ~StepGraphs() { clear(); }
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
@@ -98,7 +99,9 @@ class StepGraphs {
   StepMode mode_ = StepMode::eager, next_ = StepMode::record;
   std::vector<uint64_t> notes_;
   std::unordered_map<uint64_t, Graph> graphs_;
-  std::unordered_set<uint64_t> failed_, seen_;
+  int multi_after_ = 1;
+  std::unordered_set<uint64_t> failed_;
+  std::unordered_map<uint64_t, int> seen_;  // multi-position notes not captured: times seen
   uint64_t generation_ = 0;
   Counts one_, multi_;
 };
