@@ -271,7 +271,7 @@ int64_t Model::run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool
     if (i > 0) hand_over(i - 1, st.T);
     Backend& be = *parts_[i].be;
     if (parts_.size() > 1) be.make_current();
-    if (st.fused) {  // decode: one token per sequence, a step the backend may replay
+    if (st.fused || st.T <= k_step_max_tokens) {  // decode, or a short pass: a step the backend may replay
       try {
         do {
           be.begin_step();

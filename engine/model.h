@@ -68,6 +68,11 @@ class Model {
   // Backend::kv_copy on every part's (rank's) pool (copy on write of a shared page).
   void kv_copy(KvPool& pool, int from, int to, int n_rows);
 
+  // Passes of at most this many tokens run as one step a backend may replay (Backend::begin_step:
+  // the CUDA backend's graphs): decode steps, and the few positions per sequence of speculative
+  // verify passes. Longer ones (prefill chunks) run op by op.
+  static constexpr int64_t k_step_max_tokens = 64;
+
   // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
   // memory, in batch order: [Σ (all_logits ? n_tokens : 1), vocab].
   std::vector<float> forward(std::span<const ForwardSeq> batch, KvPool& pool);

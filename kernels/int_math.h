@@ -8,4 +8,11 @@ namespace exl {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The smallest power of two that is at least max(n, 1).
+constexpr int64_t pow2_ceil(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
 }  // namespace exl

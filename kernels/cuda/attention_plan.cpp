@@ -74,8 +74,10 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
       plan.part_size = int(part);
       plan.direct = false;
       plan.max_parts = int(ceil_div(max_ctx, part));
+      if (window <= 0 || window >= max_ctx) plan.max_parts = int(pow2_ceil(plan.max_parts));
     }
   }
+  const bool all_parts = !plan.direct && (window <= 0 || window >= max_ctx);  // no row's window starts above 0
 
   plan.token_pos.assign(size_t(n_tokens), -1);
   for (size_t si = 0; si < seqs.size(); ++si) {
@@ -92,12 +94,13 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
         const int64_t pos_first = s.pos_start + r0 / group;
         const int64_t pos_last = s.pos_start + (std::min(rows, r0 + k_attn_rows) - 1) / group;
         const int64_t lo = window > 0 ? std::max<int64_t>(0, pos_first - window + 1) : 0;
-        const int64_t p_begin = plan.direct ? 0 : lo / plan.part_size;
-        const int64_t p_end = plan.direct ? 0 : pos_last / plan.part_size;
+        const int64_t p_begin = plan.direct || all_parts ? 0 : lo / plan.part_size;
+        const int64_t p_end = plan.direct ? 0 : all_parts ? plan.max_parts - 1 : pos_last / plan.part_size;
         for (int64_t p = p_begin; p <= p_end; ++p)
           plan.works.push_back({int32_t(si), int32_t(h), int32_t(r0), int32_t(p)});
       }
   }
+  plan.pages.resize(size_t(pow2_ceil(std::max<int64_t>(k_attn_min_pages, int64_t(plan.pages.size())))), 0);
   return plan;
 }
 

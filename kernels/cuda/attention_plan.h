@@ -3,6 +3,16 @@
 // (paged_attention.h). Positions are split into partitions only when the batch alone would not
 // fill the device (decode, short prompts), which is the flash-decoding scheme; otherwise every
 // block covers its rows' whole context and writes the output directly. Host code only.
+//
+// A step replayed as a CUDA graph (step_graph.h) stages the plan's arrays as per-step data, but
+// their sizes and the grid are part of the graph. So that a context growing by one position per
+// step does not need a new graph every partition, the shape depends on the context through
+// buckets: without a sliding window (or with one that covers the context), a split plan has a
+// power-of-two max_parts and a work for every (sequence, kv head, row block, partition below
+// max_parts) — a partition past a block's last position leaves its partials empty (sum 0), which
+// attention_combine does not read — and the page tables are padded with page 0 to a power-of-two
+// count of at least k_attn_min_pages. The partitions themselves (part_size) are those of the exact
+// context, so no row's result changes.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -15,12 +25,12 @@ namespace exl::cuda {
 
 struct AttnPlan {
   std::vector<AttnSeqDesc> seqs;
-  std::vector<int32_t> pages;      // every sequence's page table, concatenated
+  std::vector<int32_t> pages;      // every sequence's page table, concatenated, then padding
   std::vector<AttnWork> works;
   std::vector<int32_t> token_pos;  // [n_tokens] position of each query row, −1 where no sequence has it
   int n_tokens = 0;                // 1 + the last query row any sequence uses
   int part_size = 0;               // positions per partition, a multiple of k_attn_tile
-  int max_parts = 1;
+  int max_parts = 1;               // partials per row: above the last partition any row needs, bucketed
   bool direct = true;
   bool decode = false;             // attention_decode's plan: grid (kv heads, seqs, max_parts), no works
 };
@@ -28,6 +38,8 @@ struct AttnPlan {
 // Smallest partition when splitting: one K/V tile (decode at short context is latency-bound: a
 // block per tile plus the combine pass measured fastest on the H200).
 inline constexpr int k_attn_min_part = 32;
+// Fewest entries of AttnPlan::pages (padding included).
+inline constexpr int k_attn_min_pages = 16;
 
 // `target_blocks`: how many blocks keep the device busy (about 2 per multiprocessor).
 // Throws exl::Error on an inconsistent batch (page table too short, page id out of range, ...).

@@ -21,6 +21,7 @@
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/step_op.h"
+#include "kernels/int_math.h"
 
 namespace exl {
 
@@ -67,6 +68,13 @@ class CudaBackend final : public Backend {
     if (prof_.enabled()) {
       prof_.collect();
       std::cerr << prof_.report();
+    }
+    if (const char* e = std::getenv("EXL_CUDA_GRAPH_STATS"); e && std::string(e) == "1") {
+      const auto& o = steps_.one_position();
+      const auto& m = steps_.multi_position();
+      std::cerr << "cuda: step graphs: one position per sequence: " << o.steps << " steps, " << o.launches
+                << " run as graphs, " << o.captures << " captures; several positions: " << m.steps << " steps, "
+                << m.launches << " run as graphs, " << m.captures << " captures\n";
     }
   }
 
@@ -466,7 +474,10 @@ class CudaBackend final : public Backend {
 
   void collect_samples(std::span<int32_t> out) override { sampler_.collect(out); }
 
-  CudaStepStats step_stats() const { return {steps_.launches(), steps_.captures(), handoff_.reads()}; }
+  CudaStepStats step_stats() const {
+    const auto& m = steps_.multi_position();
+    return {steps_.launches(), steps_.captures(), handoff_.reads(), m.steps, m.launches, m.captures};
+  }
 
   void begin_step() override {
     attn_step_.valid = false;
@@ -528,16 +539,23 @@ class CudaBackend final : public Backend {
     int n_heads = 0, window = 0;
     cuda::AttnPlan plan;
     const int32_t* d_meta = nullptr;
-    size_t o_seqs = 0, o_pages = 0, o_works = 0, o_pos = 0;
+    size_t o_seqs = 0, o_pages = 0, o_works = 0, o_pos = 0, meta_size = 0;
   };
 
   CudaContext ctx_;
   cuda::OpProfiler prof_;
   // EXL_CUDA_GRAPHS=0 issues decode steps op by op (for comparisons); profiling does too.
-  cuda::StepGraphs steps_{!prof_.enabled() && [] {
-    const char* e = std::getenv("EXL_CUDA_GRAPHS");
-    return !(e && std::string(e) == "0");
-  }()};
+  // EXL_CUDA_GRAPH_MULTI_AFTER=N: a multi-position step's shape is captured when seen N times
+  // before (default 1; -1: never), for comparisons.
+  cuda::StepGraphs steps_{!prof_.enabled() &&
+                              [] {
+                                const char* e = std::getenv("EXL_CUDA_GRAPHS");
+                                return !(e && std::string(e) == "0");
+                              }(),
+                          [] {
+                            const char* e = std::getenv("EXL_CUDA_GRAPH_MULTI_AFTER");
+                            return e && *e ? std::atoi(e) : 1;
+                          }()};
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
   static cuda::Handoff::Key key_of(const void* linear) { return {linear, -1}; }
@@ -611,6 +629,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   EXL_CHECK(layer >= 0 && layer < L.n_layers, "kernels: cuda: attention: layer ", layer, " outside 0..",
             L.n_layers - 1);
   AttnStepPlan& st = attn_step_;
+  if (std::any_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) { return s.n_tokens > 1; })) steps_.mark_multi();
   const bool in_step = steps_.mode() != cuda::StepMode::eager;
   const bool reuse = in_step && st.valid && st.seqs == seqs.data() && st.n_seqs == seqs.size() && st.pool == &pool &&
                      st.n_heads == n_heads && st.window == sliding_window;
@@ -650,6 +669,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     st.o_seqs = pack(meta, plan.seqs), st.o_pages = pack(meta, plan.pages), st.o_works = pack(meta, plan.works),
     st.o_pos = pack(meta, plan.token_pos);
     st.d_meta = static_cast<const int32_t*>(ctx_.stage(meta));
+    st.meta_size = meta.size();
     st.seqs = seqs.data(), st.n_seqs = seqs.size(), st.pool = &pool, st.n_heads = n_heads, st.window = sliding_window;
     st.valid = in_step;
   }
@@ -672,7 +692,10 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   a.max_parts = plan.max_parts;
   if (!plan.direct) {
     const size_t n_part_rows = size_t(plan.n_tokens) * size_t(n_heads) * size_t(plan.max_parts);
-    auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, n_part_rows * (2 + size_t(L.head_dim)) * 4));
+    // Whole powers of two from 1 MiB, so that the area grows (and step graphs are captured anew) rarely.
+    const int64_t need = int64_t(n_part_rows * (2 + size_t(L.head_dim)) * 4);
+    const size_t bytes = size_t(pow2_ceil(std::max<int64_t>(int64_t(1) << 20, need)));
+    auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, bytes));
     a.part_max = base;
     a.part_sum = base + n_part_rows;
     a.part_acc = base + 2 * n_part_rows;
@@ -686,9 +709,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                                         (plan.part_size / cuda::k_attn_decode_cluster_part) <=
                                     2 * int64_t(ctx_.sm_count());
   note_handoff({}, hout);
-  steps_.note(StepOp::attention, a.pool, layer, d_meta, st.o_seqs, st.o_pages, st.o_works, st.o_pos, a.n_works, q, out,
-              n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens, a.part_max, plan.decode,
-              a.cluster);
+  steps_.note(StepOp::attention, a.pool, layer, d_meta, st.meta_size, st.o_seqs, st.o_pages, st.o_works, st.o_pos,
+              a.n_works, q, out, n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens,
+              a.part_max, plan.decode, a.cluster);
   if (steps_.recording()) return;
   prof_.begin(ctx_.stream());
   if (plan.decode)

@@ -34,8 +34,8 @@ CudaContext::~CudaContext() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& a : areas_) a.reset();
+  ring_.reset();
   for (int r = 0; r < 2; ++r) {
-    ring_[r].reset();
     host_ring_[r].reset();
     if (ring_free_[r]) cudaEventDestroy(ring_free_[r]);
   }
@@ -138,35 +138,41 @@ bool CudaContext::end_step() {
   return step_ok_;
 }
 
+void CudaContext::upload_staged() {
+  make_current();
+  if (ring_used_ > 0)
+    EXL_CUDA_CHECK(cudaMemcpyAsync(ring_.data(), host_ring_[cur_].data(), ring_used_, cudaMemcpyHostToDevice, stream_));
+}
+
 const void* CudaContext::stage(const void* src, size_t bytes) {
   if (in_step_)
     for (const Staged& s : staged_)
       if (s.src == src && s.bytes == bytes && std::memcmp(static_cast<char*>(host_ring_[cur_].data()) + s.offset, src, bytes) == 0)
-        return static_cast<char*>(ring_[cur_].data()) + s.offset;
+        return static_cast<char*>(ring_.data()) + s.offset;
   const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  if (!ring_[cur_].data() || need * 4 > ring_[cur_].bytes()) {
+  if (!host_ring_[cur_].data() || need * 4 > host_ring_[cur_].bytes()) {
     if (in_step_) step_ok_ = false;
     if (capturing_) retired_.push_back(std::move(host_ring_[cur_]));
     else sync();
     const size_t size = std::max<size_t>(need * 4, size_t(8) << 20);
-    grow(ring_[cur_], size);
+    if (ring_.bytes() < size || !ring_.data()) grow(ring_, size);
     host_ring_[cur_] = alloc_pinned(size);
     ring_used_ = 0;
     staged_.clear();
   }
-  if (ring_used_ + need > ring_[cur_].bytes()) {
-    if (in_step_) step_ok_ = false;  // nothing is queued since begin_step; a replay would read overwritten slots
+  if (ring_used_ + need > host_ring_[cur_].bytes()) {
+    if (in_step_) step_ok_ = false;  // a replay would read overwritten slots
     else EXL_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the pinned slots of the last lap are free again
     ring_used_ = 0;
     staged_.clear();
   }
-  void* dst = static_cast<char*>(ring_[cur_].data()) + ring_used_;
+  void* dst = static_cast<char*>(ring_.data()) + ring_used_;
   char* host = static_cast<char*>(host_ring_[cur_].data()) + ring_used_;
   if (in_step_) staged_.push_back({src, bytes, ring_used_});
   ring_used_ += need;
   if (bytes) {
     std::memcpy(host, src, bytes);
-    if (!in_step_ || capturing_)  // a recorded step's graph copies the pinned bytes when it runs
+    if (!in_step_)  // a step's bytes go up in one copy before its graph runs (upload_staged)
       EXL_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
   }
   return dst;

@@ -71,11 +71,11 @@ class CudaContext {
   // At least `n` zeroed unsigned counters (for kernels that leave them zero again when they
   // finish); growing waits for the stream.
   unsigned* gemv_counters(size_t n);
-  // Copies host `src` into a pinned host ring and queues its asynchronous copy into a device ring
-  // of the same size (8 MiB, more for large arrays); returns the device address, valid for the
-  // kernels queued next. The host memory may be reused as soon as this returns. An op may stage
-  // up to three arrays. Wrapping around the ring waits for the stream (once per ring's worth of
-  // staged bytes), so that no queued copy still reads a pinned slot; growing it waits too.
+  // Copies host `src` into a pinned host ring and queues its asynchronous copy into the device
+  // ring (8 MiB, more for large arrays); returns the device address, valid for the kernels queued
+  // next. The host memory may be reused as soon as this returns. An op may stage up to three
+  // arrays. Wrapping around the ring waits for the stream (once per ring's worth of staged bytes),
+  // so that no queued copy still reads a pinned slot; growing it waits too.
   const void* stage(const void* src, size_t bytes);
   template <typename T>
   const T* stage(const std::vector<T>& v) {
@@ -86,18 +86,24 @@ class CudaContext {
   // differs may point at freed memory.
   uint64_t generation() const { return generation_; }
   // Brackets one step that is recorded or captured into a graph (cuda_backend.cpp). Steps stage
-  // into two rings in turn: begin_step switches to the other ring, waits until the work queued
-  // before the last switch away from it is done (not for the whole stream: the previous step may
-  // still run, so that the host can record the next step meanwhile), and restarts it at offset 0,
-  // so that the same staged arrays land at the same addresses every other step. A `retry` (the same
-  // step issued again after a pass that queued nothing) keeps the ring. Inside a step, staging the
-  // same host array (same address, size and contents) again returns the first copy. Recording (not
-  // `capturing`), stage() only fills the pinned ring: the captured graph's copies read it when it
-  // runs. While `capturing`, nothing waits for the stream: a scratch area that must grow keeps the
-  // old one alive until the next sync(). end_step returns false when the step cannot be replayed
-  // (the ring wrapped or grew, or an area grew while capturing).
+  // into two pinned host rings in turn: begin_step switches to the other one, waits until the
+  // work queued before the last switch away from it is done (not for the whole stream: the
+  // previous step may still run, so that the host can record the next step meanwhile), and
+  // restarts it at offset 0. Inside a step stage() only fills the pinned ring and returns an
+  // address in the one device ring, so that the same staged arrays land at the same device
+  // addresses every step, whichever host ring they came from; upload_staged() then queues one
+  // copy of the step's bytes, ahead of the step's graph (graph launches and copies on the one
+  // stream keep every step's device bytes apart). A `retry` (the same step issued again after a
+  // pass that queued nothing) keeps the ring. Inside a step, staging the same host array (same
+  // address, size and contents) again returns the first copy. While `capturing`, nothing waits
+  // for the stream: a scratch area that must grow keeps the old one alive until the next sync().
+  // end_step returns false when the step cannot be replayed (the ring wrapped or grew, or an area
+  // grew while capturing).
   void begin_step(bool capturing, bool retry);
   bool end_step();
+  // After end_step, before the step's graph is launched: queues the copy of the bytes the step
+  // staged into the device ring.
+  void upload_staged();
 
  private:
   struct Staged {
@@ -112,8 +118,8 @@ class CudaContext {
   size_t max_smem_optin_ = 48 * 1024;
   bool overlapped_launches_ = false;
   Buffer areas_[int(Scratch::count)];
-  Buffer ring_[2];
-  Buffer host_ring_[2];  // pinned, same size as ring_
+  Buffer ring_;           // device, at least as large as either host ring
+  Buffer host_ring_[2];  // pinned
   cudaEvent_t ring_free_[2] = {};
   int cur_ = 0;
   Buffer counters_;

@@ -1,5 +1,7 @@
 #include "kernels/cuda/step_graph.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace exl::cuda {
@@ -9,6 +11,7 @@ void StepGraphs::begin(CudaContext& ctx) {
   next_ = StepMode::record;
   notes_.clear();
   capturable_ = true;
+  is_multi_ = false;
   if (mode_ == StepMode::eager) return;
   ctx.make_current();
   ctx.begin_step(mode_ == StepMode::capture, mode_ != StepMode::record);
@@ -38,10 +41,21 @@ void StepGraphs::clear() {
   failed_.clear();
 }
 
+void StepGraphs::launch(Graph& g, CudaContext& ctx) {
+  ctx.upload_staged();
+  EXL_CUDA_CHECK(cudaGraphLaunch(g.exec, ctx.stream()));
+  ++counts().launches;
+  ++counts().steps;
+  g.used = uint64_t(launches());
+}
+
 bool StepGraphs::end(CudaContext& ctx) {
   const StepMode m = mode_;
   mode_ = StepMode::eager;
-  if (m == StepMode::eager) return true;
+  if (m == StepMode::eager) {
+    ++counts().steps;
+    return true;
+  }
   const bool ok = ctx.end_step();
   const uint64_t h = hash();
   if (m == StepMode::capture) return finish_capture(ctx, h, ok);
@@ -51,11 +65,18 @@ bool StepGraphs::end(CudaContext& ctx) {
   }
   const auto it = graphs_.find(h);
   if (ok && it != graphs_.end() && it->second.notes == notes_) {
-    EXL_CUDA_CHECK(cudaGraphLaunch(it->second.exec, ctx.stream()));
-    ++launches_;
+    launch(it->second, ctx);
     return true;
   }
   next_ = capturable_ && !failed_.count(h) ? StepMode::capture : StepMode::eager;
+  if (next_ == StepMode::capture && is_multi_) {  // captured when it has come back often enough
+    if (seen_.size() >= k_max_seen) seen_.clear();
+    int& n = seen_[h];
+    if (multi_after_ < 0 || n < multi_after_) {
+      n += n < multi_after_;
+      next_ = StepMode::eager;
+    }
+  }
   return false;
 }
 
@@ -77,14 +98,19 @@ bool StepGraphs::finish_capture(CudaContext& ctx, uint64_t h, bool ok) {
     next_ = StepMode::eager;
     return false;
   }
-  if (graphs_.size() >= k_max_graphs) clear();
+  if (graphs_.size() >= k_max_graphs) {  // the least recently launched graph makes room
+    const auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                      [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+    if (lru->second.exec) cudaGraphExecDestroy(lru->second.exec);
+    graphs_.erase(lru);
+  }
   Graph& g = graphs_[h];
   if (g.exec) cudaGraphExecDestroy(g.exec);
   g.notes = notes_;
   g.exec = exec;
-  ++captures_;
-  EXL_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream()));
-  ++launches_;
+  ++counts().captures;
+  seen_.erase(h);
+  launch(g, ctx);
   return true;
 }
 

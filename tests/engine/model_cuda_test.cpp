@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generate/generator.h"
+#include "engine/generate/speculation.h"
 #include "engine/model.h"
 #include "engine/generate/page_cache.h"
 #include "kernels/cuda_backend.h"
@@ -179,12 +180,66 @@ TEST(CudaStories, PipelinedDecodeMatchesStepByStepAndTheGenerator) {
   g.submit(std::move(j));
   g.run_until_idle();
   EXPECT_EQ(piped[0], generated);
-  // Every fed step ran as a graph, nearly all of them replays: a capture per staging ring (two)
-  // and attention plan shape (which changes as the 16-token pages fill).
+  // Every fed step ran as a graph, nearly all of them replays: a capture per attention plan shape
+  // (which changes as the 16-token pages fill, at bucket boundaries).
   const char* graphs = std::getenv("EXL_CUDA_GRAPHS");
   if (!(graphs && std::string(graphs) == "0")) {
     EXPECT_EQ(after.graph_launches - before.graph_launches, steps);
     EXPECT_LE(after.graph_captures - before.graph_captures, 2 * (steps / 16 + 2));
+  }
+}
+
+// Greedy tokens of one job of `prompt` on `g` (which runs it to the end), with its stats.
+std::vector<int32_t> greedy_job(Generator& g, const Tokenizer& tok, const std::string& prompt, Speculation sp,
+                                GenerationStats* stats) {
+  std::vector<int32_t> out;
+  GenerationJob j;
+  j.prompt = tok.encode(prompt, true);
+  j.sampling.temperature = 0;
+  j.max_new_tokens = 200;
+  j.speculate = sp;
+  j.on_event = [&](const GenerationEvent& e) {
+    if (e.type == GenerationEvent::Type::token) out.push_back(e.token);
+    else *stats = e.stats;
+  };
+  g.submit(std::move(j));
+  g.run_until_idle();
+  return out;
+}
+
+// Prompt lookup on the GPU: the verify passes (several positions of the sequence) run as step
+// graphs once their shape has come back, and the greedy tokens are those of one token per pass.
+TEST(CudaStories, SpeculativeVerifyPassesReplayAsGraphsWithTheSameTokens) {
+  EXL_REQUIRE_CUDA();
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  test::CudaStories st;
+  const std::string story =
+      "Once upon a time, there was a little girl named Lily. She loved to play in the park. "
+      "One day, Lily went to the park with her mom. Once upon a time, there was a little";
+  GeneratorOptions o;
+  o.cache_format = KvFormat::fp16;
+  Generator g(st.model, *st.tok, o);
+  GenerationStats plain_stats, first_stats, second_stats;
+  const auto plain = greedy_job(g, *st.tok, story, Speculation::none, &plain_stats);
+  const CudaStepStats before = cuda_step_stats(*st.gpu);
+  const auto first = greedy_job(g, *st.tok, story, Speculation::ngram, &first_stats);
+  const CudaStepStats mid = cuda_step_stats(*st.gpu);
+  const auto second = greedy_job(g, *st.tok, story, Speculation::ngram, &second_stats);
+  const CudaStepStats after = cuda_step_stats(*st.gpu);
+  EXPECT_EQ(first, plain);
+  EXPECT_EQ(second, plain);
+  EXPECT_GT(first_stats.n_accepted, 0);
+  EXPECT_LT(first_stats.n_decode_passes, first_stats.n_generated);
+  EXPECT_GT(mid.multi_steps - before.multi_steps, 10);
+  const char* graphs = std::getenv("EXL_CUDA_GRAPHS");
+  if (!(graphs && std::string(graphs) == "0")) {
+    // The second job's passes have the first one's shapes (the same context lengths and drafts):
+    // all of those the first job saw twice replay, the others are captured now.
+    const int64_t steps = after.multi_steps - mid.multi_steps;
+    const int64_t launches = after.multi_graph_launches - mid.multi_graph_launches;
+    EXPECT_GT(steps, 10);
+    EXPECT_GE(4 * launches, 3 * steps) << launches << " of " << steps << " verify passes replayed";
+    EXPECT_LE(after.multi_graph_captures - mid.multi_graph_captures, steps / 4);
   }
 }
 

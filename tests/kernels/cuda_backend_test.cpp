@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "kernels/cpu/ops.h"
@@ -985,6 +986,61 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   EXPECT_EQ(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
   const std::vector<SeqAttn> long_one = {{0, 1, 4000, table}};
   EXPECT_EQ(cuda::plan_attention(long_one, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
+}
+
+// What a replayed step's graph depends on (step_graph.h): the grid, the staged arrays' sizes and
+// offsets, the partitioning. A verify pass (several positions of one sequence, or of a few) whose
+// context grows by a few positions per step keeps one shape per power-of-two bucket of the
+// context, not one per partition, and every row still gets each partition it needs exactly once.
+struct PlanShape {
+  size_t works, pages, seqs, pos;
+  int part_size, max_parts;
+  bool direct;
+  bool operator<(const PlanShape& o) const {
+    return std::tie(works, pages, seqs, pos, part_size, max_parts, direct) <
+           std::tie(o.works, o.pages, o.seqs, o.pos, o.part_size, o.max_parts, o.direct);
+  }
+};
+
+TEST(CudaAttentionPlan, VerifyPassShapesChangeOnlyAtContextBuckets) {
+  std::vector<int32_t> table_a(16), table_b(16);
+  for (int i = 0; i < 16; ++i) table_a[size_t(i)] = 2 * i, table_b[size_t(i)] = 2 * i + 1;
+  const int NH = 6, KVH = 2, page = 64, pool_pages = 32;
+  for (int window : {0, 4096}) {  // a window that covers the context is no window
+    std::set<PlanShape> one, two;
+    for (int64_t pos = 33; pos + 8 <= 1000; ++pos) {
+      const std::vector<SeqAttn> solo = {{0, 5, pos, table_a}};
+      const std::vector<SeqAttn> pair = {{0, 1, pos + 7, table_a}, {1, 4, pos, table_b}};
+      for (const auto* seqs : {&solo, &pair}) {
+        const auto plan = cuda::plan_attention(*seqs, NH, KVH, page, pool_pages, window, 264);
+        ASSERT_FALSE(plan.decode);
+        (seqs == &solo ? one : two)
+            .insert({plan.works.size(), plan.pages.size(), plan.seqs.size(), plan.token_pos.size(), plan.part_size,
+                     plan.max_parts, plan.direct});
+        EXPECT_EQ(plan.pages.size() & (plan.pages.size() - 1), 0u) << "a power of two";
+        EXPECT_GE(plan.pages.size(), size_t(cuda::k_attn_min_pages));
+        for (size_t s = 0; s < seqs->size(); ++s) {
+          const SeqAttn& sa = (*seqs)[s];
+          const int64_t used = (sa.pos_start + sa.n_tokens + page - 1) / page;
+          for (int64_t p = 0; p < used; ++p)
+            EXPECT_EQ(plan.pages[size_t(plan.seqs[s].page_offset + p)], sa.page_table[size_t(p)]);
+          for (int h = 0; h < KVH; ++h)
+            for (int64_t r = 0; r < sa.n_tokens * (NH / KVH); ++r)
+              for (int64_t p = 0; p <= (sa.pos_start + r / (NH / KVH)) / plan.part_size; ++p) {
+                int covered = 0;
+                for (const auto& w : plan.works)
+                  covered += w.seq == int(s) && w.kv_head == h && w.part == p && r >= w.row_begin &&
+                             r < w.row_begin + cuda::k_attn_rows;
+                EXPECT_EQ(covered, 1) << "pos " << pos << " seq " << s << " row " << r << " part " << p;
+              }
+        }
+        for (const auto& w : plan.works) EXPECT_LT(w.part, plan.max_parts);
+      }
+    }
+    // Contexts 38..1000 in partitions of 32: max_parts 2, 4, 8, 16, 32; pages 16.
+    EXPECT_LE(one.size(), 5u) << "window " << window;
+    EXPECT_LE(two.size(), 5u) << "window " << window;
+  }
 }
 
 TEST(CudaAttentionPlan, BigBatchesAreDirectAndBadTablesThrow) {

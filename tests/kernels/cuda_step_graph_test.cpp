@@ -53,8 +53,9 @@ struct TinyStack {
   }
 };
 
-// Runs `steps` decode steps of two sequences after an op-by-op prefill; returns every step's logits.
-std::vector<std::vector<float>> run_steps(Backend& be, const TinyStack& m, bool bracket, int steps) {
+// Runs `steps` steps of two sequences after an op-by-op prefill, sequence 0 with `width` positions
+// per step (a verify pass when above 1), sequence 1 with one; returns every step's logits.
+std::vector<std::vector<float>> run_steps(Backend& be, const TinyStack& m, bool bracket, int steps, int width = 1) {
   using T = TinyStack;
   std::vector<std::unique_ptr<PreparedLinear>> L;
   for (int64_t l = 0; l < T::n_layers; ++l)
@@ -122,9 +123,12 @@ std::vector<std::vector<float>> run_steps(Backend& be, const TinyStack& m, bool 
   forward(ids, pos, {{0, 5, 0, tables[0]}, {5, 3, 0, tables[1]}});
   std::vector<std::vector<float>> out;
   for (int s = 0; s < steps; ++s) {
-    const int32_t p0 = 5 + s, p1 = 3 + s;
-    out.push_back(forward({int32_t((7 * s + 1) % T::vocab), int32_t((11 * s + 4) % T::vocab)}, {p0, p1},
-                          {{0, 1, p0, tables[0]}, {1, 1, p1, tables[1]}}));
+    const int32_t p0 = 5 + width * s, p1 = 3 + s;
+    std::vector<int32_t> step_ids, step_pos;
+    for (int i = 0; i < width; ++i) step_ids.push_back(int32_t((7 * s + 13 * i + 1) % T::vocab)), step_pos.push_back(p0 + i);
+    step_ids.push_back(int32_t((11 * s + 4) % T::vocab));
+    step_pos.push_back(p1);
+    out.push_back(forward(step_ids, step_pos, {{0, width, p0, tables[0]}, {width, 1, p1, tables[1]}}));
   }
   return out;
 }
@@ -152,6 +156,36 @@ TEST(CudaStepGraph, ReplayedDecodeStepsMatchOpByOpAndCpu) {
   EXPECT_GT(st.graph_captures, 0);
   EXPECT_GT(st.graph_launches, steps / 2);
   EXPECT_LT(st.graph_captures, steps / 2);
+}
+
+// Verify passes (three positions of sequence 0 beside one of sequence 1): replayed graphs give
+// what the same steps op by op give, and a shape is captured only once it has come back, and then
+// replayed while the context grows (attention_plan.h buckets the plan's shape).
+TEST(CudaStepGraph, ReplayedVerifyPassesMatchOpByOpAndCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA GPU; " << cuda_device_description();
+  const TinyStack m;
+  auto gpu = make_cuda_backend(0);
+  auto cpu = make_cpu_backend(2);
+  const int steps = 18, width = 3;  // sequence 0 reaches position 58 of its 64
+  const auto ref = run_steps(*cpu, m, false, steps, width);
+  const auto eager = run_steps(*gpu, m, false, steps, width);
+  const CudaStepStats before = cuda_step_stats(*gpu);
+  EXPECT_EQ(before.multi_steps, 0);
+  const auto got = run_steps(*gpu, m, true, steps, width);
+  ASSERT_EQ(got.size(), ref.size());
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_EQ(got[size_t(s)], eager[size_t(s)]) << "step " << s;
+    // Four rows take the tensor-core kernel where the tests enable it (fp16 inputs).
+    EXPECT_LT(rel_err(got[size_t(s)], ref[size_t(s)]), 2e-2) << "step " << s;
+  }
+  const CudaStepStats st = cuda_step_stats(*gpu);
+  EXPECT_EQ(st.multi_steps, steps + 1);  // and the prefill, run op by op (its shape never comes back)
+  // Shapes: direct up to 32 positions, then two partitions; page tables padded to 16 entries,
+  // then 32: three shapes, each captured once after one pass op by op.
+  EXPECT_GE(st.multi_graph_captures, 1);
+  EXPECT_LE(st.multi_graph_captures, 4);
+  EXPECT_GE(st.multi_graph_launches, steps - 2 * st.multi_graph_captures);
+  EXPECT_EQ(st.graph_launches, st.multi_graph_launches);
 }
 
 TEST(CudaStepGraph, CpuBackendStepsAreNoOps) {
