@@ -11,36 +11,11 @@
 #include "engine/generate/generator.h"
 #include "engine/model.h"
 #include "generation_harness.h"
+#include "model_logits.h"
 #include "test_support.h"
 
 namespace exl {
 namespace model_split_cuda_test {
-
-std::vector<float> run_chunked(Model& m, const std::vector<int32_t>& ids, int64_t chunk) {
-  const int pages = int((ids.size() + 15) / 16);
-  auto pool = m.alloc_kv_pool(KvFormat::fp16, 16, pages + 2);
-  std::vector<int32_t> table;
-  for (int i = 0; i < pages; ++i) table.push_back(pages + 1 - i);
-  std::vector<float> out;
-  if (chunk <= 0) chunk = int64_t(ids.size());
-  for (size_t b = 0; b < ids.size(); b += size_t(chunk)) {
-    const size_t e = std::min(ids.size(), b + size_t(chunk));
-    ForwardSeq s{std::span<const int32_t>(ids).subspan(b, e - b), int64_t(b), table, true};
-    auto l = m.forward(std::span<const ForwardSeq>(&s, 1), *pool);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::fabs(double(b[i])));
-  }
-  return m > 0 ? d / m : d;
-}
 
 std::vector<int32_t> greedy_tokens(Model& m, const Tokenizer& tok, const std::vector<int32_t>& prompt) {
   GeneratorOptions o;
@@ -73,7 +48,8 @@ TEST(ModelSplitCuda, TwoBackendsComputeWhatOneComputes) {
   std::vector<int32_t> ids{1};
   for (int i = 1; i < 48; ++i) ids.push_back(int32_t(3 + (i * 37) % 500));
   for (int64_t chunk : {0, 1, 7})
-    EXPECT_LE(max_rel_diff(run_chunked(split, ids, chunk), run_chunked(single, ids, chunk)), 1e-5) << "chunk " << chunk;
+    EXPECT_LE(test::max_rel_diff(test::run_chunked(split, ids, chunk), test::run_chunked(single, ids, chunk)), 1e-5)
+        << "chunk " << chunk;
   EXPECT_GT(cuda_step_stats(*b).graph_launches, 0);  // the second part's decode steps replayed as graphs
   const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 20);
   EXPECT_EQ(greedy_tokens(split, *tok, prompt), greedy_tokens(single, *tok, prompt));

@@ -12,6 +12,7 @@
 #include "engine/model.h"
 #include "generation_harness.h"
 #include "kernels/error.h"
+#include "model_logits.h"
 #include "test_support.h"
 
 namespace exl {
@@ -33,33 +34,7 @@ struct SplitModel {
   }
 };
 
-// max |a - b| / max |b|; sizes must match.
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::fabs(double(b[i])));
-  }
-  return m > 0 ? d / m : d;
-}
 
-// All logits of `ids` in chunks of `chunk` tokens (0: one prefill) on a scrambled page table.
-std::vector<float> run_chunked(Model& m, const std::vector<int32_t>& ids, int64_t chunk, KvFormat fmt) {
-  const int pages = int((ids.size() + 15) / 16);
-  auto pool = m.alloc_kv_pool(fmt, 16, pages + 2);
-  std::vector<int32_t> table;
-  for (int i = 0; i < pages; ++i) table.push_back(pages + 1 - i);
-  std::vector<float> out;
-  if (chunk <= 0) chunk = int64_t(ids.size());
-  for (size_t b = 0; b < ids.size(); b += size_t(chunk)) {
-    const size_t e = std::min(ids.size(), b + size_t(chunk));
-    ForwardSeq s{std::span<const int32_t>(ids).subspan(b, e - b), int64_t(b), table, true};
-    auto l = m.forward(std::span<const ForwardSeq>(&s, 1), *pool);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
 
 // Three sequences of different lengths prefilled in one batch, then four decode steps of all
 // three in one batch; the logits of every call, concatenated.
@@ -115,13 +90,15 @@ TEST_P(ModelSplit, LogitsEqualTheSingleBackendModel) {
   ASSERT_EQ(split.model->parts().size(), c.ends.size());
   const auto ids = test_ids();
   for (int64_t chunk : {0, 1, 7}) {
-    const auto want = run_chunked(single, ids, chunk, KvFormat::f32);
-    const auto got = run_chunked(*split.model, ids, chunk, KvFormat::f32);
-    EXPECT_LE(max_rel_diff(got, want), 1e-5) << c.model << " chunk " << chunk;
+    const auto want = test::run_chunked(single, ids, chunk, KvFormat::f32);
+    const auto got = test::run_chunked(*split.model, ids, chunk, KvFormat::f32);
+    EXPECT_LE(test::max_rel_diff(got, want), 1e-5) << c.model << " chunk " << chunk;
   }
-  const auto want_q8 = run_chunked(single, ids, 9, KvFormat::q8);
-  EXPECT_LE(max_rel_diff(run_chunked(*split.model, ids, 9, KvFormat::q8), want_q8), 1e-5) << c.model << " q8";
-  EXPECT_LE(max_rel_diff(run_batched(*split.model, ids), run_batched(single, ids)), 1e-5) << c.model << " batched";
+  const auto want_q8 = test::run_chunked(single, ids, 9, KvFormat::q8);
+  EXPECT_LE(test::max_rel_diff(test::run_chunked(*split.model, ids, 9, KvFormat::q8), want_q8), 1e-5)
+      << c.model << " q8";
+  EXPECT_LE(test::max_rel_diff(run_batched(*split.model, ids), run_batched(single, ids)), 1e-5)
+      << c.model << " batched";
 }
 
 INSTANTIATE_TEST_SUITE_P(

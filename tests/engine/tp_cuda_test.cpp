@@ -8,30 +8,11 @@
 #include "cuda_test_support.h"
 #include "engine/model.h"
 #include "kernels/communicator.h"
+#include "model_logits.h"
 #include "test_support.h"
 
 namespace exl {
 namespace tp_cuda_test {
-
-std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& ids, int64_t chunk) {
-  auto pool = m.alloc_kv_pool(KvFormat::fp16, 16, 4);
-  const std::vector<int32_t> table{3, 0, 2, 1};
-  std::vector<float> out;
-  for (size_t b = 0; b < ids.size(); b += size_t(chunk)) {
-    const size_t e = std::min(ids.size(), b + size_t(chunk));
-    ForwardSeq s{std::span<const int32_t>(ids).subspan(b, e - b), int64_t(b), table, true};
-    auto l = m.forward(std::span<const ForwardSeq>(&s, 1), *pool);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
-  return std::sqrt(d / std::max(n, 1e-30));
-}
 
 TEST(TensorParallelCuda, TwoDevicesComputeWhatOneComputes) {
   if (cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices (" << cuda_device_description() << ")";
@@ -47,7 +28,8 @@ TEST(TensorParallelCuda, TwoDevicesComputeWhatOneComputes) {
   std::vector<int32_t> ids{1};
   for (int i = 1; i < 40; ++i) ids.push_back(int32_t(3 + (i * 53) % 500));
   for (int64_t chunk : {40, 1, 9})
-    EXPECT_LE(rel_l2(run_chunks(tp, ids, chunk), run_chunks(single, ids, chunk)), 1e-3) << "chunk " << chunk;
+    EXPECT_LE(test::rel_l2(test::run_chunked(tp, ids, chunk), test::run_chunked(single, ids, chunk)), 1e-3)
+        << "chunk " << chunk;
 }
 
 }  // namespace tp_cuda_test
