@@ -25,6 +25,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda_device.h"
 #include "kernels/gptq_device.h"
+#include "gptq_output_error.h"
 
 namespace exl {
 namespace gptq_device_test {
@@ -69,20 +70,6 @@ uint32_t code_at(const Exl2Tensors& t, size_t g, int64_t j, int64_t n) {
   return uint32_t(v >> shift) & ((1u << gr.bits) - 1u);
 }
 
-// Σ over rows of ‖x·(W_q − W)ᵀ‖², W_q dequantized by the inference path.
-double layer_output_error(const Exl2Tensors& t, std::span<const float> w, std::span<const float> x, int64_t rows) {
-  const int64_t N = t.out_features, K = t.in_features;
-  std::vector<float> back(size_t(t.padded_out * K));
-  dequantize(t.view(), back);
-  double err = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t n = 0; n < N; ++n) {
-      double d = 0;
-      for (int64_t k = 0; k < K; ++k) d += double(x[size_t(r * K + k)]) * (back[size_t(n * K + k)] - w[size_t(n * K + k)]);
-      err += d * d;
-    }
-  return err;
-}
 
 // The runner without a device is exactly the CPU reference (no GPU needed).
 TEST(GptqRunner, WithoutADeviceIsTheCpuReference) {
@@ -177,7 +164,7 @@ TEST(GptqDevice, CodesAndOutputErrorMatchTheCpuReference) {
     const uint32_t ca = (a.q_scale[size_t(n / 8)] >> (4 * (n % 8))) & 15u, cb = (b.q_scale[size_t(n / 8)] >> (4 * (n % 8))) & 15u;
     ASSERT_EQ(ca, cb) << "first group's scale code of column " << n;
   }
-  const double ea = layer_output_error(a, w, x, rows), eb = layer_output_error(b, w, x, rows);
+  const double ea = test::gptq_output_error(a, w, x, rows), eb = test::gptq_output_error(b, w, x, rows);
   EXPECT_NEAR(eb / ea, 1.0, 0.05) << "output error CPU " << ea << ", device " << eb;
 }
 

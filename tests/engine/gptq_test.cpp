@@ -14,6 +14,7 @@
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/error.h"
+#include "gptq_output_error.h"
 
 namespace exl {
 namespace gptq_test {
@@ -43,20 +44,6 @@ std::vector<float> random_weights(int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
-// Σ over rows of ‖x·(W_q − W)ᵀ‖² with W_q dequantized by the inference path.
-double output_error(const Exl2Tensors& t, std::span<const float> w, std::span<const float> x, int64_t rows) {
-  const int64_t N = t.out_features, K = t.in_features;
-  std::vector<float> back(size_t(t.padded_out * K));
-  dequantize(t.view(), back);
-  double err = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t n = 0; n < N; ++n) {
-      double d = 0;
-      for (int64_t k = 0; k < K; ++k) d += double(x[size_t(r * K + k)]) * (back[size_t(n * K + k)] - w[size_t(n * K + k)]);
-      err += d * d;
-    }
-  return err;
-}
 
 TEST(Gptq, HessianIsTwiceXtXInDouble) {
   const int64_t rows = 300, K = 40;  // more rows than one float chunk
@@ -125,7 +112,7 @@ TEST(Gptq, BeatsRoundToNearestOnTheOutputAndDequantizesAsInference) {
     const Exl2Tensors r = quantize_exl2(w, N, K, plan.perm, groups);
     EXPECT_EQ(g.perm, plan.perm);
     EXPECT_EQ(g.q_invperm(), r.q_invperm());
-    const double eg = output_error(g, w, x, rows), er = output_error(r, w, x, rows);
+    const double eg = test::gptq_output_error(g, w, x, rows), er = test::gptq_output_error(r, w, x, rows);
     EXPECT_LT(eg, 0.8 * er) << bits << " bits: GPTQ " << eg << " vs RTN " << er;
   }
   // Same plan, same layout: the same tensors (deterministic, independent of the thread pool).
