@@ -64,6 +64,9 @@ class GptqDevice {
   virtual std::unique_ptr<GptqDeviceHessian> make_hessian(int64_t dim) = 0;
   // Adds 2·xᵀx for host rows x [rows, dim] (row-major).
   virtual void accumulate(GptqDeviceHessian& h, const float* x, int64_t rows) = 0;
+  // The same for rows already in this device's memory (written by other streams of the process,
+  // whose work must be complete): no upload, the same chunks and arithmetic.
+  virtual void accumulate_resident(GptqDeviceHessian& h, const float* x_device, int64_t rows) = 0;
   // diag(H) [dim].
   virtual std::vector<double> diag(const GptqDeviceHessian& h) = 0;
   // The factor of (P·H·Pᵀ + damp·I)⁻¹ with permuted row j = input feature perm[j]; dead features

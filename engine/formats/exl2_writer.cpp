@@ -1,5 +1,7 @@
 #include "engine/formats/exl2_writer.h"
 
+#include <algorithm>
+
 #include "engine/formats/exl2_loader.h"
 #include "kernels/error.h"
 
@@ -48,10 +50,25 @@ Exl2Tensors make_exl2_tensors(int64_t in_features, int64_t out_features, std::ve
   t.q_weight.assign(size_t(t.q_rows * t.padded_out), 0);
   t.q_scale.assign(t.groups.size() * size_t(t.padded_out / 8), 0);
   t.q_scale_max.assign(t.groups.size(), 0);
-  for (size_t g = 0; g < t.groups.size(); ++g) {
-    const uint32_t zero = 1u << (t.groups[g].bits - 1);
-    for (int64_t j = 0; j < t.groups[g].rows; ++j)
-      for (int64_t n = 0; n < t.padded_out; ++n) set_code(t, g, j, n, zero);
+  for (const Exl2Group& gr : t.groups) {
+    // Every column of a group holds the same words: its rows' zero points packed, low bits first.
+    const int64_t words = gr.rows * gr.bits / 32;
+    const uint64_t zero = uint64_t(1) << (gr.bits - 1);
+    uint64_t acc = 0;
+    int filled = 0;
+    int64_t w = 0;
+    for (int64_t j = 0; j < gr.rows; ++j) {
+      acc |= zero << filled;
+      filled += gr.bits;
+      if (filled >= 32) {
+        const auto row = t.q_weight.begin() + (gr.qrow_start + w++) * t.padded_out;
+        std::fill(row, row + t.padded_out, uint32_t(acc));
+        acc >>= 32;
+        filled -= 32;
+      }
+    }
+    EXL_CHECK(w == words && filled == 0, "engine: exl2 writer: group of ", gr.rows, " rows of ", gr.bits,
+              " bits does not fill whole words");
   }
   return t;
 }

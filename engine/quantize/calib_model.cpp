@@ -93,13 +93,26 @@ const PreparedLinear& CalibModel::source(int64_t layer, int which) const {
   return *layers_.at(size_t(layer)).lin[which];
 }
 
-std::vector<float> CalibModel::embed(std::span<const int32_t> ids) const {
+Buffer CalibModel::embed_resident(std::span<const int32_t> ids) const {
   for (int32_t id : ids)
     EXL_CHECK(id >= 0 && id < cfg_.vocab_size, "engine: quantize: calibration token id ", id, " out of range [0, ",
               cfg_.vocab_size, ")");
   Buffer x = be_.alloc(std::max<size_t>(ids.size(), 1) * size_t(cfg_.hidden_size) * 4);
   be_.embedding(*embed_, ids, x.f32());
-  return calib_download(be_, x, ids.size() * size_t(cfg_.hidden_size));
+  be_.synchronize();
+  return x;
+}
+
+std::vector<float> CalibModel::embed(std::span<const int32_t> ids) const {
+  return to_host(embed_resident(ids), ids.size() * size_t(cfg_.hidden_size));
+}
+
+Buffer CalibModel::to_backend(std::span<const float> host) const { return calib_upload(be_, host); }
+
+std::vector<float> CalibModel::to_host(const Buffer& b, size_t n) const {
+  EXL_CHECK(n * sizeof(float) <= b.bytes(), "engine: quantize: ", n, " floats asked of a buffer of ", b.bytes(),
+            " bytes");
+  return calib_download(be_, b, n);
 }
 
 std::unique_ptr<KvPool> CalibModel::kv_pool(int64_t rows, int64_t max_len, int n_layers) const {
@@ -113,70 +126,107 @@ std::unique_ptr<KvPool> CalibModel::kv_pool(int64_t rows, int64_t max_len, int n
   return be_.alloc_kv_pool(l, int(rows * ppr));
 }
 
-std::vector<float> CalibModel::attention_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
-                                               KvPool& pool, int kv_layer,
-                                               std::span<const PreparedLinear* const> qkvo, std::vector<float>* xn_out,
-                                               std::vector<float>* att_out) const {
+Buffer CalibModel::attention_block(int64_t layer, const Buffer& x, const CalibPositions& p, KvPool& pool, int kv_layer,
+                                   std::span<const PreparedLinear* const> qkvo, Buffer* xn_out, Buffer* att_out) const {
   const Layer& L = layers_.at(size_t(layer));
   const int64_t T = p.tokens(), H = cfg_.hidden_size, D = cfg_.head_dim;
   const int NH = int(cfg_.num_heads), NKV = int(cfg_.num_kv_heads);
-  EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: attention block input of ", x.size(), " values for ", T,
-            " tokens");
+  EXL_CHECK(x.bytes() >= size_t(T * H) * 4, "engine: quantize: attention block input of ", x.bytes(), " bytes for ",
+            T, " tokens");
   const PreparedLinear* w[kAttnLinears];
   for (int i = 0; i < kAttnLinears; ++i) w[i] = size_t(i) < qkvo.size() && qkvo[size_t(i)] ? qkvo[size_t(i)] : L.lin[i].get();
   const calib_model_impl::CalibIndex ix = calib_model_impl::calib_index(p);
-  Buffer bx = calib_upload(be_, x), xn = be_.alloc(size_t(T * H) * 4);
+  Buffer xn = be_.alloc(size_t(T * H) * 4);
   Buffer q = be_.alloc(size_t(T * NH * D) * 4), k = be_.alloc(size_t(T * NKV * D) * 4),
          v = be_.alloc(size_t(T * NKV * D) * 4), att = be_.alloc(size_t(T * NH * D) * 4),
-         tmp = be_.alloc(size_t(T * H) * 4);
+         out = be_.alloc(size_t(T * H) * 4);
   const float eps = float(cfg_.rms_norm_eps);
-  be_.rms_norm(bx.f32(), L.attn_norm.f32(), xn.f32(), T, H, eps);
+  be_.rms_norm(x.f32(), L.attn_norm.f32(), xn.f32(), T, H, eps);
   float* outs[3] = {q.f32(), k.f32(), v.f32()};
   be_.linears_exact(std::span<const PreparedLinear* const>(w, 3), xn.f32(), outs, T);
   be_.rope_qk_kv_write(q.f32(), k.f32(), v.f32(), T, NH, NKV, int(D), ix.positions, rope_, pool, kv_layer, ix.slots);
   be_.attention(pool, kv_layer, q.f32(), att.f32(), ix.seqs, NH, float(1.0 / std::sqrt(double(D))),
                 cfg_.sliding_window ? int(*cfg_.sliding_window) : 0);
-  be_.linear_exact(*w[3], att.f32(), tmp.f32(), T);
-  be_.add(bx.f32(), tmp.f32(), T * H);
-  if (xn_out) *xn_out = calib_download(be_, xn, size_t(T * H));
-  if (att_out) *att_out = calib_download(be_, att, size_t(T * NH * D));
-  return calib_download(be_, bx, size_t(T * H));
+  be_.linear_exact(*w[3], att.f32(), out.f32(), T);
+  be_.add(out.f32(), x.f32(), T * H);
+  be_.synchronize();
+  if (xn_out) *xn_out = std::move(xn);
+  if (att_out) *att_out = std::move(att);
+  return out;
+}
+
+std::vector<float> CalibModel::attention_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
+                                               KvPool& pool, int kv_layer,
+                                               std::span<const PreparedLinear* const> qkvo, std::vector<float>* xn_out,
+                                               std::vector<float>* att_out) const {
+  const int64_t T = p.tokens(), H = cfg_.hidden_size;
+  EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: attention block input of ", x.size(), " values for ", T,
+            " tokens");
+  Buffer xn, att;
+  const Buffer y = attention_block(layer, to_backend(x), p, pool, kv_layer, qkvo, xn_out ? &xn : nullptr,
+                                   att_out ? &att : nullptr);
+  if (xn_out) *xn_out = to_host(xn, size_t(T * H));
+  if (att_out) *att_out = to_host(att, size_t(T * cfg_.num_heads * cfg_.head_dim));
+  return to_host(y, size_t(T * H));
+}
+
+Buffer CalibModel::mlp_block(int64_t layer, const Buffer& x, const CalibPositions& p,
+                             std::span<const PreparedLinear* const> gud, Buffer* xn_out, Buffer* act_out) const {
+  const Layer& L = layers_.at(size_t(layer));
+  const int64_t T = p.tokens(), H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  EXL_CHECK(x.bytes() >= size_t(T * H) * 4, "engine: quantize: MLP block input of ", x.bytes(), " bytes for ", T,
+            " tokens");
+  const PreparedLinear* w[kMlpLinears];
+  for (int i = 0; i < kMlpLinears; ++i)
+    w[i] = size_t(i) < gud.size() && gud[size_t(i)] ? gud[size_t(i)] : L.lin[kAttnLinears + i].get();
+  Buffer xn = be_.alloc(size_t(T * H) * 4), g = be_.alloc(size_t(T * I) * 4), u = be_.alloc(size_t(T * I) * 4),
+         out = be_.alloc(size_t(T * H) * 4);
+  be_.rms_norm(x.f32(), L.mlp_norm.f32(), xn.f32(), T, H, float(cfg_.rms_norm_eps));
+  float* outs[2] = {g.f32(), u.f32()};
+  be_.linears_exact(std::span<const PreparedLinear* const>(w, 2), xn.f32(), outs, T);
+  be_.swiglu(g.f32(), u.f32(), g.f32(), T * I);
+  u.reset();
+  be_.linear_exact(*w[2], g.f32(), out.f32(), T);
+  be_.add(out.f32(), x.f32(), T * H);
+  be_.synchronize();
+  if (xn_out) *xn_out = std::move(xn);
+  if (act_out) *act_out = std::move(g);
+  return out;
 }
 
 std::vector<float> CalibModel::mlp_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
                                          std::span<const PreparedLinear* const> gud, std::vector<float>* xn_out,
                                          std::vector<float>* act_out) const {
-  const Layer& L = layers_.at(size_t(layer));
-  const int64_t T = p.tokens(), H = cfg_.hidden_size, I = cfg_.intermediate_size;
+  const int64_t T = p.tokens(), H = cfg_.hidden_size;
   EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: MLP block input of ", x.size(), " values for ", T,
             " tokens");
-  const PreparedLinear* w[kMlpLinears];
-  for (int i = 0; i < kMlpLinears; ++i)
-    w[i] = size_t(i) < gud.size() && gud[size_t(i)] ? gud[size_t(i)] : L.lin[kAttnLinears + i].get();
-  Buffer bx = calib_upload(be_, x), xn = be_.alloc(size_t(T * H) * 4), g = be_.alloc(size_t(T * I) * 4),
-         u = be_.alloc(size_t(T * I) * 4), tmp = be_.alloc(size_t(T * H) * 4);
-  be_.rms_norm(bx.f32(), L.mlp_norm.f32(), xn.f32(), T, H, float(cfg_.rms_norm_eps));
-  float* outs[2] = {g.f32(), u.f32()};
-  be_.linears_exact(std::span<const PreparedLinear* const>(w, 2), xn.f32(), outs, T);
-  be_.swiglu(g.f32(), u.f32(), g.f32(), T * I);
-  be_.linear_exact(*w[2], g.f32(), tmp.f32(), T);
-  be_.add(bx.f32(), tmp.f32(), T * H);
-  if (xn_out) *xn_out = calib_download(be_, xn, size_t(T * H));
-  if (act_out) *act_out = calib_download(be_, g, size_t(T * I));
-  return calib_download(be_, bx, size_t(T * H));
+  Buffer xn, act;
+  const Buffer y = mlp_block(layer, to_backend(x), p, gud, xn_out ? &xn : nullptr, act_out ? &act : nullptr);
+  if (xn_out) *xn_out = to_host(xn, size_t(T * H));
+  if (act_out) *act_out = to_host(act, size_t(T * cfg_.intermediate_size));
+  return to_host(y, size_t(T * H));
+}
+
+Buffer CalibModel::final_norm(const Buffer& x, int64_t tokens) const {
+  const int64_t H = cfg_.hidden_size;
+  EXL_CHECK(x.bytes() >= size_t(tokens * H) * 4, "engine: quantize: final norm input of ", x.bytes(), " bytes for ",
+            tokens, " tokens");
+  Buffer y = be_.alloc(std::max<size_t>(size_t(tokens * H), 1) * 4);
+  be_.rms_norm(x.f32(), final_norm_.f32(), y.f32(), tokens, H, float(cfg_.rms_norm_eps));
+  be_.synchronize();
+  return y;
 }
 
 std::vector<float> CalibModel::final_norm(std::span<const float> x) const {
-  const int64_t H = cfg_.hidden_size, T = int64_t(x.size()) / H;
-  Buffer bx = calib_upload(be_, x);
-  be_.rms_norm(bx.f32(), final_norm_.f32(), bx.f32(), T, H, float(cfg_.rms_norm_eps));
-  return calib_download(be_, bx, x.size());
+  const int64_t T = int64_t(x.size()) / cfg_.hidden_size;
+  return to_host(final_norm(to_backend(x), T), x.size());
 }
 
 std::vector<float> CalibModel::logits(std::span<const float> x) const {
-  const int64_t H = cfg_.hidden_size, T = int64_t(x.size()) / H;
-  Buffer bx = calib_upload(be_, final_norm(x)), out = be_.alloc(size_t(T * cfg_.vocab_size) * 4);
-  be_.linear_exact(*head_, bx.f32(), out.f32(), T);
+  const int64_t T = int64_t(x.size()) / cfg_.hidden_size;
+  const Buffer xn = final_norm(to_backend(x), T);
+  Buffer out = be_.alloc(std::max<size_t>(size_t(T * cfg_.vocab_size), 1) * 4);
+  be_.linear_exact(*head_, xn.f32(), out.f32(), T);
   return calib_download(be_, out, size_t(T * cfg_.vocab_size));
 }
 
@@ -212,11 +262,12 @@ std::vector<std::vector<int32_t>> CalibModel::generate(
   while (true) {
     const int64_t n = int64_t(step_ids.size()) / rows;
     const CalibPositions p{rows, n, pos, std::max(length, plen)};
-    std::vector<float> x = embed(step_ids);
+    Buffer xb = embed_resident(step_ids);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      x = attention_block(l, x, p, *pool, int(l));
-      x = mlp_block(l, x, p);
+      xb = attention_block(l, xb, p, *pool, int(l));
+      xb = mlp_block(l, xb, p);
     }
+    const std::vector<float> x = to_host(xb, size_t(p.tokens() * cfg_.hidden_size));
     pos += n;
     if (pos >= length) break;
     const int64_t H = cfg_.hidden_size;

@@ -46,6 +46,11 @@ class CalibModel {
 
   // x [T, hidden] = embed(ids), ids [T] host.
   std::vector<float> embed(std::span<const int32_t> ids) const;
+  // The same in backend memory.
+  Buffer embed_resident(std::span<const int32_t> ids) const;
+  // Host floats copied to new backend memory, and the first n floats of backend memory to the host.
+  Buffer to_backend(std::span<const float> host) const;
+  std::vector<float> to_host(const Buffer& b, size_t n) const;
   // out = x + attention(rms_norm(x)) with the given q, k, v, o (null: the source's); when `xn` /
   // `att` are given they receive the inputs of q/k/v [T, hidden] and of o [T, heads·head_dim].
   // kv_layer selects the pool layer (pool from kv_pool()).
@@ -57,8 +62,19 @@ class CalibModel {
   std::vector<float> mlp_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
                                std::span<const PreparedLinear* const> gud = {}, std::vector<float>* xn = nullptr,
                                std::vector<float>* act = nullptr) const;
+  // The blocks on activations in backend memory (device memory on a device backend), so that a
+  // converter's activations need not cross to the host: x holds at least p.tokens() rows (a larger
+  // batch whose first rows p describes works); the output is new backend memory, and xn / att /
+  // act receive the captured inputs as new backend memory. The backend's work is complete on
+  // return (another stream may read the results).
+  Buffer attention_block(int64_t layer, const Buffer& x, const CalibPositions& p, KvPool& pool, int kv_layer,
+                         std::span<const PreparedLinear* const> qkvo = {}, Buffer* xn = nullptr,
+                         Buffer* att = nullptr) const;
+  Buffer mlp_block(int64_t layer, const Buffer& x, const CalibPositions& p,
+                   std::span<const PreparedLinear* const> gud = {}, Buffer* xn = nullptr, Buffer* act = nullptr) const;
   // rms_norm(x) with the final norm (the head's input), [T, hidden].
   std::vector<float> final_norm(std::span<const float> x) const;
+  Buffer final_norm(const Buffer& x, int64_t tokens) const;
   // head(final_norm(x)), [T, vocab].
   std::vector<float> logits(std::span<const float> x) const;
 

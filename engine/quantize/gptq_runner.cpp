@@ -24,17 +24,28 @@ std::shared_ptr<const GptqRunner::Plan> GptqRunner::plan(std::span<const float> 
                                                          double damp_fraction) const {
   EXL_CHECK(dim > 0 && x.size() % size_t(dim) == 0, "engine: quantize: gptq: ", x.size(),
             " input values for a linear of ", dim, " inputs");
-  const int64_t rows = int64_t(x.size()) / dim;
+  return make_plan(x.data(), int64_t(x.size()) / dim, dim, damp_fraction, false);
+}
+
+std::shared_ptr<const GptqRunner::Plan> GptqRunner::plan_resident(const float* x, int64_t rows, int64_t dim,
+                                                                  double damp_fraction) const {
+  EXL_CHECK(dim > 0 && rows >= 0, "engine: quantize: gptq: ", rows, " input rows for a linear of ", dim, " inputs");
+  return make_plan(x, rows, dim, damp_fraction, device_ != nullptr);
+}
+
+std::shared_ptr<const GptqRunner::Plan> GptqRunner::make_plan(const float* x, int64_t rows, int64_t dim,
+                                                              double damp_fraction, bool on_device) const {
   auto p = std::make_shared<Plan>();
   if (!device_) {
     Hessian h = make_hessian(dim);
-    accumulate_hessian(h, x.data(), rows, &pool_);
+    accumulate_hessian(h, x, rows, &pool_);
     p->cpu = plan_gptq(h, damp_fraction, &pool_);
     return p;
   }
   EXL_CHECK(rows > 0, "engine: quantize: gptq: no calibration rows reached this linear");
   auto h = device_->make_hessian(dim);
-  device_->accumulate(*h, x.data(), rows);
+  if (on_device) device_->accumulate_resident(*h, x, rows);
+  else device_->accumulate(*h, x, rows);
   GptqOrder order = gptq_order(device_->diag(*h), damp_fraction);
   double damp = order.damp;
   for (int attempt = 0; attempt < 10; ++attempt, damp *= 2) {

@@ -32,6 +32,9 @@ class GptqRunner {
   // Σ 2·xᵀx (streamed to the device in chunks), act-order, damped factor. Throws exl::Error
   // ("engine: quantize: gptq: ...") for no rows or a Hessian that stays singular.
   std::shared_ptr<const Plan> plan(std::span<const float> x, int64_t dim, double damp_fraction) const;
+  // The same for x [rows, dim] in the memory of the backend the converter runs on: the device's
+  // when on_device() (complete, not uploaded again), host memory otherwise.
+  std::shared_ptr<const Plan> plan_resident(const float* x, int64_t rows, int64_t dim, double damp_fraction) const;
   // The permutation of a plan (permuted row j = input feature perm[j]).
   std::span<const int32_t> perm(const Plan& p) const;
   // w [N, K] host floats; on the CPU the Weight refers to `w`, which must outlive it.
@@ -41,6 +44,8 @@ class GptqRunner {
   Exl2Tensors quantize(const Weight& w, const Plan& p, std::span<const std::pair<int, int64_t>> groups) const;
 
  private:
+  std::shared_ptr<const Plan> make_plan(const float* x, int64_t rows, int64_t dim, double damp_fraction,
+                                        bool on_device) const;
   ThreadPool& pool_;
   GptqDevice* device_;
 };

@@ -340,7 +340,21 @@ struct Job {
   std::vector<LinearSpec> specs;  // decoder linears, layer by layer (kLinearsPerLayer each), then the head
   CalibPositions pos;             // the calibration rows as one batch
   std::unique_ptr<KvPool> kv;     // one layer's cache for them
+  std::map<std::string, double>& steps;  // wall seconds per step (QuantizeReport::step_seconds)
 };
+
+// f(), its wall time added to job.steps[step]. Device work is timed where its results reach the
+// host, which every step here waits for.
+template <typename F>
+decltype(auto) timed(Job& job, const char* step, F&& f) {
+  struct Add {
+    Job& job;
+    const char* step;
+    Clock::time_point t0 = Clock::now();
+    ~Add() { job.steps[step] += seconds_since(t0); }
+  } add{job, step};
+  return f();
+}
 
 using PlanPtr = std::shared_ptr<const GptqRunner::Plan>;
 
@@ -372,9 +386,11 @@ BlockMeasurement measure_block(
   std::vector<DenseLayer> dense;
   std::vector<std::shared_ptr<const GptqRunner::Weight>> held;
   int64_t weights = 0;
-  for (const auto& s : specs) dense.push_back(load_dense(job.in, s)), weights += s.in_features * s.out_features;
-  for (size_t i = 0; i < specs.size(); ++i)
-    held.push_back(job.gptq.weight(dense[i].w, specs[i].out_features, specs[i].in_features));
+  timed(job, "measure: load weights", [&] {
+    for (const auto& s : specs) dense.push_back(load_dense(job.in, s)), weights += s.in_features * s.out_features;
+    for (size_t i = 0; i < specs.size(); ++i)
+      held.push_back(job.gptq.weight(dense[i].w, specs[i].out_features, specs[i].in_features));
+  });
   std::vector<std::map<std::string, Exl2Tensors>> cache(specs.size());
   BlockMeasurement bm{std::move(name), 0, {}};
   const double norm = std::max(sum_squares(y_ref), 1e-30);
@@ -385,12 +401,14 @@ BlockMeasurement measure_block(
     BlockOptionScore score{cand, 0, 0, 0};
     for (size_t i = 0; i < specs.size(); ++i) {
       auto [it, fresh] = cache[i].try_emplace(to_string(cand[i]));
-      if (fresh) it->second = gptq_tensors(job, dense[i], *held[i], specs[i], *plans[i], cand[i]);
-      prepared.push_back(prepare_quantized(job.cm, it->second, dense[i]));
+      if (fresh)
+        it->second = timed(job, "measure: gptq",
+                           [&] { return gptq_tensors(job, dense[i], *held[i], specs[i], *plans[i], cand[i]); });
+      prepared.push_back(timed(job, "measure: prepare", [&] { return prepare_quantized(job.cm, it->second, dense[i]); }));
       ptrs.push_back(prepared.back().get());
       score.bits += layout_bits(cand[i], specs[i]);
     }
-    std::vector<float> y = run(ptrs);
+    std::vector<float> y = timed(job, "measure: candidate blocks", [&] { return run(ptrs); });
     score.output_error = sum_sq_diff(y, y_ref) / norm;
     const double dist = std::fabs(double(score.bits) / double(weights) - 4.0);
     if (dist < probe_dist) probe_dist = dist, *probe = std::move(y), *probe_index = bm.options.size();
@@ -399,65 +417,89 @@ BlockMeasurement measure_block(
   return bm;
 }
 
+// The first measure_rows calibration rows (all with 0): what candidates and output errors are
+// scored on.
+CalibPositions scored_rows(const Job& job) {
+  CalibPositions sub = job.pos;
+  if (job.o.measure_rows > 0) sub.rows = std::min(sub.rows, job.o.measure_rows);
+  return sub;
+}
+
+size_t floats_of(const Job& job, const CalibPositions& p) { return size_t(p.tokens() * job.cm.config().hidden_size); }
+
+// Σ‖y − y_ref‖² / Σ‖y_ref‖² over the scored rows of two activations in backend memory.
+double scored_rel_error(const Job& job, const Buffer& y, const Buffer& y_ref) {
+  const size_t n = floats_of(job, scored_rows(job));
+  const std::vector<float> a = job.cm.to_host(y, n), b = job.cm.to_host(y_ref, n);
+  return sum_sq_diff(a, b) / std::max(sum_squares(b), 1e-30);
+}
+
 // Block `b` (2·layer for attention, 2·layer + 1 for the MLP) of the source model.
-std::vector<float> source_block(Job& job, int64_t b, std::span<const float> x, const CalibPositions& pos) {
+Buffer source_block(Job& job, int64_t b, const Buffer& x, const CalibPositions& pos) {
   return b % 2 ? job.cm.mlp_block(b / 2, x, pos) : job.cm.attention_block(b / 2, x, pos, *job.kv, 0);
 }
 
-// The measurement pass on the source model's own activations (x: the embeddings). The Hessians
-// use every calibration row; the candidates are scored on the first measure_rows rows (the
-// block evaluations are the pass's cost). Each block's candidates get their output error; the
-// block's sensitivity (the final logits' mean KL from the source model's per unit of output
-// error, measured by running the probe candidate's output through the rest of the source model)
-// turns them into the predicted KL the allocation sums. Host memory: the activations of one block
-// at a time (its input and output, its linears' inputs), not of every block: a first pass over the
-// source model keeps only the final logits of the scored rows.
-Measurement measure(Job& job, std::vector<float> x, const std::string& calibration, const QuantizeProgress& progress) {
+// The measurement pass on the source model's own activations (x: the embeddings, in backend
+// memory, as every activation here stays). The Hessians use every calibration row; the
+// candidates are scored on the first measure_rows rows (the block evaluations are the pass's
+// cost). Each block's candidates get their output error; the block's sensitivity (the final
+// logits' mean KL from the source model's per unit of output error, measured by running the probe
+// candidate's output through the rest of the source model) turns them into the predicted KL the
+// allocation sums. Memory: the activations of one block at a time (its input and output, its
+// linears' inputs); a first pass of the scored rows through the source model keeps their final
+// logits.
+Measurement measure(Job& job, Buffer x, const std::string& calibration, const QuantizeProgress& progress) {
   const ModelConfig& c = job.cm.config();
   Measurement m{model_fingerprint(c), calibration, {}};
   const double damp = job.o.damp;
-  const int64_t n_blocks = 2 * c.num_layers;
-  CalibPositions sub = job.pos;
-  if (job.o.measure_rows > 0) sub.rows = std::min(sub.rows, job.o.measure_rows);
-  const size_t sub_n = size_t(sub.tokens() * c.hidden_size);
-  auto head_of = [&](const std::vector<float>& v) { return std::span<const float>(v.data(), sub_n); };
+  const int64_t n_blocks = 2 * c.num_layers, T = job.pos.tokens();
+  const CalibPositions sub = scored_rows(job);
+  const size_t sub_n = floats_of(job, sub);
   KlReference ref;
-  {
-    std::vector<float> y = x;
-    for (int64_t b = 0; b < n_blocks; ++b) y = source_block(job, b, y, job.pos);
-    ref = kl_reference(job.cm, head_of(y), sub.n_tokens, job.pool);
-  }
+  timed(job, "measure: reference pass", [&] {
+    Buffer y = source_block(job, 0, x, sub);
+    for (int64_t b = 1; b < n_blocks; ++b) y = source_block(job, b, y, sub);
+    ref = kl_reference(job.cm, job.cm.to_host(y, sub_n), sub.n_tokens, job.pool);
+  });
+  const char* fwd = "measure: block forwards";
+  const char* hess = "measure: hessian + factor";
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t l = b / 2;
     const std::span<const LinearSpec> lin(job.specs.data() + l * kLinearsPerLayer, kLinearsPerLayer);
-    const std::span<const float> xin = head_of(x);
-    std::vector<float> xn, act, probe, next;
+    Buffer xn, act, next;
+    std::vector<float> probe;
     size_t probe_index = 0;
     if (b % 2 == 0) {
-      next = job.cm.attention_block(l, x, job.pos, *job.kv, 0, {}, &xn, &act);
-      const PlanPtr p_in = job.gptq.plan(xn, c.hidden_size, damp), p_o = job.gptq.plan(act, lin[3].in_features, damp);
-      xn = {}, act = {};
+      next = timed(job, fwd, [&] { return job.cm.attention_block(l, x, job.pos, *job.kv, 0, {}, &xn, &act); });
+      const PlanPtr p_in = timed(job, hess, [&] { return job.gptq.plan_resident(xn.f32(), T, c.hidden_size, damp); }),
+                    p_o = timed(job, hess, [&] { return job.gptq.plan_resident(act.f32(), T, lin[3].in_features, damp); });
+      xn.reset(), act.reset();
       const GptqRunner::Plan* plans[kAttnLinears] = {p_in.get(), p_in.get(), p_in.get(), p_o.get()};
       m.blocks.push_back(measure_block(job, cat("model.layers.", l, ".self_attn"), lin.subspan(0, kAttnLinears), plans,
-                                       attention_candidates(), head_of(next),
+                                       attention_candidates(), job.cm.to_host(next, sub_n),
                                        [&](std::span<const PreparedLinear* const> w) {
-                                         return job.cm.attention_block(l, xin, sub, *job.kv, 0, w);
+                                         return job.cm.to_host(job.cm.attention_block(l, x, sub, *job.kv, 0, w), sub_n);
                                        }, &probe, &probe_index));
     } else {
-      next = job.cm.mlp_block(l, x, job.pos, {}, &xn, &act);
-      const PlanPtr p_in = job.gptq.plan(xn, c.hidden_size, damp), p_down = job.gptq.plan(act, c.intermediate_size, damp);
-      xn = {}, act = {};
+      next = timed(job, fwd, [&] { return job.cm.mlp_block(l, x, job.pos, {}, &xn, &act); });
+      const PlanPtr p_in = timed(job, hess, [&] { return job.gptq.plan_resident(xn.f32(), T, c.hidden_size, damp); }),
+                    p_down = timed(job, hess,
+                                   [&] { return job.gptq.plan_resident(act.f32(), T, c.intermediate_size, damp); });
+      xn.reset(), act.reset();
       const GptqRunner::Plan* plans[kMlpLinears] = {p_in.get(), p_in.get(), p_down.get()};
       m.blocks.push_back(measure_block(job, cat("model.layers.", l, ".mlp"), lin.subspan(kAttnLinears, kMlpLinears),
-                                       plans, mlp_candidates(), head_of(next),
+                                       plans, mlp_candidates(), job.cm.to_host(next, sub_n),
                                        [&](std::span<const PreparedLinear* const> w) {
-                                         return job.cm.mlp_block(l, xin, sub, w);
+                                         return job.cm.to_host(job.cm.mlp_block(l, x, sub, w), sub_n);
                                        }, &probe, &probe_index));
     }
-    for (int64_t r = b + 1; r < n_blocks; ++r) probe = source_block(job, r, probe, sub);
     BlockMeasurement& bm = m.blocks.back();
     const double probe_err = bm.options[probe_index].output_error;
-    bm.sensitivity = probe_err > 0 ? mean_kl(job.cm, ref, probe, job.pool) / probe_err : 0;
+    timed(job, "measure: sensitivity", [&] {
+      Buffer y = job.cm.to_backend(probe);
+      for (int64_t r = b + 1; r < n_blocks; ++r) y = source_block(job, r, y, sub);
+      bm.sensitivity = probe_err > 0 ? mean_kl(job.cm, ref, job.cm.to_host(y, sub_n), job.pool) / probe_err : 0;
+    });
     for (auto& o : bm.options) o.error = bm.sensitivity * o.output_error;
     x = std::move(next);
     if (progress) progress("measure", size_t(b + 1), size_t(n_blocks));
@@ -488,55 +530,66 @@ struct DoneLinear {
 
 DoneLinear finish_linear(Job& job, const LinearSpec& s, const GptqRunner::Plan& plan, const QuantOption& layout,
                          std::vector<QuantizedLayerReport>& reports) {
-  const DenseLayer d = load_dense(job.in, s);
-  const auto w = job.gptq.weight(d.w, s.out_features, s.in_features);
-  DoneLinear out{gptq_tensors(job, d, *w, s, plan, layout), nullptr};
+  const DenseLayer d = timed(job, "quantize: load weights", [&] { return load_dense(job.in, s); });
+  DoneLinear out{timed(job, "quantize: gptq",
+                       [&] { return gptq_tensors(job, d, *job.gptq.weight(d.w, s.out_features, s.in_features), s, plan, layout); }),
+                 nullptr};
   out.prepared = prepare_quantized(job.cm, out.t, d);
-  std::vector<float> back(d.w.size());
-  dequantize(out.t.view(), back);
-  const double err = sum_sq_diff(back, d.w);
+  const double err = timed(job, "quantize: weight error", [&] {
+    std::vector<float> back(d.w.size());
+    const Exl2Matrix view = out.t.view();
+    job.pool.parallel_for(s.out_features, 64, [&](int64_t b, int64_t e) { dequantize_rows(view, back, b, e); });
+    return sum_sq_diff(back, d.w);
+  });
   reports.push_back({s.name, to_string(layout), 8.0 * double(out.t.storage_bytes()) / double(d.w.size()),
                      std::sqrt(err / std::max(sum_squares(d.w), 1e-30))});
   return out;
 }
 
-// One decoder layer of the quantize pass: x (its input in the partly quantized model) becomes its
-// output; the layer's tensors are returned in model order.
-std::vector<Exl2Tensors> quantize_layer(Job& job, int64_t l, std::vector<float>& x, const BlockLayout& attn,
+// One decoder layer of the quantize pass: x (its input in the partly quantized model, in backend
+// memory) becomes its output; the layer's tensors are returned in model order.
+std::vector<Exl2Tensors> quantize_layer(Job& job, int64_t l, Buffer& x, const BlockLayout& attn,
                                         const BlockLayout& mlp, JobState& state) {
   const ModelConfig& c = job.cm.config();
   const std::span<const LinearSpec> lin(job.specs.data() + l * kLinearsPerLayer, kLinearsPerLayer);
+  const int64_t T = job.pos.tokens();
+  const double damp = job.o.damp;
+  const char* fwd = "quantize: block forwards";
+  const char* hess = "quantize: hessian + factor";
   std::vector<DoneLinear> done;
   auto t0 = Clock::now();
-  std::vector<float> xn, att, act;
-  const std::vector<float> a_ref = job.cm.attention_block(l, x, job.pos, *job.kv, 0, {}, &xn);
-  const double damp = job.o.damp;
-  PlanPtr plan = job.gptq.plan(xn, c.hidden_size, damp);
+  Buffer in;
+  const Buffer a_ref = timed(job, fwd, [&] { return job.cm.attention_block(l, x, job.pos, *job.kv, 0, {}, &in); });
+  PlanPtr plan = timed(job, hess, [&] { return job.gptq.plan_resident(in.f32(), T, c.hidden_size, damp); });
   for (int i = 0; i < 3; ++i) done.push_back(finish_linear(job, lin[size_t(i)], *plan, attn[size_t(i)], state.layers));
   const PreparedLinear* w[kAttnLinears] = {done[0].prepared.get(), done[1].prepared.get(), done[2].prepared.get(), nullptr};
-  job.cm.attention_block(l, x, job.pos, *job.kv, 0, std::span(w, 3), nullptr, &att);
-  done.push_back(finish_linear(job, lin[3], *job.gptq.plan(att, lin[3].in_features, damp), attn[3], state.layers));
+  timed(job, fwd, [&] { return job.cm.attention_block(l, x, job.pos, *job.kv, 0, std::span(w, 3), nullptr, &in); });
+  plan = timed(job, hess, [&] { return job.gptq.plan_resident(in.f32(), T, lin[3].in_features, damp); });
+  in.reset();
+  done.push_back(finish_linear(job, lin[3], *plan, attn[3], state.layers));
   w[3] = done[3].prepared.get();
-  x = job.cm.attention_block(l, x, job.pos, *job.kv, 0, w);
+  x = timed(job, fwd, [&] { return job.cm.attention_block(l, x, job.pos, *job.kv, 0, w); });
   int64_t bits = 0, weights = 0;
   for (int i = 0; i < kAttnLinears; ++i)
     bits += 8 * done[size_t(i)].t.storage_bytes(), weights += lin[size_t(i)].in_features * lin[size_t(i)].out_features;
   state.blocks.push_back({cat("model.layers.", l, ".self_attn"), double(bits) / double(weights), 0,
-                          sum_sq_diff(x, a_ref) / std::max(sum_squares(a_ref), 1e-30), seconds_since(t0)});
+                          scored_rel_error(job, x, a_ref), seconds_since(t0)});
   t0 = Clock::now();
-  const std::vector<float> m_ref = job.cm.mlp_block(l, x, job.pos, {}, &xn);
-  plan = job.gptq.plan(xn, c.hidden_size, damp);
+  const Buffer m_ref = timed(job, fwd, [&] { return job.cm.mlp_block(l, x, job.pos, {}, &in); });
+  plan = timed(job, hess, [&] { return job.gptq.plan_resident(in.f32(), T, c.hidden_size, damp); });
   for (int i = 0; i < 2; ++i) done.push_back(finish_linear(job, lin[size_t(4 + i)], *plan, mlp[size_t(i)], state.layers));
   const PreparedLinear* g[kMlpLinears] = {done[4].prepared.get(), done[5].prepared.get(), nullptr};
-  job.cm.mlp_block(l, x, job.pos, std::span(g, 2), nullptr, &act);
-  done.push_back(finish_linear(job, lin[6], *job.gptq.plan(act, lin[6].in_features, damp), mlp[2], state.layers));
+  timed(job, fwd, [&] { return job.cm.mlp_block(l, x, job.pos, std::span(g, 2), nullptr, &in); });
+  plan = timed(job, hess, [&] { return job.gptq.plan_resident(in.f32(), T, lin[6].in_features, damp); });
+  in.reset();
+  done.push_back(finish_linear(job, lin[6], *plan, mlp[2], state.layers));
   g[2] = done[6].prepared.get();
-  x = job.cm.mlp_block(l, x, job.pos, g);
+  x = timed(job, fwd, [&] { return job.cm.mlp_block(l, x, job.pos, g); });
   bits = weights = 0;
   for (int i = kAttnLinears; i < kLinearsPerLayer; ++i)
     bits += 8 * done[size_t(i)].t.storage_bytes(), weights += lin[size_t(i)].in_features * lin[size_t(i)].out_features;
   state.blocks.push_back({cat("model.layers.", l, ".mlp"), double(bits) / double(weights), 0,
-                          sum_sq_diff(x, m_ref) / std::max(sum_squares(m_ref), 1e-30), seconds_since(t0)});
+                          scored_rel_error(job, x, m_ref), seconds_since(t0)});
   std::vector<Exl2Tensors> out;
   for (auto& d : done) out.push_back(std::move(d.t));
   return out;
@@ -553,13 +606,13 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
   const ModelConfig& c = job.cm.config();
   const ModelDir& in = job.in;
   const std::vector<LinearSpec>& specs = job.specs;
-  const int64_t rows = job.pos.rows, len = job.pos.n_tokens;
+  const int64_t T = job.pos.tokens();
+  const size_t all = floats_of(job, job.pos);
   // hidden_<l>: the output of quantized layer l. Written before job.json records the layer done,
   // and the previous one removed only after, so a kill at any point leaves a consistent pair.
   auto hidden = [&](int64_t l) { return partial / cat("hidden_", l, ".safetensors"); };
-  std::vector<float> x = state.done_layers
-                             ? read_floats(hidden(state.done_layers - 1), size_t(rows * len * c.hidden_size))
-                             : job.cm.embed(ids);
+  Buffer x = state.done_layers ? job.cm.to_backend(read_floats(hidden(state.done_layers - 1), all))
+                               : job.cm.embed_resident(ids);
   const size_t q_total = size_t(c.num_layers + 1);
   for (int64_t l = state.done_layers; l < c.num_layers; ++l) {
     const auto& attn = m.blocks[size_t(2 * l)].options[pick[size_t(2 * l)]];
@@ -567,14 +620,16 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
     const std::vector<Exl2Tensors> ts = quantize_layer(job, l, x, attn.layout, mlp.layout, state);
     state.blocks[state.blocks.size() - 2].measured_error = attn.error;
     state.blocks.back().measured_error = mlp.error;
-    std::vector<const Exl2Tensors*> tp;
-    for (const auto& t : ts) tp.push_back(&t);
-    write_linears(partial / cat("layer_", l, ".safetensors"),
-                  std::span(specs).subspan(size_t(l * kLinearsPerLayer), kLinearsPerLayer), tp);
-    write_floats(hidden(l), x, c.hidden_size);
-    state.done_layers = l + 1;
-    write_json(partial / "job.json", to_json(state));
-    if (l > 0) fs::remove(hidden(l - 1));
+    timed(job, "quantize: saving finished layers", [&] {
+      std::vector<const Exl2Tensors*> tp;
+      for (const auto& t : ts) tp.push_back(&t);
+      write_linears(partial / cat("layer_", l, ".safetensors"),
+                    std::span(specs).subspan(size_t(l * kLinearsPerLayer), kLinearsPerLayer), tp);
+      write_floats(hidden(l), job.cm.to_host(x, all), c.hidden_size);
+      state.done_layers = l + 1;
+      write_json(partial / "job.json", to_json(state));
+      if (l > 0) fs::remove(hidden(l - 1));
+    });
     if (progress) progress("quantize", size_t(l + 1), q_total);
   }
   std::vector<Exl2Tensors> tensors;
@@ -587,9 +642,10 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
                                     in.has(*resolve_linear_prefix(in, s.name) + ".bias")));
     }
   }
-  const std::vector<float> head_in = job.cm.final_norm(x);
-  tensors.push_back(
-      std::move(finish_linear(job, specs.back(), *job.gptq.plan(head_in, c.hidden_size, job.o.damp), head_option, head_report).t));
+  const Buffer head_in = job.cm.final_norm(x, T);
+  x.reset();
+  const PlanPtr plan = job.gptq.plan_resident(head_in.f32(), T, c.hidden_size, job.o.damp);
+  tensors.push_back(std::move(finish_linear(job, specs.back(), *plan, head_option, head_report).t));
   if (progress) progress("quantize", q_total, q_total);
   return tensors;
 }
@@ -698,7 +754,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   report.calibration = cal.source;
   report.seconds_calibrate = seconds_since(t0);
   const int64_t rows = int64_t(cal.rows.size()), len = int64_t(cal.rows[0].size());
-  Job job{in, cm, pool, gptq, o, specs, {rows, len, 0, len}, cm.kv_pool(rows, len, 1)};
+  Job job{in, cm, pool, gptq, o, specs, {rows, len, 0, len}, cm.kv_pool(rows, len, 1), report.step_seconds};
   std::vector<int32_t> ids;
   for (const auto& r : cal.rows) ids.insert(ids.end(), r.begin(), r.end());
 
@@ -709,7 +765,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   } else if (fs::exists(partial / "measurement.json")) {
     m = load_measurement(partial / "measurement.json");
   } else {
-    m = measure(job, cm.embed(ids), cal.source, progress);
+    m = measure(job, cm.embed_resident(ids), cal.source, progress);
     save_measurement(m, partial / "measurement.json");
   }
   report.seconds_measure = seconds_since(t0);

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,7 +75,8 @@ struct QuantizedBlockReport {
   std::string name;          // "model.layers.3.self_attn" / ".mlp"
   double bpw = 0;
   double measured_error = 0; // the allocation's score (measurement, source activations)
-  double output_error = 0;   // Σ‖y_q − y‖² / Σ‖y‖² of the block's output in the quantize pass
+  double output_error = 0;   // Σ‖y_q − y‖² / Σ‖y‖² of the block's output in the quantize pass, over the
+                             // first measure_rows calibration rows
   double seconds = 0;        // quantize pass
 };
 
@@ -88,6 +90,8 @@ struct QuantizeReport {
   bool measurement_reused = false;
   int64_t resumed_layers = 0; // decoder layers taken from an interrupted run
   double seconds_calibrate = 0, seconds_measure = 0, seconds_quantize = 0, seconds_write = 0;
+  // Where the measure and quantize phases' time went: "measure: gptq", "quantize: block forwards", ...
+  std::map<std::string, double> step_seconds;
   std::vector<QuantizedBlockReport> blocks;
   std::vector<QuantizedLayerReport> layers;  // decoder linears in order, then lm_head
 };

@@ -15,24 +15,31 @@ float exl2_scale(const Exl2Matrix& m, int64_t group, int64_t n) {
 }
 
 void dequantize(const Exl2Matrix& m, std::span<float> out) {
+  const int64_t np = m.padded_out;
+  dequantize_rows(m, out, 0, int64_t(out.size()) == np * m.in_features ? np : m.out_features);
+}
+
+void dequantize_rows(const Exl2Matrix& m, std::span<float> out, int64_t n_begin, int64_t n_end) {
   const int64_t k = m.in_features, np = m.padded_out;
   const int64_t n_rows = int64_t(out.size()) == np * k ? np : m.out_features;
   EXL_CHECK(int64_t(out.size()) == n_rows * k, "kernels: dequantize: exl2 output holds ", out.size(),
             " floats, expected ", m.out_features * k, " ([N, K]) or ", np * k, " ([Np, K])");
+  EXL_CHECK(0 <= n_begin && n_begin <= n_end && n_end <= n_rows, "kernels: dequantize: rows [", n_begin, ", ", n_end,
+            ") of ", n_rows);
   std::vector<float> scales(static_cast<size_t>(n_rows));
   for (int64_t g = 0; g < int64_t(m.groups.size()); ++g) {
     const Exl2Group& gr = m.groups[g];
     const int bits = gr.bits;
     const uint32_t mask = (1u << bits) - 1u;
     const float zero = float(1 << (bits - 1));
-    for (int64_t n = 0; n < n_rows; ++n) scales[n] = exl2_scale(m, g, n);
+    for (int64_t n = n_begin; n < n_end; ++n) scales[n] = exl2_scale(m, g, n);
     for (int64_t j = 0; j < gr.rows; ++j) {
       const int64_t bit = j * bits;
       const int shift = int(bit % 32);
       const uint32_t* lo = m.q_weight + (gr.qrow_start + bit / 32) * np;
       const uint32_t* hi = shift + bits > 32 ? lo + np : nullptr;
       float* col = out.data() + m.perm[gr.row_start + j];
-      for (int64_t n = 0; n < n_rows; ++n) {
+      for (int64_t n = n_begin; n < n_end; ++n) {
         uint32_t v = lo[n] >> shift;
         if (hi) v |= hi[n] << (32 - shift);
         col[n * k] = (float(v & mask) - zero) * scales[n];

@@ -15,6 +15,8 @@ namespace exl {
 // `out` holds either N·K floats, or padded_out·K floats to include the padding rows (which
 // dequantize to 0 in converter-written files, whose padding columns hold the zero point).
 void dequantize(const Exl2Matrix& m, std::span<float> out);
+// Only rows [n_begin, n_end) of that `out` (disjoint ranges may run concurrently).
+void dequantize_rows(const Exl2Matrix& m, std::span<float> out, int64_t n_begin, int64_t n_end);
 
 // GPTQ: W[n, k] = (q[k, n] − zero[g_idx[k], n]) · scales[g_idx[k], n], zero = stored + 1 for the
 // v1 convention and stored for v2. `out` holds N·K floats.

@@ -79,17 +79,24 @@ class CudaGptqDevice final : public GptqDevice {
     return h;
   }
 
-  void accumulate(GptqDeviceHessian& hb, const float* x, int64_t rows) override {
+  void accumulate(GptqDeviceHessian& hb, const float* x, int64_t rows) override { add_rows(hb, x, rows, false); }
+  void accumulate_resident(GptqDeviceHessian& hb, const float* x, int64_t rows) override {
+    add_rows(hb, x, rows, true);
+  }
+
+  void add_rows(GptqDeviceHessian& hb, const float* x, int64_t rows, bool resident) {
     auto& h = as<CudaGptqHessian>(hb);
     const int64_t K = h.dim;
     ctx_.make_current();
-    float* xd = x_.get<float>(ctx_, size_t(std::min(rows, kGptqHessianChunkRows) * K));
+    float* staged = resident ? nullptr : x_.get<float>(ctx_, size_t(std::min(rows, kGptqHessianChunkRows) * K));
     float* c = c_.get<float>(ctx_, size_t(K * K));
     const float one = 1.0f, zero = 0.0f;
     for (int64_t t0 = 0; t0 < rows; t0 += kGptqHessianChunkRows) {
       const int64_t n = std::min(kGptqHessianChunkRows, rows - t0);
-      EXL_CUDA_CHECK(cudaMemcpyAsync(xd, x + t0 * K, size_t(n * K) * sizeof(float), cudaMemcpyHostToDevice,
-                                     ctx_.stream()));
+      const float* xd = resident ? x + t0 * K : staged;
+      if (!resident)
+        EXL_CUDA_CHECK(cudaMemcpyAsync(staged, x + t0 * K, size_t(n * K) * sizeof(float), cudaMemcpyHostToDevice,
+                                       ctx_.stream()));
       // Row-major x [n, K] is column-major [K, n]; C = X·Xᵀ there, its lower triangle (column-major)
       // being the row-major upper one.
       EXL_CUBLAS_CHECK(cublasSsyrk(ctx_.cublas(), CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, int(K), int(n), &one, xd,

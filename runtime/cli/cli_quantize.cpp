@@ -59,6 +59,7 @@ nlohmann::ordered_json report_json(const QuantizeReport& r, const std::string& o
                                            {"quantize", r.seconds_quantize},
                                            {"write", r.seconds_write},
                                            {"total", secs}}}};
+  j["step_seconds"] = r.step_seconds;
   nlohmann::ordered_json blocks = nlohmann::ordered_json::array(), layers = nlohmann::ordered_json::array();
   for (const auto& b : r.blocks)
     blocks.push_back({{"name", b.name}, {"bpw", b.bpw}, {"measured_error", b.measured_error},

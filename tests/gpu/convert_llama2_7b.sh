@@ -91,6 +91,8 @@ print(f"layers bpw {r['layers_bpw']:.4f} (target {r['target_bpw']}), head bpw {r
       f"mean rel error {r['mean_rel_error']:.4f}")
 for k in ("calibrate", "measure", "quantize", "write", "total"):
     print(f"  {k:9s} {s[k]:8.1f} s")
+for k, v in sorted(r.get("step_seconds", {}).items()):
+    print(f"    {k:34s} {v:8.1f} s")
 print(f"  wall      {wall:8.1f} s (process, loading included) -> {'within' if wall <= 900 else 'OVER'} 15 minutes")
 try:
     used = [int(x) for x in open(sys.argv[4]).read().split() if x.strip().isdigit()]
