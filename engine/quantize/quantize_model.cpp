@@ -60,12 +60,16 @@ LinearWeights load_source(const ModelDir& dir, const LinearSpec& spec) {
   return lw;
 }
 
-DenseLayer load_dense(const ModelDir& dir, const LinearSpec& spec) {
+DenseLayer load_dense(const ModelDir& dir, const LinearSpec& spec, ThreadPool& pool) {
   const LinearWeights lw = load_source(dir, spec);
   const auto* d = std::get_if<DenseMatrix>(&lw);
+  const int64_t K = spec.in_features;
   DenseLayer out;
-  out.w.resize(size_t(spec.in_features * spec.out_features));
-  dequantize(*d, out.w);
+  out.w.resize(size_t(K * spec.out_features));
+  pool.parallel_for(spec.out_features, 64, [&](int64_t b, int64_t e) {
+    const DenseMatrix rows{K, e - b, d->dtype, static_cast<const std::byte*>(d->data) + b * K * int64_t(dtype_size(d->dtype)), {}};
+    dequantize(rows, std::span(out.w).subspan(size_t(b * K), size_t((e - b) * K)));
+  });
   out.bias = d->bias;
   return out;
 }
@@ -387,7 +391,7 @@ BlockMeasurement measure_block(
   std::vector<std::shared_ptr<const GptqRunner::Weight>> held;
   int64_t weights = 0;
   timed(job, "measure: load weights", [&] {
-    for (const auto& s : specs) dense.push_back(load_dense(job.in, s)), weights += s.in_features * s.out_features;
+    for (const auto& s : specs) dense.push_back(load_dense(job.in, s, job.pool)), weights += s.in_features * s.out_features;
     for (size_t i = 0; i < specs.size(); ++i)
       held.push_back(job.gptq.weight(dense[i].w, specs[i].out_features, specs[i].in_features));
   });
@@ -530,19 +534,31 @@ struct DoneLinear {
 
 DoneLinear finish_linear(Job& job, const LinearSpec& s, const GptqRunner::Plan& plan, const QuantOption& layout,
                          std::vector<QuantizedLayerReport>& reports) {
-  const DenseLayer d = timed(job, "quantize: load weights", [&] { return load_dense(job.in, s); });
+  const DenseLayer d = timed(job, "quantize: load weights", [&] { return load_dense(job.in, s, job.pool); });
   DoneLinear out{timed(job, "quantize: gptq",
                        [&] { return gptq_tensors(job, d, *job.gptq.weight(d.w, s.out_features, s.in_features), s, plan, layout); }),
                  nullptr};
   out.prepared = prepare_quantized(job.cm, out.t, d);
-  const double err = timed(job, "quantize: weight error", [&] {
-    std::vector<float> back(d.w.size());
+  double err = 0, norm = 0;
+  timed(job, "quantize: weight error", [&] {
+    const int64_t K = s.in_features, N = s.out_features, chunk = 64;
+    const auto back = std::make_unique_for_overwrite<float[]>(size_t(N * K));
+    const std::span<float> all(back.get(), size_t(N * K));
+    std::vector<double> part_err(size_t((N + chunk - 1) / chunk)), part_norm(part_err.size());
     const Exl2Matrix view = out.t.view();
-    job.pool.parallel_for(s.out_features, 64, [&](int64_t b, int64_t e) { dequantize_rows(view, back, b, e); });
-    return sum_sq_diff(back, d.w);
+    job.pool.parallel_for(int64_t(part_err.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t r0 = i * chunk, r1 = std::min(r0 + chunk, N);
+        dequantize_rows(view, all, r0, r1);
+        const size_t at = size_t(r0 * K), n = size_t((r1 - r0) * K);
+        part_err[size_t(i)] = sum_sq_diff(all.subspan(at, n), std::span(d.w).subspan(at, n));
+        part_norm[size_t(i)] = sum_squares(std::span(d.w).subspan(at, n));
+      }
+    });
+    for (size_t i = 0; i < part_err.size(); ++i) err += part_err[i], norm += part_norm[i];
   });
   reports.push_back({s.name, to_string(layout), 8.0 * double(out.t.storage_bytes()) / double(d.w.size()),
-                     std::sqrt(err / std::max(sum_squares(d.w), 1e-30))});
+                     std::sqrt(err / std::max(norm, 1e-30))});
   return out;
 }
 
