@@ -263,7 +263,7 @@ int64_t Model::run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool
     }
   }
   st.T = int64_t(st.ids.size()), st.R = int64_t(st.logit_rows.size());
-  st.fused = st.T == int64_t(batch.size()) || st.T <= k_fused_max_tokens;
+  st.fused = st.T == int64_t(batch.size());
   st.exact = pool.layout.format == KvFormat::q8 || pool.layout.format == KvFormat::q4;
   for (size_t i = 0; i < parts_.size(); ++i) ensure_scratch(parts_[i], st.T, i + 1 == parts_.size() ? st.R : 0);
 

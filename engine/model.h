@@ -72,10 +72,6 @@ class Model {
   // the CUDA backend's graphs): decode steps, and the few positions per sequence of speculative
   // verify passes. Longer ones (prefill chunks) run op by op.
   static constexpr int64_t k_step_max_tokens = 64;
-  // Passes of at most this many tokens (speculative verify passes, short continuations) run the
-  // decode step's fused ops (norm into the linears that read it, projections added into the
-  // residual stream), as one-token-per-sequence steps always do; longer ones keep them apart.
-  static constexpr int64_t k_fused_max_tokens = 16;
 
   // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
   // memory, in batch order: [Σ (all_logits ? n_tokens : 1), vocab].
