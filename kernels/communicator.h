@@ -11,6 +11,7 @@
 #include <span>
 
 #include "kernels/backend.h"
+#include "kernels/error.h"
 
 namespace exl {
 
@@ -25,6 +26,21 @@ class Communicator {
   virtual void all_gather_columns(std::span<const float* const> in, std::span<float* const> out, int64_t rows,
                                   std::span<const int64_t> widths) = 0;
 };
+
+// The argument checks every communicator makes (exl::Error naming `who` and the collective): one
+// buffer per rank for all_reduce_sum; in, out and widths of one per rank for all_gather_columns,
+// whose Σ widths check_gather_args returns.
+inline void check_reduce_args(const char* who, size_t n_bufs, size_t n_ranks) {
+  EXL_CHECK(n_bufs == n_ranks, who, ": all_reduce_sum: ", n_bufs, " buffers for ", n_ranks, " ranks");
+}
+inline int64_t check_gather_args(const char* who, size_t n_in, size_t n_out, std::span<const int64_t> widths,
+                                 size_t n_ranks) {
+  for (size_t n : {n_in, n_out, widths.size()})
+    EXL_CHECK(n == n_ranks, who, ": all_gather_columns: ", n, " buffers for ", n_ranks, " ranks");
+  int64_t total = 0;
+  for (int64_t w : widths) total += w;
+  return total;
+}
 
 // The communicator through host memory over `ranks` (which must outlive it). Throws exl::Error
 // for no ranks.

@@ -17,7 +17,7 @@ class HostCommunicator final : public Communicator {
   int n_ranks() const override { return int(ranks_.size()); }
 
   void all_reduce_sum(std::span<float* const> bufs, int64_t n) override {
-    check_count(bufs.size(), "all_reduce_sum");
+    check_reduce_args("kernels: communicator", bufs.size(), ranks_.size());
     const size_t bytes = size_t(n) * sizeof(float);
     sum_.assign(size_t(n), 0.0f);
     part_.resize(size_t(n));
@@ -34,11 +34,7 @@ class HostCommunicator final : public Communicator {
 
   void all_gather_columns(std::span<const float* const> in, std::span<float* const> out, int64_t rows,
                           std::span<const int64_t> widths) override {
-    check_count(in.size(), "all_gather_columns");
-    check_count(out.size(), "all_gather_columns");
-    check_count(widths.size(), "all_gather_columns");
-    int64_t total = 0;
-    for (int64_t w : widths) total += w;
+    const int64_t total = check_gather_args("kernels: communicator", in.size(), out.size(), widths, ranks_.size());
     sum_.resize(size_t(rows * total));
     int64_t offset = 0;
     for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -57,9 +53,6 @@ class HostCommunicator final : public Communicator {
   }
 
  private:
-  void check_count(size_t n, const char* op) const {
-    EXL_CHECK(n == ranks_.size(), "kernels: communicator: ", op, ": ", n, " buffers for ", ranks_.size(), " ranks");
-  }
   std::vector<Backend*> ranks_;
   std::vector<float> sum_, part_;
 };

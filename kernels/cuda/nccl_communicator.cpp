@@ -49,7 +49,7 @@ class NcclCommunicator final : public Communicator {
   int n_ranks() const override { return int(ranks_.size()); }
 
   void all_reduce_sum(std::span<float* const> bufs, int64_t n) override {
-    check_count(bufs.size(), "all_reduce_sum");
+    check_reduce_args("kernels: nccl", bufs.size(), ranks_.size());
     settle();
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (size_t r = 0; r < ranks_.size(); ++r)
@@ -61,11 +61,7 @@ class NcclCommunicator final : public Communicator {
 
   void all_gather_columns(std::span<const float* const> in, std::span<float* const> out, int64_t rows,
                           std::span<const int64_t> widths) override {
-    check_count(in.size(), "all_gather_columns");
-    check_count(out.size(), "all_gather_columns");
-    check_count(widths.size(), "all_gather_columns");
-    int64_t total = 0;
-    for (int64_t w : widths) total += w;
+    const int64_t total = check_gather_args("kernels: nccl", in.size(), out.size(), widths, ranks_.size());
     for (size_t r = 0; r < ranks_.size(); ++r) grow_staging(r, size_t(rows * total) * sizeof(float));
     settle();
     // Each rank's block, broadcast whole ([rows, width] contiguous) into every rank's staging ...
@@ -95,9 +91,6 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  void check_count(size_t n, const char* op) const {
-    EXL_CHECK(n == ranks_.size(), "kernels: nccl: ", op, ": ", n, " buffers for ", ranks_.size(), " ranks");
-  }
   void settle() {
     for (Backend* b : ranks_) b->synchronize();
   }

@@ -25,7 +25,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda_device.h"
 #include "kernels/gptq_device.h"
-#include "gptq_output_error.h"
+#include "gptq_test_support.h"
 
 namespace exl {
 namespace gptq_device_test {
@@ -52,13 +52,6 @@ std::vector<float> mixed_inputs(int64_t rows, int64_t k, uint32_t seed, int64_t 
   return x;
 }
 
-std::vector<float> normal_weights(int64_t n, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<float> w(size_t(n * k));
-  for (auto& v : w) v = nd(rng);
-  return w;
-}
 
 // Code of row j (within group g), column n: the inverse of exl2_writer's set_code.
 uint32_t code_at(const Exl2Tensors& t, size_t g, int64_t j, int64_t n) {
@@ -75,7 +68,7 @@ uint32_t code_at(const Exl2Tensors& t, size_t g, int64_t j, int64_t n) {
 TEST(GptqRunner, WithoutADeviceIsTheCpuReference) {
   const int64_t rows = 300, K = 64, N = 40;
   const auto x = mixed_inputs(rows, K, 11, 3);
-  const auto w = normal_weights(N, K, 12);
+  const auto w = test::normal_weights(N, K, 12);
   ThreadPool pool(2);
   Hessian h = make_hessian(K);
   accumulate_hessian(h, x.data(), rows, &pool);
@@ -136,7 +129,7 @@ TEST(GptqDevice, CodesAndOutputErrorMatchTheCpuReference) {
   EXL_GPTQ_REQUIRE_CUDA();
   const int64_t rows = 1200, K = 320, N = 200;  // N pads to 224: padding columns hold the zero point
   const auto x = mixed_inputs(rows, K, 31, 100);
-  const auto w = normal_weights(N, K, 32);
+  const auto w = test::normal_weights(N, K, 32);
   ThreadPool pool(2);
   const GptqRunner cpu(pool, nullptr);
   auto dev = make_cuda_gptq_device(0);

@@ -14,7 +14,7 @@
 #include "kernels/cpu/dequantize.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/error.h"
-#include "gptq_output_error.h"
+#include "gptq_test_support.h"
 
 namespace exl {
 namespace gptq_test {
@@ -36,13 +36,6 @@ std::vector<float> correlated_inputs(int64_t rows, int64_t k, uint32_t seed) {
   return x;
 }
 
-std::vector<float> random_weights(int64_t n, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  std::vector<float> w(size_t(n * k));
-  for (auto& v : w) v = nd(rng);
-  return w;
-}
 
 
 TEST(Gptq, HessianIsTwiceXtXInDouble) {
@@ -101,7 +94,7 @@ TEST(Gptq, PlanIsActOrderAndTheUpperFactorOfTheDampedInverse) {
 TEST(Gptq, BeatsRoundToNearestOnTheOutputAndDequantizesAsInference) {
   const int64_t rows = 512, K = 128, N = 96;
   const auto x = correlated_inputs(rows, K, 3);
-  const auto w = random_weights(N, K, 4);
+  const auto w = test::normal_weights(N, K, 4);
   ThreadPool pool(2);
   Hessian h = make_hessian(K);
   accumulate_hessian(h, x.data(), rows, &pool);

@@ -1,7 +1,8 @@
-// The GPTQ tests' measure of a quantized linear: its output error on given inputs, with the
-// weights dequantized as inference dequantizes them.
+// What the CPU and device GPTQ tests share: random weights, and the measure of a quantized
+// linear, its output error on given inputs with the weights dequantized as inference does.
 #pragma once
 #include <cstdint>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -9,6 +10,15 @@
 #include "kernels/cpu/dequantize.h"
 
 namespace exl::test {
+
+// W [n, k], N(0, 0.05) from `seed`.
+inline std::vector<float> normal_weights(int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> w(size_t(n * k));
+  for (auto& v : w) v = nd(rng);
+  return w;
+}
 
 // Σ over rows of ‖x·(W_q − W)ᵀ‖², x [rows, K], W [N, K].
 inline double gptq_output_error(const Exl2Tensors& t, std::span<const float> w, std::span<const float> x,
