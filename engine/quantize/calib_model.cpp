@@ -93,7 +93,7 @@ const PreparedLinear& CalibModel::source(int64_t layer, int which) const {
   return *layers_.at(size_t(layer)).lin[which];
 }
 
-Buffer CalibModel::embed_resident(std::span<const int32_t> ids) const {
+Buffer CalibModel::embed(std::span<const int32_t> ids) const {
   for (int32_t id : ids)
     EXL_CHECK(id >= 0 && id < cfg_.vocab_size, "engine: quantize: calibration token id ", id, " out of range [0, ",
               cfg_.vocab_size, ")");
@@ -101,10 +101,6 @@ Buffer CalibModel::embed_resident(std::span<const int32_t> ids) const {
   be_.embedding(*embed_, ids, x.f32());
   be_.synchronize();
   return x;
-}
-
-std::vector<float> CalibModel::embed(std::span<const int32_t> ids) const {
-  return to_host(embed_resident(ids), ids.size() * size_t(cfg_.hidden_size));
 }
 
 Buffer CalibModel::to_backend(std::span<const float> host) const { return calib_upload(be_, host); }
@@ -155,21 +151,6 @@ Buffer CalibModel::attention_block(int64_t layer, const Buffer& x, const CalibPo
   return out;
 }
 
-std::vector<float> CalibModel::attention_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
-                                               KvPool& pool, int kv_layer,
-                                               std::span<const PreparedLinear* const> qkvo, std::vector<float>* xn_out,
-                                               std::vector<float>* att_out) const {
-  const int64_t T = p.tokens(), H = cfg_.hidden_size;
-  EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: attention block input of ", x.size(), " values for ", T,
-            " tokens");
-  Buffer xn, att;
-  const Buffer y = attention_block(layer, to_backend(x), p, pool, kv_layer, qkvo, xn_out ? &xn : nullptr,
-                                   att_out ? &att : nullptr);
-  if (xn_out) *xn_out = to_host(xn, size_t(T * H));
-  if (att_out) *att_out = to_host(att, size_t(T * cfg_.num_heads * cfg_.head_dim));
-  return to_host(y, size_t(T * H));
-}
-
 Buffer CalibModel::mlp_block(int64_t layer, const Buffer& x, const CalibPositions& p,
                              std::span<const PreparedLinear* const> gud, Buffer* xn_out, Buffer* act_out) const {
   const Layer& L = layers_.at(size_t(layer));
@@ -194,19 +175,6 @@ Buffer CalibModel::mlp_block(int64_t layer, const Buffer& x, const CalibPosition
   return out;
 }
 
-std::vector<float> CalibModel::mlp_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
-                                         std::span<const PreparedLinear* const> gud, std::vector<float>* xn_out,
-                                         std::vector<float>* act_out) const {
-  const int64_t T = p.tokens(), H = cfg_.hidden_size;
-  EXL_CHECK(int64_t(x.size()) == T * H, "engine: quantize: MLP block input of ", x.size(), " values for ", T,
-            " tokens");
-  Buffer xn, act;
-  const Buffer y = mlp_block(layer, to_backend(x), p, gud, xn_out ? &xn : nullptr, act_out ? &act : nullptr);
-  if (xn_out) *xn_out = to_host(xn, size_t(T * H));
-  if (act_out) *act_out = to_host(act, size_t(T * cfg_.intermediate_size));
-  return to_host(y, size_t(T * H));
-}
-
 Buffer CalibModel::final_norm(const Buffer& x, int64_t tokens) const {
   const int64_t H = cfg_.hidden_size;
   EXL_CHECK(x.bytes() >= size_t(tokens * H) * 4, "engine: quantize: final norm input of ", x.bytes(), " bytes for ",
@@ -215,11 +183,6 @@ Buffer CalibModel::final_norm(const Buffer& x, int64_t tokens) const {
   be_.rms_norm(x.f32(), final_norm_.f32(), y.f32(), tokens, H, float(cfg_.rms_norm_eps));
   be_.synchronize();
   return y;
-}
-
-std::vector<float> CalibModel::final_norm(std::span<const float> x) const {
-  const int64_t T = int64_t(x.size()) / cfg_.hidden_size;
-  return to_host(final_norm(to_backend(x), T), x.size());
 }
 
 std::vector<float> CalibModel::logits(std::span<const float> x) const {
@@ -262,7 +225,7 @@ std::vector<std::vector<int32_t>> CalibModel::generate(
   while (true) {
     const int64_t n = int64_t(step_ids.size()) / rows;
     const CalibPositions p{rows, n, pos, std::max(length, plen)};
-    Buffer xb = embed_resident(step_ids);
+    Buffer xb = embed(step_ids);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       xb = attention_block(l, xb, p, *pool, int(l));
       xb = mlp_block(l, xb, p);

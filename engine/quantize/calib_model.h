@@ -44,36 +44,27 @@ class CalibModel {
   const PreparedLinear& source(int64_t layer, int which) const;
   std::unique_ptr<PreparedLinear> prepare(const LinearWeights& w) const { return be_.prepare_linear(w); }
 
-  // x [T, hidden] = embed(ids), ids [T] host.
-  std::vector<float> embed(std::span<const int32_t> ids) const;
-  // The same in backend memory.
-  Buffer embed_resident(std::span<const int32_t> ids) const;
+  // x [T, hidden] = embed(ids) in backend memory, ids [T] host.
+  Buffer embed(std::span<const int32_t> ids) const;
   // Host floats copied to new backend memory, and the first n floats of backend memory to the host.
   Buffer to_backend(std::span<const float> host) const;
   std::vector<float> to_host(const Buffer& b, size_t n) const;
-  // out = x + attention(rms_norm(x)) with the given q, k, v, o (null: the source's); when `xn` /
-  // `att` are given they receive the inputs of q/k/v [T, hidden] and of o [T, heads·head_dim].
-  // kv_layer selects the pool layer (pool from kv_pool()).
-  std::vector<float> attention_block(int64_t layer, std::span<const float> x, const CalibPositions& p, KvPool& pool,
-                                     int kv_layer, std::span<const PreparedLinear* const> qkvo = {},
-                                     std::vector<float>* xn = nullptr, std::vector<float>* att = nullptr) const;
-  // out = x + down(silu(gate(xn)) · up(xn)), xn = rms_norm(x); `xn` / `act` receive the inputs
-  // of gate/up [T, hidden] and of down [T, intermediate].
-  std::vector<float> mlp_block(int64_t layer, std::span<const float> x, const CalibPositions& p,
-                               std::span<const PreparedLinear* const> gud = {}, std::vector<float>* xn = nullptr,
-                               std::vector<float>* act = nullptr) const;
-  // The blocks on activations in backend memory (device memory on a device backend), so that a
-  // converter's activations need not cross to the host: x holds at least p.tokens() rows (a larger
-  // batch whose first rows p describes works); the output is new backend memory, and xn / att /
-  // act receive the captured inputs as new backend memory. The backend's work is complete on
-  // return (another stream may read the results).
+  // The blocks work on activations in backend memory (device memory on a device backend), so that
+  // a converter's activations need not cross to the host. x holds at least p.tokens() rows [T,
+  // hidden] (a larger batch whose first rows p describes works); the output is new backend memory,
+  // and the captured inputs arrive as new backend memory. The backend's work is complete on return
+  // (another stream may read the results).
+  // out = x + attention(rms_norm(x)) with the given q, k, v, o (null: the source's); `xn` / `att`
+  // receive the inputs of q/k/v [T, hidden] and of o [T, heads·head_dim]. kv_layer selects the
+  // pool layer (pool from kv_pool()).
   Buffer attention_block(int64_t layer, const Buffer& x, const CalibPositions& p, KvPool& pool, int kv_layer,
                          std::span<const PreparedLinear* const> qkvo = {}, Buffer* xn = nullptr,
                          Buffer* att = nullptr) const;
+  // out = x + down(silu(gate(xn)) · up(xn)), xn = rms_norm(x); `xn` / `act` receive the inputs of
+  // gate/up [T, hidden] and of down [T, intermediate].
   Buffer mlp_block(int64_t layer, const Buffer& x, const CalibPositions& p,
                    std::span<const PreparedLinear* const> gud = {}, Buffer* xn = nullptr, Buffer* act = nullptr) const;
-  // rms_norm(x) with the final norm (the head's input), [T, hidden].
-  std::vector<float> final_norm(std::span<const float> x) const;
+  // rms_norm(x) with the final norm (the head's input), [tokens, hidden].
   Buffer final_norm(const Buffer& x, int64_t tokens) const;
   // head(final_norm(x)), [T, vocab].
   std::vector<float> logits(std::span<const float> x) const;

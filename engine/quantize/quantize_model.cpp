@@ -628,7 +628,7 @@ std::vector<Exl2Tensors> quantize_pass(Job& job, const Measurement& m, std::span
   // and the previous one removed only after, so a kill at any point leaves a consistent pair.
   auto hidden = [&](int64_t l) { return partial / cat("hidden_", l, ".safetensors"); };
   Buffer x = state.done_layers ? job.cm.to_backend(read_floats(hidden(state.done_layers - 1), all))
-                               : job.cm.embed_resident(ids);
+                               : job.cm.embed(ids);
   const size_t q_total = size_t(c.num_layers + 1);
   for (int64_t l = state.done_layers; l < c.num_layers; ++l) {
     const auto& attn = m.blocks[size_t(2 * l)].options[pick[size_t(2 * l)]];
@@ -781,7 +781,7 @@ QuantizeReport quantize_model(const fs::path& in_dir, const fs::path& out, Quant
   } else if (fs::exists(partial / "measurement.json")) {
     m = load_measurement(partial / "measurement.json");
   } else {
-    m = measure(job, cm.embed_resident(ids), cal.source, progress);
+    m = measure(job, cm.embed(ids), cal.source, progress);
     save_measurement(m, partial / "measurement.json");
   }
   report.seconds_measure = seconds_since(t0);

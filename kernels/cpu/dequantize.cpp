@@ -26,13 +26,13 @@ void dequantize_rows(const Exl2Matrix& m, std::span<float> out, int64_t n_begin,
             " floats, expected ", m.out_features * k, " ([N, K]) or ", np * k, " ([Np, K])");
   EXL_CHECK(0 <= n_begin && n_begin <= n_end && n_end <= n_rows, "kernels: dequantize: rows [", n_begin, ", ", n_end,
             ") of ", n_rows);
-  std::vector<float> scales(static_cast<size_t>(n_rows));
+  std::vector<float> scales(static_cast<size_t>(n_end - n_begin));
   for (int64_t g = 0; g < int64_t(m.groups.size()); ++g) {
     const Exl2Group& gr = m.groups[g];
     const int bits = gr.bits;
     const uint32_t mask = (1u << bits) - 1u;
     const float zero = float(1 << (bits - 1));
-    for (int64_t n = n_begin; n < n_end; ++n) scales[n] = exl2_scale(m, g, n);
+    for (int64_t n = n_begin; n < n_end; ++n) scales[size_t(n - n_begin)] = exl2_scale(m, g, n);
     for (int64_t j = 0; j < gr.rows; ++j) {
       const int64_t bit = j * bits;
       const int shift = int(bit % 32);
@@ -42,7 +42,7 @@ void dequantize_rows(const Exl2Matrix& m, std::span<float> out, int64_t n_begin,
       for (int64_t n = n_begin; n < n_end; ++n) {
         uint32_t v = lo[n] >> shift;
         if (hi) v |= hi[n] << (32 - shift);
-        col[n * k] = (float(v & mask) - zero) * scales[n];
+        col[n * k] = (float(v & mask) - zero) * scales[size_t(n - n_begin)];
       }
     }
   }
