@@ -169,6 +169,7 @@ void Generator::finish(Active& a, FinishReason r, std::string error) {
 }
 
 void Generator::emit_token(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs) {
+  StepProfile::Scope t(prof_, "emit_token");
   if (a.job.mask) a.job.mask->accept(token);
   const auto now = Clock::now();
   if (a.stats.n_generated == 0) {
@@ -218,7 +219,11 @@ void Generator::emit_token(Active& a, int32_t token, std::optional<TokenLogprobs
 
 bool Generator::emit_forced(Active& a) {
   const auto generated = std::span<const int32_t>(a.tokens).subspan(a.job.prompt.size());
-  const std::vector<int32_t> forced = a.job.mask->forced_tokens(generated);
+  std::vector<int32_t> forced;
+  {
+    StepProfile::Scope t(prof_, "grammar: forced_tokens");
+    forced = a.job.mask->forced_tokens(generated);
+  }
   for (int32_t t : forced) {
     if (a.finished) break;
     EXL_CHECK(t >= 0 && t < model_.vocab_size(), "engine: generator: job ", a.id, ": forced token ", t,
@@ -233,7 +238,10 @@ bool Generator::prepare_sample(Active& a, std::vector<uint32_t>& mask) {
   if (!a.job.mask) return true;
   if (a.job.top_logprobs < 0 && emit_forced(a)) return false;  // their logits come with the next forward pass
   mask.assign(mask_words(size_t(model_.vocab_size())), 0u);
-  a.job.mask->fill_mask(mask);
+  {
+    StepProfile::Scope t(prof_, "grammar: fill_mask");
+    a.job.mask->fill_mask(mask);
+  }
   if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
     finish(a, FinishReason::error,
            cat("engine: generator: job ", a.id, ": the output constraint allows no token after ",
@@ -272,7 +280,14 @@ TokenLogprobs token_logprobs(std::span<const float> raw, int32_t token, int32_t 
 
 void Generator::sample_next(Active& a, std::span<float> logits, std::vector<uint32_t>& mask) {
   if (!prepare_sample(a, mask)) return;
-  if (a.job.top_logprobs < 0) return emit_sampled(a, a.sampler.sample(logits, mask));
+  if (a.job.top_logprobs < 0) {
+    int32_t token;
+    {
+      StepProfile::Scope t(prof_, "host sampler");
+      token = a.sampler.sample(logits, mask);
+    }
+    return emit_sampled(a, token);
+  }
   const std::vector<float> raw(logits.begin(), logits.end());  // the sampler changes logits in place
   const int32_t token = a.sampler.sample(logits, mask);
   emit_sampled(a, token, token_logprobs(raw, token, a.job.top_logprobs));
@@ -637,9 +652,20 @@ void Generator::admit() {
 }
 
 bool Generator::step() {
-  collect_deferred();
-  admit();
-  const bool fed = step_fed();
+  StepProfile::Scope whole(prof_, "step (all)");
+  {
+    StepProfile::Scope t(prof_, "collect deferred");
+    collect_deferred();
+  }
+  {
+    StepProfile::Scope t(prof_, "admit");
+    admit();
+  }
+  bool fed;
+  {
+    StepProfile::Scope t(prof_, "fed step");
+    fed = step_fed();
+  }
   std::erase_if(active_, [](const auto& a) { return a->finished; });
   if (fed) return true;
   if (active_.empty()) return false;
@@ -669,6 +695,7 @@ bool Generator::step() {
           model_plan.push_back(plan.size());
           n += model_rooms.back();
         } else {
+          StepProfile::Scope t(prof_, "draft (lookup)");
           build_draft(*a, room);
           n += int64_t(a->draft.size());
         }
@@ -677,6 +704,7 @@ bool Generator::step() {
       budget -= n;
     }
   if (!model_drafting.empty()) {
+    StepProfile::Scope t(prof_, "draft (model)");
     build_model_drafts(model_drafting, model_rooms);
     for (size_t i = 0; i < model_drafting.size(); ++i) {
       const int64_t unused = model_rooms[i] - int64_t(model_drafting[i]->draft.size());
@@ -751,7 +779,11 @@ bool Generator::step() {
     }
   const bool on_device = !speculating && use_device_sampling(sampling);
   std::vector<float> logits;
+  const bool prefill = std::any_of(ready.begin(), ready.end(), [](const Planned& p) { return p.a->prefilling(); });
   try {
+    StepProfile::Scope t(prof_, speculating ? (prefill ? "forward: verify + prefill" : "forward: verify")
+                                : on_device ? (prefill ? "forward_device: prefill" : "forward_device: decode")
+                                            : (prefill ? "forward: prefill" : "forward: decode"));
     if (on_device) model_.forward_device(batch, *pool_);
     else logits = model_.forward(batch, *pool_);
   } catch (const std::exception& e) {
@@ -761,6 +793,8 @@ bool Generator::step() {
   const int64_t V = model_.vocab_size();
   std::vector<uint32_t> mask;
   int64_t next_row = 0;
+  std::optional<StepProfile::Scope> host_sampling;
+  host_sampling.emplace(prof_, "host sample / verify");
   for (size_t i = 0; i < ready.size(); ++i) {
     Active& a = *ready[i].a;
     const int64_t first_row = next_row;
@@ -782,7 +816,11 @@ bool Generator::step() {
       finish(a, FinishReason::error, generator_failure_text(e));
     }
   }
-  if (on_device && !sample_deferred_and_feed(sampling, sample_rows)) sample_on_device(sampling, sample_rows);
+  host_sampling.reset();
+  if (on_device) {
+    StepProfile::Scope t(prof_, "device sample");
+    if (!sample_deferred_and_feed(sampling, sample_rows)) sample_on_device(sampling, sample_rows);
+  }
   std::erase_if(active_, [](const auto& a) { return a->finished; });
   return true;
 }

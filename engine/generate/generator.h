@@ -31,6 +31,7 @@
 #include "engine/generate/page_cache.h"
 #include "engine/generate/sampler.h"
 #include "engine/generate/speculation.h"
+#include "engine/generate/step_profile.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace exl {
@@ -223,6 +224,7 @@ class Generator {
   // Pipelining (stepping thread only): the jobs of the deferred sampling not collected yet, in
   // entry order, and of the fed step queued after it (batch order = entry order; empty: none).
   std::vector<Active*> deferred_, fed_;
+  StepProfile prof_;  // stepping thread only
 };
 
 }  // namespace exl

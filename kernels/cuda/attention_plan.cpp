@@ -33,7 +33,8 @@ void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int pa
 }  // namespace
 
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
-                        int window, int target_blocks, int min_part, bool decode_ok, int decode_part) {
+                        int window, int target_blocks, int min_part, bool decode_ok, int decode_part,
+                        int decode_max_positions) {
   min_part = std::max(k_attn_tile, min_part / k_attn_tile * k_attn_tile);
   validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
   const int group = n_heads / n_kv_heads;
@@ -47,7 +48,9 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   }
   plan.n_tokens = int(n_tokens);
   plan.decode = decode_ok && n_tokens > 0 && group <= k_attn_decode_max_group &&
-                std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) { return s.n_tokens <= 1; });
+                std::all_of(seqs.begin(), seqs.end(), [&](const SeqAttn& s) {
+                  return s.n_tokens <= std::max(1, decode_max_positions);
+                });
   if (plan.decode) {
     if (decode_part == 0) {
       int64_t rows = 0;
@@ -60,10 +63,12 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
               "kernels: cuda: attention plan: decode partitions of ", decode_part, " positions");
     plan.part_size = decode_part;
     plan.max_parts = int(ceil_div(max_ctx, decode_part));
-    for (const SeqAttn& s : seqs) {
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, s.pos_start - window + 1) : 0;
-      if (s.n_tokens == 1 && lo / decode_part != s.pos_start / decode_part) plan.direct = false;
-    }
+    for (const SeqAttn& s : seqs)
+      for (int64_t t = 0; t < s.n_tokens; ++t) {
+        const int64_t pos = s.pos_start + t;
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+        if (lo / decode_part != pos / decode_part) plan.direct = false;
+      }
   }
   const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);
   if (!plan.decode) plan.part_size = int(direct_part);
@@ -83,7 +88,11 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   for (size_t si = 0; si < seqs.size(); ++si) {
     const SeqAttn& s = seqs[si];
     const int64_t ctx = s.pos_start + s.n_tokens;
-    plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(plan.pages.size())});
+    if (plan.decode && s.n_tokens > 1)
+      for (int64_t t = 0; t < s.n_tokens; ++t)
+        plan.seqs.push_back({int32_t(s.token_begin + t), 1, int32_t(s.pos_start + t), int32_t(plan.pages.size())});
+    else
+      plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(plan.pages.size())});
     const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
     plan.pages.insert(plan.pages.end(), s.page_table.begin(), s.page_table.begin() + used);
     for (int64_t t = 0; t < s.n_tokens; ++t) plan.token_pos[size_t(s.token_begin + t)] = int32_t(s.pos_start + t);

@@ -50,9 +50,13 @@ inline constexpr int k_attn_min_pages = 16;
 // the short ones when the context spans several long ones and the grid would still have fewer
 // than k_attn_decode_short_below blocks — b=1 at 512–1024 positions gained 4–5% on the H200,
 // larger grids lost up to 6%).
+// `decode_max_positions`: a decode plan also serves sequences of up to this many query tokens (a
+// speculative verify pass), each token a row of its own in AttnPlan::seqs (n_tokens 1, its own
+// position, the sequence's page table), so that such a pass attends with the decode kernel.
 inline constexpr int64_t k_attn_decode_short_below = 64;
+inline constexpr int k_attn_decode_max_positions = 16;
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
                         int window, int target_blocks, int min_part = k_attn_min_part, bool decode_ok = false,
-                        int decode_part = 0);
+                        int decode_part = 0, int decode_max_positions = 1);
 
 }  // namespace exl::cuda

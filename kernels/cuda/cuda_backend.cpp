@@ -637,7 +637,8 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     st.valid = false;
     const bool decode_ok = !attn_decode_disabled_ && cuda::attention_decode_serves(device_layout(L, layer));
     st.plan = cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
-                                   2 * ctx_.sm_count(), attn_min_part_, decode_ok, attn_decode_part_);
+                                   2 * ctx_.sm_count(), attn_min_part_, decode_ok, attn_decode_part_,
+                                   cuda::k_attn_decode_max_positions);
   }
   const cuda::AttnPlan& plan = st.plan;
   if (plan.works.empty() && !plan.decode) return handoff_.other();

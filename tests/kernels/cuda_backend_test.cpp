@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"
+#include "kernels/int_math.h"
 #include "random_weights.h"
 #include "test_support.h"
 
@@ -858,6 +860,20 @@ TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
         }
 }
 
+TEST_F(CudaBackendTest, AttentionFewPositionsPerSequenceMatchCpu) {
+  // Verify passes: up to k_attn_decode_max_positions query tokens per sequence take the decode
+  // kernel, a row per token; the causal limit of each row is its own position.
+  const int M = cuda::k_attn_decode_max_positions;
+  const std::vector<std::vector<AttnSeqSpec>> batches = {
+      {{0, 3}}, {{40, M}}, {{254, 4}, {3, 1}}, {{700, 5}, {0, 2}, {30, 0}, {255, 3}}, {{5000, 7}, {17, M}}};
+  uint32_t seed = 2100;
+  for (KvFormat fmt : {KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (auto [NH, KVH] : std::vector<std::pair<int, int>>{{32, 8}, {6, 2}, {16, 16}})
+      for (int window : {0, 9})
+        for (const auto& batch : batches) attention_case(gpu(), tp_, fmt, 128, NH, KVH, window, batch, 64, seed++);
+  attention_case(gpu(), tp_, KvFormat::fp16, 64, 6, 2, 0, {{100, 5}, {9, 3}}, 16, seed++);
+}
+
 TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
   // Every sequence ≥ k_prefill_attn_min_tokens: the cuBLAS path, fp16 queries and probabilities for
   // f32/fp16 caches, split-fp16 operands (fp32-level precision) for q8/q4 caches.
@@ -972,6 +988,28 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   EXPECT_FALSE(cuda::plan_attention(decode, 32, 2, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);  // group 16
   const std::vector<SeqAttn> verify = {{0, 2, 40, table}};
   EXPECT_FALSE(cuda::plan_attention(verify, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);
+  // Up to decode_max_positions query tokens per sequence: one decode row per token, each at its
+  // own position over its sequence's pages.
+  const std::vector<int32_t> table2 = {0, 0, 0};
+  const std::vector<SeqAttn> verify2 = {{0, 3, P - 2, table}, {3, 1, 9, table2}, {4, 0, 5, table2}, {4, 2, 60, table2}};
+  plan = cuda::plan_attention(verify2, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 0, 3);
+  EXPECT_TRUE(plan.decode && plan.works.empty());
+  EXPECT_FALSE(plan.direct);  // the third row of the first sequence is in its second partition
+  ASSERT_EQ(plan.seqs.size(), 7u);
+  const std::vector<std::array<int32_t, 3>> rows = {{0, 1, P - 2}, {1, 1, P - 1}, {2, 1, P}, {3, 1, 9}, {4, 0, 5},
+                                                    {4, 1, 60}, {5, 1, 61}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(plan.seqs[i].token_begin, rows[i][0]) << i;
+    EXPECT_EQ(plan.seqs[i].n_tokens, rows[i][1]) << i;
+    EXPECT_EQ(plan.seqs[i].pos_start, rows[i][2]) << i;
+  }
+  const int32_t second_table = int32_t(ceil_div(P + 1, 64));
+  EXPECT_EQ(plan.seqs[0].page_offset, 0);
+  EXPECT_EQ(plan.seqs[2].page_offset, 0);
+  EXPECT_EQ(plan.seqs[3].page_offset, second_table);
+  EXPECT_EQ(plan.seqs[6].page_offset, plan.seqs[5].page_offset);
+  EXPECT_EQ(plan.token_pos, (std::vector<int32_t>{P - 2, P - 1, P, 9, 60, 61}));
+  EXPECT_FALSE(cuda::plan_attention(verify2, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 0, 2).decode);
   // The shorter partitions: twice as many, and a context of P - 1 no longer direct.
   const int S = cuda::k_attn_decode_part_short;
   plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S);
