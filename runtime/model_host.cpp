@@ -117,7 +117,9 @@ std::unique_ptr<Generator> ModelHost::load_generator(GeneratorOptions go, int64_
 std::unique_ptr<Generator> ModelHost::make_generator(GeneratorOptions go) {
   go.cache_format = cache_format_;
   go.draft_model = draft_model_.get();
-  return std::make_unique<Generator>(model(), *tok_, go);
+  auto gen = std::make_unique<Generator>(model(), *tok_, go);
+  if (model().backend().device_memory()) gen->warm_up();  // a GPU: its first request would load libraries
+  return gen;
 }
 
 std::vector<int32_t> ModelHost::encode_prompt(const RenderedPrompt& prompt) const {

@@ -64,7 +64,8 @@ class ModelHost {
   // holds; max_seq_len 0: the model's context), then that Generator, with cache_format and the
   // planned num_pages filled in.
   std::unique_ptr<Generator> load_generator(GeneratorOptions go, int64_t max_seq_len = 0);
-  // Another Generator on the loaded model; its cache_format is set to cache_format().
+  // Another Generator on the loaded model; its cache_format is set to cache_format(). On a GPU it
+  // is warmed up (Generator::warm_up), so that its first request does not load the libraries.
   std::unique_ptr<Generator> make_generator(GeneratorOptions go);
 
   const ModelDir& dir() const { return *dir_; }

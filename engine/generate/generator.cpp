@@ -825,6 +825,41 @@ bool Generator::step() {
   return true;
 }
 
+void Generator::warm_up(int64_t max_prefill) {
+  const int64_t longest = std::min<int64_t>({max_prefill, opts_.max_step_tokens,
+                                             int64_t(opts_.num_pages) * opts_.page_size - 1});
+  if (longest < 1) return;
+  std::vector<int32_t> toks(size_t(longest) + 1);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(int64_t(i) % model_.vocab_size());
+  const SeqId seq = cache_->create_sequence();
+  try {
+    if (cache_->reserve(seq, int(longest) + 1)) {
+      const auto table = cache_->page_table(seq);
+      int64_t done = 0;
+      for (int64_t n : {int64_t(16), int64_t(64), int64_t(128), int64_t(256), int64_t(512), longest}) {
+        if (n > longest) continue;
+        const ForwardSeq f{std::span<const int32_t>(toks).first(size_t(n)), 0, table, false};
+        model_.forward(std::span(&f, 1), *pool_);
+        done = n;
+      }
+      const ForwardSeq d{std::span<const int32_t>(toks).subspan(size_t(done), 1), done, table, false};
+      if (device_sampler_) {
+        RowSampling greedy;
+        greedy.temperature = 0.0f;
+        int32_t id = 0;
+        model_.forward_device(std::span(&d, 1), *pool_);
+        model_.sample_device(std::span(&greedy, 1), std::span(&id, 1));
+      } else {
+        model_.forward(std::span(&d, 1), *pool_);
+      }
+    }
+  } catch (...) {
+    cache_->release(seq);
+    throw;
+  }
+  cache_->release(seq);
+}
+
 void Generator::run_until_idle() {
   for (;;) {
     if (step()) continue;

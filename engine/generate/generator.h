@@ -169,6 +169,12 @@ class Generator {
   bool step();
   // Runs until every submitted job is done (on the calling thread).
   void run_until_idle();
+  // Runs the kernels a first request would load and record (GPU libraries load lazily, CUDA
+  // graphs are captured at first use): prefills of a few lengths up to `max_prefill` tokens (and
+  // max_step_tokens) and a one-token decode step sampled as jobs are, in a scratch sequence whose
+  // pages go back unkeyed (the prefix cache gains nothing). Call before start() or step(); the
+  // output of later jobs does not depend on it.
+  void warm_up(int64_t max_prefill = 512);
   // Background stepping thread.
   void start();
   void stop();

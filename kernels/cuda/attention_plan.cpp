@@ -37,6 +37,16 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
                         int decode_max_positions) {
   min_part = std::max(k_attn_tile, min_part / k_attn_tile * k_attn_tile);
   validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
+  const bool few = std::all_of(seqs.begin(), seqs.end(), [&](const SeqAttn& s) { return s.n_tokens <= decode_max_positions; });
+  if (few && std::any_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) { return s.n_tokens > 1; })) {
+    std::vector<SeqAttn> rows;
+    for (const SeqAttn& s : seqs)
+      if (s.n_tokens == 0) rows.push_back(s);
+      else
+        for (int64_t t = 0; t < s.n_tokens; ++t) rows.push_back({s.token_begin + t, 1, s.pos_start + t, s.page_table});
+    return plan_attention(rows, n_heads, n_kv_heads, page_size, num_pages, window, target_blocks, min_part, decode_ok,
+                          decode_part, 1);
+  }
   const int group = n_heads / n_kv_heads;
   AttnPlan plan;
   int64_t base_blocks = 0, max_ctx = 0, n_tokens = 0;
@@ -48,9 +58,7 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   }
   plan.n_tokens = int(n_tokens);
   plan.decode = decode_ok && n_tokens > 0 && group <= k_attn_decode_max_group &&
-                std::all_of(seqs.begin(), seqs.end(), [&](const SeqAttn& s) {
-                  return s.n_tokens <= std::max(1, decode_max_positions);
-                });
+                std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) { return s.n_tokens <= 1; });
   if (plan.decode) {
     if (decode_part == 0) {
       int64_t rows = 0;
@@ -63,12 +71,10 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
               "kernels: cuda: attention plan: decode partitions of ", decode_part, " positions");
     plan.part_size = decode_part;
     plan.max_parts = int(ceil_div(max_ctx, decode_part));
-    for (const SeqAttn& s : seqs)
-      for (int64_t t = 0; t < s.n_tokens; ++t) {
-        const int64_t pos = s.pos_start + t;
-        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-        if (lo / decode_part != pos / decode_part) plan.direct = false;
-      }
+    for (const SeqAttn& s : seqs) {
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, s.pos_start - window + 1) : 0;
+      if (s.n_tokens == 1 && lo / decode_part != s.pos_start / decode_part) plan.direct = false;
+    }
   }
   const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);
   if (!plan.decode) plan.part_size = int(direct_part);
@@ -88,11 +94,7 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   for (size_t si = 0; si < seqs.size(); ++si) {
     const SeqAttn& s = seqs[si];
     const int64_t ctx = s.pos_start + s.n_tokens;
-    if (plan.decode && s.n_tokens > 1)
-      for (int64_t t = 0; t < s.n_tokens; ++t)
-        plan.seqs.push_back({int32_t(s.token_begin + t), 1, int32_t(s.pos_start + t), int32_t(plan.pages.size())});
-    else
-      plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(plan.pages.size())});
+    plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(plan.pages.size())});
     const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
     plan.pages.insert(plan.pages.end(), s.page_table.begin(), s.page_table.begin() + used);
     for (int64_t t = 0; t < s.n_tokens; ++t) plan.token_pos[size_t(s.token_begin + t)] = int32_t(s.pos_start + t);

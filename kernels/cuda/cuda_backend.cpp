@@ -584,6 +584,11 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");
     return e && std::string(e) == "0";
   }();
+  // EXL_CUDA_PREFILL_ATTN_MIN=N: the cuBLAS path from N tokens per sequence (for comparisons).
+  int64_t prefill_attn_min_tokens_ = [] {
+    const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN_MIN");
+    return e && std::atoll(e) > 0 ? std::atoll(e) : cuda::k_prefill_attn_min_tokens;
+  }();
   // EXL_CUDA_ATTN_DECODE=0 keeps decode steps on the tiled paged kernel (for comparisons).
   bool attn_decode_disabled_ = [] {
     const char* e = std::getenv("EXL_CUDA_ATTN_DECODE");
@@ -643,8 +648,8 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   const cuda::AttnPlan& plan = st.plan;
   if (plan.works.empty() && !plan.decode) return handoff_.other();
   ctx_.make_current();
-  const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [](const SeqAttn& s) {
-    return s.n_tokens >= cuda::k_prefill_attn_min_tokens;
+  const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [this](const SeqAttn& s) {
+    return s.n_tokens >= prefill_attn_min_tokens_;
   });
   // q8/q4 caches take the exact (split-fp16) variant: rounding q and P to fp16 would reach the next
   // layers' K/V and their quantization (Backend::linears_exact).

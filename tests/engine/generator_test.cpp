@@ -90,6 +90,34 @@ TEST(Generator, SharedPrefixIsServedFromTheCache) {
   EXPECT_EQ(rb.tokens, rb_solo.tokens);  // cached K/V give the same tokens
 }
 
+TEST(Generator, WarmUpLeavesNoCachedPrefixAndTheSameTokens) {
+  // warm_up runs prefills over tokens 0, 1, 2, ... in a scratch sequence: a job starting with
+  // those tokens finds nothing cached, every page is free again, and its tokens are a fresh
+  // generator's.
+  EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/exl2-4.0bpw");
+  Fixture f(test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw");
+  GeneratorOptions o;
+  o.page_size = 16;
+  o.num_pages = 48;
+  o.max_step_tokens = 100;
+  Generator g(*f.model, *f.tok, o);
+  g.warm_up(70);
+  SeqId probe = g.cache().create_sequence();
+  EXPECT_TRUE(g.cache().reserve(probe, o.num_pages * o.page_size));  // every page back
+  g.cache().release(probe);
+  std::vector<int32_t> prompt(40);
+  std::iota(prompt.begin(), prompt.end(), 0);
+  Result warmed, fresh_r;
+  g.submit(greedy_job(prompt, 8, &warmed));
+  g.run_until_idle();
+  EXPECT_EQ(warmed.stats.n_cached_tokens, 0);
+  Generator fresh(*f.model, *f.tok, o);
+  fresh.submit(greedy_job(prompt, 8, &fresh_r));
+  fresh.run_until_idle();
+  ASSERT_EQ(warmed.tokens.size(), 8u);
+  EXPECT_EQ(warmed.tokens, fresh_r.tokens);
+}
+
 TEST(Generator, EvictionWithATinyBudgetNeverCorruptsRunningJobs) {
   EXL_REQUIRE_SHARED("data/exl2-ref/llama-gqa/exl2-4.0bpw");
   Fixture f(test::shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw");

@@ -989,7 +989,7 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   const std::vector<SeqAttn> verify = {{0, 2, 40, table}};
   EXPECT_FALSE(cuda::plan_attention(verify, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).decode);
   // Up to decode_max_positions query tokens per sequence: one decode row per token, each at its
-  // own position over its sequence's pages.
+  // own position over a copy of its sequence's pages.
   const std::vector<int32_t> table2 = {0, 0, 0};
   const std::vector<SeqAttn> verify2 = {{0, 3, P - 2, table}, {3, 1, 9, table2}, {4, 0, 5, table2}, {4, 2, 60, table2}};
   plan = cuda::plan_attention(verify2, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 0, 3);
@@ -1003,13 +1003,25 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
     EXPECT_EQ(plan.seqs[i].n_tokens, rows[i][1]) << i;
     EXPECT_EQ(plan.seqs[i].pos_start, rows[i][2]) << i;
   }
-  const int32_t second_table = int32_t(ceil_div(P + 1, 64));
-  EXPECT_EQ(plan.seqs[0].page_offset, 0);
-  EXPECT_EQ(plan.seqs[2].page_offset, 0);
-  EXPECT_EQ(plan.seqs[3].page_offset, second_table);
-  EXPECT_EQ(plan.seqs[6].page_offset, plan.seqs[5].page_offset);
+  // Each row's pages: its own context's, from its sequence's table.
+  std::vector<int32_t> offsets;
+  int32_t next = 0;
+  for (const auto& r : rows) {
+    offsets.push_back(next);
+    next += r[1] > 0 ? int32_t(ceil_div(r[2] + 1, 64)) : 0;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(plan.seqs[i].page_offset, offsets[i]) << i;
   EXPECT_EQ(plan.token_pos, (std::vector<int32_t>{P - 2, P - 1, P, 9, 60, 61}));
   EXPECT_FALSE(cuda::plan_attention(verify2, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 0, 2).decode);
+  // Where the decode kernel does not serve (group over 8 here), the tiled kernel's works are
+  // those of the one-row sequences.
+  const auto tiled = cuda::plan_attention(verify2, 32, 2, 64, 1, 0, 264, cuda::k_attn_min_part, true, 0, 3);
+  EXPECT_FALSE(tiled.decode);
+  ASSERT_EQ(tiled.seqs.size(), 7u);
+  for (const auto& w : tiled.works) {
+    EXPECT_EQ(tiled.seqs[size_t(w.seq)].n_tokens, 1);
+    EXPECT_EQ(w.row_begin, 0);
+  }
   // The shorter partitions: twice as many, and a context of P - 1 no longer direct.
   const int S = cuda::k_attn_decode_part_short;
   plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S);
