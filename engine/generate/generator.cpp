@@ -243,12 +243,16 @@ bool Generator::prepare_sample(Active& a, std::vector<uint32_t>& mask) {
     a.job.mask->fill_mask(mask);
   }
   if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; })) {
-    finish(a, FinishReason::error,
-           cat("engine: generator: job ", a.id, ": the output constraint allows no token after ",
-               a.stats.n_generated, " generated tokens (the grammar is stuck)"));
+    finish_stuck(a);
     return false;
   }
   return true;
+}
+
+void Generator::finish_stuck(Active& a) {
+  finish(a, FinishReason::error,
+         cat("engine: generator: job ", a.id, ": the output constraint allows no token after ", a.stats.n_generated,
+             " generated tokens (the grammar is stuck)"));
 }
 
 void Generator::emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs) {
@@ -435,11 +439,18 @@ void Generator::build_model_drafts(std::span<Active* const> jobs, std::span<cons
 }
 
 void Generator::verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask) {
+  const int64_t V = model_.vocab_size();
+  verify_draft(a, [&](size_t row) {
+    sample_next(a, logits.subspan(size_t((first_row + int64_t(row)) * V), size_t(V)), mask);
+  });
+}
+
+void Generator::verify_draft(Active& a, const std::function<void(size_t row)>& sample_row) {
   // The pass fed the m pending tokens, then the draft: row m - 1 + j holds the logits after the
   // pending tokens and draft[0, j), usable while what the job has emitted since is exactly that
   // much of the draft. Positions are committed to the cache before each sampling, as without
   // speculation (a job that ends keeps, and may pin, the same pages).
-  const int64_t V = model_.vocab_size(), k = int64_t(a.draft.size());
+  const int64_t k = int64_t(a.draft.size());
   const size_t m = a.feed.size() - a.draft.size();
   const size_t base = a.tokens.size();
   size_t committed = 0;
@@ -451,7 +462,7 @@ void Generator::verify_draft(Active& a, std::span<float> logits, int64_t first_r
     a.n_done += int64_t(m + n_new - committed);
     committed = m + n_new;
     try {
-      sample_next(a, logits.subspan(size_t((first_row + int64_t(m - 1 + n_new)) * V), size_t(V)), mask);
+      sample_row(m - 1 + n_new);
     } catch (const std::exception& e) {
       finish(a, FinishReason::error, generator_failure_text(e));
     }
@@ -462,6 +473,103 @@ void Generator::verify_draft(Active& a, std::span<float> logits, int64_t first_r
   a.stats.n_drafted += n_guessed;
   a.stats.n_accepted += n_hit;
   a.draft_len.update(int(n_guessed), int(n_hit));
+}
+
+bool Generator::verifies_on_device(const Active& a) const {
+  const SamplerSettings& s = a.job.sampling;
+  const bool penalties = s.penalty_last_n != 0 && (s.repetition_penalty != 1.0f || s.frequency_penalty != 0.0f ||
+                                                   s.presence_penalty != 0.0f);
+  return device_sampler_ && device_samplable(s) && s.temperature == 0.0f && !penalties && a.job.top_logprobs < 0 &&
+         (!a.job.mask || a.job.mask->can_draft());
+}
+
+void Generator::sample_and_verify_on_device(std::span<Active* const> sampling, std::span<const int64_t> sample_rows,
+                                            std::span<Active* const> verifying, std::span<const int64_t> first_rows) {
+  const int64_t V = model_.vocab_size();
+  struct Verify {
+    Active* a;
+    size_t first;              // its first entry of `inputs`: the row after its last pending token
+    std::vector<bool> stuck;   // per row: the constraint allows nothing there
+  };
+  std::vector<DeviceRow> inputs;
+  std::vector<Verify> vs;
+  std::vector<uint32_t> mask;
+  for (size_t i = 0; i < verifying.size(); ++i) {
+    Active& a = *verifying[i];
+    if (a.finished) continue;
+    const size_t m = a.feed.size() - a.draft.size(), n_rows = a.draft.size() + 1;
+    Verify v{&a, inputs.size(), std::vector<bool>(n_rows, false)};
+    LogitsMaskHook* hook = a.job.mask.get();
+    size_t walked = 0;
+    try {
+      // Row j follows the pending tokens and draft[0, j); the job samples from it only while it has
+      // emitted exactly those, so its mask is the constraint's after them. Past a draft token the
+      // constraint refuses, no row is reached (all tokens allowed: never used).
+      bool reachable = true;
+      for (size_t j = 0; j < n_rows; ++j) {
+        mask.clear();
+        if (hook && reachable) {
+          StepProfile::Scope t(prof_, "grammar: fill_mask");
+          mask.assign(mask_words(size_t(V)), 0u);
+          hook->fill_mask(mask);
+          v.stuck[j] = std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; });
+        }
+        inputs.push_back(make_device_row(a.sampler, V, first_rows[i] + int64_t(m - 1 + j), mask));
+        if (hook && reachable && j + 1 < n_rows) {
+          if (hook->terminated() || !hook->try_accept(a.draft[j])) reachable = false;
+          else ++walked;
+        }
+      }
+      if (hook) hook->rollback(walked);
+    } catch (const std::exception& e) {
+      if (hook) hook->rollback(walked);
+      inputs.resize(v.first);
+      finish(a, FinishReason::error, generator_failure_text(e));
+      continue;
+    }
+    vs.push_back(std::move(v));
+  }
+  std::vector<std::pair<Active*, size_t>> jobs;  // sampling jobs with their entry of `inputs`
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    Active& a = *sampling[i];
+    try {
+      if (!prepare_sample(a, mask)) continue;
+      jobs.emplace_back(&a, inputs.size());
+      inputs.push_back(make_device_row(a.sampler, V, sample_rows[i], mask));
+    } catch (const std::exception& e) {
+      finish(a, FinishReason::error, generator_failure_text(e));
+    }
+  }
+  std::vector<int32_t> ids(inputs.size());
+  if (!inputs.empty()) {
+    std::vector<RowSampling> params;
+    for (const DeviceRow& d : inputs) params.push_back(d.view());
+    try {
+      EXL_CHECK(model_.sample_device(params, ids), "engine: generator: the backend cannot sample on the device");
+    } catch (const std::exception& e) {
+      for (auto& [a, at] : jobs) finish(*a, FinishReason::error, generator_failure_text(e));
+      for (Verify& v : vs) finish(*v.a, FinishReason::error, generator_failure_text(e));
+      return;
+    }
+  }
+  for (auto& [a, at] : jobs) {
+    try {
+      emit_sampled(*a, checked_sampled_token(ids[at], V));
+    } catch (const std::exception& e) {
+      finish(*a, FinishReason::error, generator_failure_text(e));
+    }
+  }
+  for (Verify& v : vs) {
+    Active& a = *v.a;
+    const size_t m = a.feed.size() - a.draft.size();
+    verify_draft(a, [&](size_t row) {
+      const size_t j = row - (m - 1);
+      if (a.job.mask && emit_forced(a)) return;  // as prepare_sample: forced tokens take no logits
+      if (v.stuck[j]) return finish_stuck(a);
+      emit_sampled(a, checked_sampled_token(ids[v.first + j], V));
+    });
+    a.draft.clear();
+  }
 }
 
 bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
@@ -778,13 +886,20 @@ bool Generator::step() {
       sample_rows.push_back(int64_t(i));
     }
   const bool on_device = !speculating && use_device_sampling(sampling);
+  bool verify_on_device = speculating && device_sampler_ &&
+                          std::all_of(sampling.begin(), sampling.end(), [](const Active* a) {
+                            return device_samplable(a->job.sampling) && a->job.top_logprobs < 0;
+                          });
+  for (const Planned& p : ready)
+    if (!p.a->draft.empty() && !verifies_on_device(*p.a)) verify_on_device = false;
   std::vector<float> logits;
   const bool prefill = std::any_of(ready.begin(), ready.end(), [](const Planned& p) { return p.a->prefilling(); });
   try {
-    StepProfile::Scope t(prof_, speculating ? (prefill ? "forward: verify + prefill" : "forward: verify")
-                                : on_device ? (prefill ? "forward_device: prefill" : "forward_device: decode")
-                                            : (prefill ? "forward: prefill" : "forward: decode"));
-    if (on_device) model_.forward_device(batch, *pool_);
+    StepProfile::Scope t(prof_, verify_on_device ? (prefill ? "forward_device: verify + prefill" : "forward_device: verify")
+                                : speculating ? (prefill ? "forward: verify + prefill" : "forward: verify")
+                                : on_device   ? (prefill ? "forward_device: prefill" : "forward_device: decode")
+                                              : (prefill ? "forward: prefill" : "forward: decode"));
+    if (on_device || verify_on_device) model_.forward_device(batch, *pool_);
     else logits = model_.forward(batch, *pool_);
   } catch (const std::exception& e) {
     for (auto& p : ready) finish(*p.a, FinishReason::error, generator_failure_text(e));
@@ -795,11 +910,18 @@ bool Generator::step() {
   int64_t next_row = 0;
   std::optional<StepProfile::Scope> host_sampling;
   host_sampling.emplace(prof_, "host sample / verify");
+  std::vector<Active*> verifying, device_sampling;
+  std::vector<int64_t> verify_rows, device_rows;
   for (size_t i = 0; i < ready.size(); ++i) {
     Active& a = *ready[i].a;
     const int64_t first_row = next_row;
     next_row += a.draft.empty() ? 1 : ready[i].n;
     if (!a.draft.empty()) {
+      if (verify_on_device) {
+        verifying.push_back(&a);
+        verify_rows.push_back(first_row);
+        continue;
+      }
       if (!a.finished) verify_draft(a, logits, first_row, mask);
       a.draft.clear();
       continue;
@@ -808,6 +930,11 @@ bool Generator::step() {
     a.n_done += ready[i].n;
     if (a.n_done < int64_t(a.tokens.size()) || a.finished) continue;
     ++a.stats.n_decode_passes;
+    if (verify_on_device) {
+      device_sampling.push_back(&a);
+      device_rows.push_back(first_row);
+      continue;
+    }
     if (on_device) continue;
     std::span<float> row(logits.data() + first_row * V, size_t(V));
     try {
@@ -817,6 +944,10 @@ bool Generator::step() {
     }
   }
   host_sampling.reset();
+  if (verify_on_device) {
+    StepProfile::Scope t(prof_, "device sample / verify");
+    sample_and_verify_on_device(device_sampling, device_rows, verifying, verify_rows);
+  }
   if (on_device) {
     StepProfile::Scope t(prof_, "device sample");
     if (!sample_deferred_and_feed(sampling, sample_rows)) sample_on_device(sampling, sample_rows);

@@ -197,6 +197,18 @@ class Generator {
   void build_model_drafts(std::span<Active* const> jobs, std::span<const int64_t> rooms);
   static constexpr int64_t k_max_model_draft = 32;  // tokens a model draft may hold, forced ones included
   void verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask);
+  // The acceptance loop of a verify pass; sample_row(r) samples the job's next token from row r of
+  // its pass (0 = after the first pending token), as sample_next does.
+  void verify_draft(Active& a, const std::function<void(size_t row)>& sample_row);
+  // Whether a drafting job's verify rows can be sampled on the device: greedy, no history
+  // penalties, no log-probabilities, and a constraint (if any) that can be walked ahead.
+  bool verifies_on_device(const Active& a) const;
+  // A verify pass sampled on the device: each verifying job's rows get the constraint's mask of
+  // their position (walked on the host while the device runs the pass), the other jobs' rows their
+  // usual masks, one sample_device call for all, then each job's acceptance loop over the ids.
+  void sample_and_verify_on_device(std::span<Active* const> sampling, std::span<const int64_t> sample_rows,
+                                   std::span<Active* const> verifying, std::span<const int64_t> first_rows);
+  void finish_stuck(Active& a);
   bool use_device_sampling(std::span<Active* const> sampling) const;
   void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
   bool sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows);

@@ -13,6 +13,7 @@
 
 #include "engine/generate/device_sampling.h"
 #include "engine/generate/generator.h"
+#include "engine/generate/grammar_constraint.h"
 #include "cpu_forwarding_backend.h"
 #include "test_support.h"
 
@@ -140,6 +141,64 @@ TEST(GeneratorDeviceSampling, SameTokensAsHostSamplingInABatch) {
   EXPECT_NE(want[0], want[2]);
   for (size_t k = 0; k < want[3].size(); ++k)
     EXPECT_TRUE(want[3][k] % 2 == 0 || (k % 5 == 4 && want[3][k] == 13)) << "masked job token " << k;
+}
+
+// Speculating jobs: greedy ones verify their drafts on the device (each row of a pass under the
+// grammar's mask of its position, one sample_rows call per pass), a job with history penalties
+// on the host; all keep the tokens of plain host decoding without speculation, alone or batched.
+std::vector<std::vector<int32_t>> speculating(Backend& be, bool batched, Speculation sp, std::vector<GenerationStats>* stats) {
+  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
+  auto tok = load_tokenizer(dir.path());
+  Model m(dir, be);
+  const std::string story =
+      "Once upon a time, there was a little girl named Lily. She loved to play in the park. "
+      "One day, Lily went to the park with her mom. Once upon a time, there was a little";
+  const char* pattern = "( there was a (little|big) (girl|boy|dog) named [A-Z][a-z]{2,8}\\.){3}";
+  std::vector<GenerationJob> js(3);
+  for (size_t i = 0; i < js.size(); ++i) {
+    js[i].prompt = tok->encode(story, true);
+    js[i].sampling.temperature = 0;
+    js[i].max_new_tokens = 90;
+    js[i].speculate = sp;
+  }
+  js[0].mask = make_grammar_constraint(compile_regex_for(pattern, *tok), *tok);
+  js[2].sampling.repetition_penalty = 1.1f;
+  js[2].sampling.logit_bias = {{13, -1.0f}};
+  std::vector<std::vector<int32_t>> tokens(js.size());
+  stats->assign(js.size(), {});
+  std::unique_ptr<Generator> g;
+  for (size_t i = 0; i < js.size(); ++i) {
+    js[i].on_event = [&tokens, stats, i](const GenerationEvent& e) {
+      if (e.type == GenerationEvent::Type::token) tokens[i].push_back(e.token);
+      else {
+        EXPECT_NE(e.reason, FinishReason::error) << e.error;
+        (*stats)[i] = e.stats;
+      }
+    };
+    if (!g || !batched) g = std::make_unique<Generator>(m, *tok, GeneratorOptions{});
+    g->submit(std::move(js[i]));
+    if (!batched) g->run_until_idle();
+  }
+  g->run_until_idle();
+  return tokens;
+}
+
+TEST(GeneratorDeviceSampling, SpeculativeVerifyPassesSampleOnTheDeviceWithTheSameTokens) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  auto cpu = make_cpu_backend(2);
+  std::vector<GenerationStats> plain_stats, stats;
+  const auto want = speculating(*cpu, false, Speculation::none, &plain_stats);
+  EXPECT_LT(want[0].size(), 90u) << "the grammar completes before max_new_tokens";
+  for (bool batched : {false, true}) {
+    SamplingCpuBackend dev;
+    const auto got = speculating(dev, batched, Speculation::ngram, &stats);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i], want[i]) << "job " << i << (batched ? " batched" : " alone");
+      EXPECT_GT(stats[i].n_accepted, 0) << "job " << i;
+      EXPECT_LT(stats[i].n_decode_passes, int64_t(got[i].size())) << "job " << i;
+    }
+    EXPECT_GT(dev.rows_sampled, dev.calls + 20) << "verify passes sample several rows per call";
+  }
 }
 
 TEST(GeneratorDeviceSampling, HostOnlySettingsOrTheOptionKeepTheHostPath) {
