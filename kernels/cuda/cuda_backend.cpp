@@ -648,8 +648,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   const cuda::AttnPlan& plan = st.plan;
   if (plan.works.empty() && !plan.decode) return handoff_.other();
   ctx_.make_current();
-  const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [this](const SeqAttn& s) {
-    return s.n_tokens >= prefill_attn_min_tokens_;
+  const bool long_prompts = std::all_of(seqs.begin(), seqs.end(), [&](const SeqAttn& s) {
+    return cuda::prefill_attention_serves(s.n_tokens, s.pos_start + s.n_tokens, n_heads, L.head_dim,
+                                          prefill_attn_min_tokens_);
   });
   // q8/q4 caches take the exact (split-fp16) variant: rounding q and P to fp16 would reach the next
   // layers' K/V and their quantization (Backend::linears_exact).

@@ -159,7 +159,8 @@ class Exl2Linear final : public CudaLinear {
   // of the gemv or tensor-core kernels.
   int64_t set_max_rows(bool exact) const {
     return exact                                    ? k_exl2_exact_gemv_max_rows
-           : view_.n_segs > 0 && exl2_mma_enabled() ? std::max(k_quant_gemv_max_rows, exl2_mma_max_rows())
+           : view_.n_segs > 0 && exl2_mma_enabled()
+               ? std::max(k_quant_gemv_max_rows, exl2_mma_max_rows(int64_t(view_.N) * view_.K))
                                                     : k_quant_gemv_max_rows;
   }
   bool calls_cublas(int64_t rows, bool exact) const override {
@@ -365,13 +366,13 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
               const GemvInput& in) {
   const int K = set[0]->view().K;
   int64_t n_total = 0, tiles = 0;
-  bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows() && rows <= exl2_mma_max_rows() &&
-             !in.norm_w && !in.rope &&
+  int64_t largest = 0;  // weights of the set's largest matrix: the top set_max_rows() admitted it under
+  for (const auto* l : set)
+    n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N), largest = std::max(largest, int64_t(l->view().N) * K);
+  bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows() &&
+             rows <= exl2_mma_max_rows(largest) && !in.norm_w && !in.rope &&
              !(in.io && (in.io->x_in_order || in.io->inv_perm || in.io->ssq_out));
-  for (const auto* l : set) {
-    n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N);
-    mma = mma && l->view().n_segs > 0;
-  }
+  for (const auto* l : set) mma = mma && l->view().n_segs > 0;
   const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx, rows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   const int64_t slices = ceil_div(K, ks);
@@ -512,13 +513,15 @@ bool exl2_mma_enabled() { return exl2_mma_mode() != 0; }
 
 int64_t exl2_mma_min_rows() { return exl2_mma_mode() == 1 ? k_exl2_mma_min_rows : k_exl2_mma_auto_min_rows; }
 
-int64_t exl2_mma_max_rows() {
+int64_t exl2_mma_max_rows(int64_t weights) {
   static const int64_t n = [] {
     const char* e = std::getenv("EXL_CUDA_MMA_MAX_ROWS");
     const int64_t v = e ? std::atoll(e) : 0;
-    return v >= 16 && v <= 4096 ? v : exl2_mma_mode() == 1 ? k_exl2_mma_max_rows : k_exl2_mma_auto_max_rows;
+    return v >= 16 && v <= 4096 ? v : 0;
   }();
-  return n;
+  if (n > 0) return n;
+  if (weights <= k_exl2_mma_small_weights) return k_exl2_mma_small_max_rows;
+  return exl2_mma_mode() == 1 ? k_exl2_mma_max_rows : k_exl2_mma_auto_max_rows;
 }
 
 int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows) {

@@ -41,9 +41,16 @@ inline constexpr int64_t k_exl2_mma_min_rows = 3;
 inline constexpr int64_t k_exl2_mma_max_rows = 128;
 inline constexpr int64_t k_exl2_mma_auto_min_rows = 4;
 inline constexpr int64_t k_exl2_mma_auto_max_rows = 128;
+// Matrices of at most k_exl2_mma_small_weights weights (N·K; a set: its largest) keep the kernel up
+// to k_exl2_mma_small_max_rows rows: for them cuBLAS's fixed cost per call is most of the product
+// (demo model on the H200, 384×1024 and 384×384 sets at 130–208 rows: 50–170 µs a call through
+// cuBLAS, ~20 µs in the kernel at 128; 48 prompts' prefill 39 → 20 ms, BENCHMARKS.md session 22).
+inline constexpr int64_t k_exl2_mma_small_weights = int64_t(1) << 22;
+inline constexpr int64_t k_exl2_mma_small_max_rows = 256;
 bool exl2_mma_enabled();
 int64_t exl2_mma_min_rows();
-int64_t exl2_mma_max_rows();
+// The top for matrices of `weights` weights (N·K; a set's largest).
+int64_t exl2_mma_max_rows(int64_t weights);
 // The exact path keeps EXL2 batches on the gemv up to this many rows: per row it computes what
 // it does at 16 rows, and at 32 rows it is still faster than three split GEMMs over an fp32
 // reconstruction of W (decode at batch 32 with a q4 cache, H200: BENCHMARKS.md).

@@ -22,6 +22,7 @@
 
 #ifdef EXL_HAVE_CUDA
 #include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/cuda_prefill_attention.h"
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/exl2_gemm.h"
 #endif
@@ -158,7 +159,7 @@ TEST_F(CudaBackendTest, LinearExl2EveryWidthAndMix) {
       for (double& v : w_abs) v = std::fabs(v);
       std::vector<float> bias_abs = w.m.bias;
       for (float& v : bias_abs) v = std::fabs(v);
-      for (int64_t rows : {1, 2, 3, 8, 13, 40, 64, 65, 100}) {
+      for (int64_t rows : {1, 2, 3, 8, 13, 40, 64, 65, 100, 200}) {
         auto x = test::random_floats(size_t(rows * c.K), seed++);
         std::vector<float> ref(size_t(rows * c.N));
         cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
@@ -875,19 +876,30 @@ TEST_F(CudaBackendTest, AttentionFewPositionsPerSequenceMatchCpu) {
 }
 
 TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
-  // Every sequence ≥ k_prefill_attn_min_tokens: the cuBLAS path, fp16 queries and probabilities for
-  // f32/fp16 caches, split-fp16 operands (fp32-level precision) for q8/q4 caches.
+  // Every sequence served by the cuBLAS path (prefill_attention_serves): fp16 queries and
+  // probabilities for f32/fp16 caches, split-fp16 operands (fp32-level precision) for q8/q4 caches.
   uint32_t seed = 500;
   for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
     for (int window : {0, 50}) {
       // fp16 rounding of q and P alone would be ~1e-3 here; the split operands stay near fp32.
       const double tol = fmt == KvFormat::q8 || fmt == KvFormat::q4 ? 2e-5 : k_tol_f16;
-      attention_case(gpu(), tp_, fmt, 64, 8, 2, window, {{100, 300}, {0, 257}}, 64, seed++, tol);
-      attention_case(gpu(), tp_, fmt, 80, 6, 6, window, {{0, 64}, {1000, 65}}, 16, seed++, tol);
+      attention_case(gpu(), tp_, fmt, 64, 32, 8, window, {{100, 300}, {0, 257}}, 64, seed++, tol);
+      attention_case(gpu(), tp_, fmt, 80, 16, 16, window, {{0, 205}, {1000, 65}}, 16, seed++, tol);
       attention_case(gpu(), tp_, fmt, 128, 32, 8, window, {{0, 600}}, 64, seed++, tol);
     }
   // One short sequence keeps the whole batch on the paged kernel (fp32 everywhere).
   attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}, {10, 3}}, 16, seed++);
+}
+
+TEST(CudaPrefillAttention, TheCublasPathServesLongPromptsOfWideModels) {
+  EXPECT_TRUE(cuda::prefill_attention_serves(64, 64, 32, 128));     // llama-7b width, 64 tokens
+  EXPECT_TRUE(cuda::prefill_attention_serves(126, 4094, 32, 128));  // a suffix on a long cached prefix
+  EXPECT_FALSE(cuda::prefill_attention_serves(63, 4094, 32, 128));  // too few new tokens
+  EXPECT_FALSE(cuda::prefill_attention_serves(130, 200, 6, 64));    // demo model: the tiled kernel
+  EXPECT_TRUE(cuda::prefill_attention_serves(130, 700, 6, 64));     // ... until the context is long
+  EXPECT_TRUE(cuda::prefill_attention_serves(205, 205, 16, 80));    // the cases of the test above
+  EXPECT_TRUE(cuda::prefill_attention_serves(257, 257, 32, 64));
+  EXPECT_TRUE(cuda::prefill_attention_serves(8, 205, 16, 80, 8));   // a lower token minimum
 }
 
 TEST_F(CudaBackendTest, AttentionRejectsBadPageTables) {
