@@ -483,8 +483,8 @@ bool Generator::verifies_on_device(const Active& a) const {
          (!a.job.mask || a.job.mask->can_draft());
 }
 
-void Generator::sample_and_verify_on_device(std::span<Active* const> sampling, std::span<const int64_t> sample_rows,
-                                            std::span<Active* const> verifying, std::span<const int64_t> first_rows) {
+void Generator::sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> sample_rows,
+                                 std::span<Active* const> verifying, std::span<const int64_t> first_rows) {
   const int64_t V = model_.vocab_size();
   struct Verify {
     Active* a;
@@ -577,40 +577,6 @@ bool Generator::use_device_sampling(std::span<Active* const> sampling) const {
   return std::all_of(sampling.begin(), sampling.end(), [](const Active* a) {
     return device_samplable(a->job.sampling) && a->job.top_logprobs < 0;
   });
-}
-
-void Generator::sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows) {
-  const int64_t V = model_.vocab_size();
-  std::vector<Active*> jobs;
-  std::vector<DeviceRow> inputs;
-  std::vector<uint32_t> mask;
-  for (size_t i = 0; i < sampling.size(); ++i) {
-    Active& a = *sampling[i];
-    try {
-      if (!prepare_sample(a, mask)) continue;
-      inputs.push_back(make_device_row(a.sampler, V, rows[i], mask));
-      jobs.push_back(&a);
-    } catch (const std::exception& e) {
-      finish(a, FinishReason::error, generator_failure_text(e));
-    }
-  }
-  if (jobs.empty()) return;
-  std::vector<RowSampling> params;
-  for (const DeviceRow& d : inputs) params.push_back(d.view());
-  std::vector<int32_t> ids(params.size());
-  try {
-    EXL_CHECK(model_.sample_device(params, ids), "engine: generator: the backend cannot sample on the device");
-  } catch (const std::exception& e) {
-    for (Active* a : jobs) finish(*a, FinishReason::error, generator_failure_text(e));
-    return;
-  }
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    try {
-      emit_sampled(*jobs[i], checked_sampled_token(ids[i], V));
-    } catch (const std::exception& e) {
-      finish(*jobs[i], FinishReason::error, generator_failure_text(e));
-    }
-  }
 }
 
 bool Generator::sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows) {
@@ -946,7 +912,7 @@ bool Generator::step() {
   host_sampling.reset();
   if (verify_on_device) {
     StepProfile::Scope t(prof_, "device sample / verify");
-    sample_and_verify_on_device(device_sampling, device_rows, verifying, verify_rows);
+    sample_on_device(device_sampling, device_rows, verifying, verify_rows);
   }
   if (on_device) {
     StepProfile::Scope t(prof_, "device sample");

@@ -203,14 +203,15 @@ class Generator {
   // Whether a drafting job's verify rows can be sampled on the device: greedy, no history
   // penalties, no log-probabilities, and a constraint (if any) that can be walked ahead.
   bool verifies_on_device(const Active& a) const;
-  // A verify pass sampled on the device: each verifying job's rows get the constraint's mask of
-  // their position (walked on the host while the device runs the pass), the other jobs' rows their
-  // usual masks, one sample_device call for all, then each job's acceptance loop over the ids.
-  void sample_and_verify_on_device(std::span<Active* const> sampling, std::span<const int64_t> sample_rows,
-                                   std::span<Active* const> verifying, std::span<const int64_t> first_rows);
+
   void finish_stuck(Active& a);
   bool use_device_sampling(std::span<Active* const> sampling) const;
-  void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> rows);
+  // Samples the last forward_device()'s rows on the device, one sample_device call: `sampling`
+  // jobs from their rows (under their usual masks), and verify passes: each `verifying` job's
+  // rows from first_rows[i] on get the constraint's mask of their position (walked on the host
+  // while the device runs the pass), then its acceptance loop runs over the ids.
+  void sample_on_device(std::span<Active* const> sampling, std::span<const int64_t> sample_rows,
+                        std::span<Active* const> verifying = {}, std::span<const int64_t> first_rows = {});
   bool sample_deferred_and_feed(std::span<Active* const> sampling, std::span<const int64_t> rows);
   void collect_deferred();
   bool step_fed();
