@@ -369,7 +369,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   int64_t largest = 0;  // weights of the set's largest matrix: the top set_max_rows() admitted it under
   for (const auto* l : set)
     n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N), largest = std::max(largest, int64_t(l->view().N) * K);
-  bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows() &&
+  bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows(largest) &&
              rows <= exl2_mma_max_rows(largest) && !in.norm_w && !in.rope &&
              !(in.io && (in.io->x_in_order || in.io->inv_perm || in.io->ssq_out));
   for (const auto* l : set) mma = mma && l->view().n_segs > 0;
@@ -511,7 +511,15 @@ int exl2_mma_mode() {
 
 bool exl2_mma_enabled() { return exl2_mma_mode() != 0; }
 
-int64_t exl2_mma_min_rows() { return exl2_mma_mode() == 1 ? k_exl2_mma_min_rows : k_exl2_mma_auto_min_rows; }
+int64_t exl2_mma_min_rows(int64_t weights) {
+  static const int64_t n = [] {
+    const char* e = std::getenv("EXL_CUDA_MMA_MIN_ROWS");
+    const int64_t v = e ? std::atoll(e) : 0;
+    return v >= k_exl2_mma_min_rows && v <= 16 ? v : 0;
+  }();
+  if (n > 0) return n;
+  return exl2_mma_mode() == 1 || weights <= k_exl2_mma_small_weights ? k_exl2_mma_min_rows : k_exl2_mma_auto_min_rows;
+}
 
 int64_t exl2_mma_max_rows(int64_t weights) {
   static const int64_t n = [] {

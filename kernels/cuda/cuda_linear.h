@@ -45,10 +45,14 @@ inline constexpr int64_t k_exl2_mma_auto_max_rows = 128;
 // to k_exl2_mma_small_max_rows rows: for them cuBLAS's fixed cost per call is most of the product
 // (demo model on the H200, 384×1024 and 384×384 sets at 130–208 rows: 50–170 µs a call through
 // cuBLAS, ~20 µs in the kernel at 128; 48 prompts' prefill 39 → 20 ms, BENCHMARKS.md session 22).
+// They also take it from k_exl2_mma_min_rows (3) rows: the demo model's 3-row verify passes ran
+// their linears in 12.5–13 µs on the gemv against ~10 µs at 4–5 rows in the kernel.
 inline constexpr int64_t k_exl2_mma_small_weights = int64_t(1) << 22;
 inline constexpr int64_t k_exl2_mma_small_max_rows = 256;
 bool exl2_mma_enabled();
-int64_t exl2_mma_min_rows();
+// The bottom for matrices of `weights` weights (N·K; a set's largest); EXL_CUDA_MMA_MIN_ROWS
+// (3..16) moves it for tuning runs.
+int64_t exl2_mma_min_rows(int64_t weights);
 // The top for matrices of `weights` weights (N·K; a set's largest).
 int64_t exl2_mma_max_rows(int64_t weights);
 // The exact path keeps EXL2 batches on the gemv up to this many rows: per row it computes what
