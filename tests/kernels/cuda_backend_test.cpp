@@ -36,9 +36,11 @@ constexpr double k_tol_f16 = 1e-2;
 #ifdef EXL_HAVE_CUDA
 constexpr int64_t cuda_exl2_exact_gemv_rows = cuda::k_exl2_exact_gemv_max_rows;
 constexpr int64_t cuda_exl2_mma_min_rows = cuda::k_exl2_mma_min_rows;
+constexpr int cuda_attn_decode_max_positions = cuda::k_attn_decode_max_positions;
 #else
 constexpr int64_t cuda_exl2_exact_gemv_rows = 32;  // unused: the GPU tests skip
 constexpr int64_t cuda_exl2_mma_min_rows = 3;
+constexpr int cuda_attn_decode_max_positions = 16;
 #endif
 // EXL2 linears outside the exact path: the gemv (fp32 accumulation of exact weights) below
 // k_exl2_mma_min_rows rows, fp16 weights and activations on tensor cores (or cuBLAS) from there.
@@ -864,7 +866,7 @@ TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
 TEST_F(CudaBackendTest, AttentionFewPositionsPerSequenceMatchCpu) {
   // Verify passes: up to k_attn_decode_max_positions query tokens per sequence take the decode
   // kernel, a row per token; the causal limit of each row is its own position.
-  const int M = cuda::k_attn_decode_max_positions;
+  const int M = cuda_attn_decode_max_positions;
   const std::vector<std::vector<AttnSeqSpec>> batches = {
       {{0, 3}}, {{40, M}}, {{254, 4}, {3, 1}}, {{700, 5}, {0, 2}, {30, 0}, {255, 3}}, {{5000, 7}, {17, M}}};
   uint32_t seed = 2100;
@@ -889,17 +891,6 @@ TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
     }
   // One short sequence keeps the whole batch on the paged kernel (fp32 everywhere).
   attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}, {10, 3}}, 16, seed++);
-}
-
-TEST(CudaPrefillAttention, TheCublasPathServesLongPromptsOfWideModels) {
-  EXPECT_TRUE(cuda::prefill_attention_serves(64, 64, 32, 128));     // llama-7b width, 64 tokens
-  EXPECT_TRUE(cuda::prefill_attention_serves(126, 4094, 32, 128));  // a suffix on a long cached prefix
-  EXPECT_FALSE(cuda::prefill_attention_serves(63, 4094, 32, 128));  // too few new tokens
-  EXPECT_FALSE(cuda::prefill_attention_serves(130, 200, 6, 64));    // demo model: the tiled kernel
-  EXPECT_TRUE(cuda::prefill_attention_serves(130, 700, 6, 64));     // ... until the context is long
-  EXPECT_TRUE(cuda::prefill_attention_serves(205, 205, 16, 80));    // the cases of the test above
-  EXPECT_TRUE(cuda::prefill_attention_serves(257, 257, 32, 64));
-  EXPECT_TRUE(cuda::prefill_attention_serves(8, 205, 16, 80, 8));   // a lower token minimum
 }
 
 TEST_F(CudaBackendTest, AttentionRejectsBadPageTables) {
@@ -947,6 +938,17 @@ TEST_F(CudaBackendTest, OpsComposeLikeTheCpuBackend) {
 // ---- host-side planning (no device needed) ------------------------------------------------------
 
 #ifdef EXL_HAVE_CUDA
+TEST(CudaPrefillAttention, TheCublasPathServesLongPromptsOfWideModels) {
+  EXPECT_TRUE(cuda::prefill_attention_serves(64, 64, 32, 128));     // llama-7b width, 64 tokens
+  EXPECT_TRUE(cuda::prefill_attention_serves(126, 4094, 32, 128));  // a suffix on a long cached prefix
+  EXPECT_FALSE(cuda::prefill_attention_serves(63, 4094, 32, 128));  // too few new tokens
+  EXPECT_FALSE(cuda::prefill_attention_serves(130, 200, 6, 64));    // demo model: the tiled kernel
+  EXPECT_TRUE(cuda::prefill_attention_serves(130, 700, 6, 64));     // ... until the context is long
+  EXPECT_TRUE(cuda::prefill_attention_serves(205, 205, 16, 80));    // AttentionLargePrefillUsesTensorCorePath's cases
+  EXPECT_TRUE(cuda::prefill_attention_serves(257, 257, 32, 64));
+  EXPECT_TRUE(cuda::prefill_attention_serves(8, 205, 16, 80, 8));   // a lower token minimum
+}
+
 TEST(CudaAttentionPlan, PartitionsCoverEveryRowsWindow) {
   std::vector<std::vector<int32_t>> tables = {std::vector<int32_t>(40, 0), std::vector<int32_t>(40, 1),
                                               std::vector<int32_t>(40, 2)};
