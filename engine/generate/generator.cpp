@@ -852,10 +852,7 @@ bool Generator::step() {
       sample_rows.push_back(int64_t(i));
     }
   const bool on_device = !speculating && use_device_sampling(sampling);
-  bool verify_on_device = speculating && device_sampler_ &&
-                          std::all_of(sampling.begin(), sampling.end(), [](const Active* a) {
-                            return device_samplable(a->job.sampling) && a->job.top_logprobs < 0;
-                          });
+  bool verify_on_device = speculating && device_sampler_ && (sampling.empty() || use_device_sampling(sampling));
   for (const Planned& p : ready)
     if (!p.a->draft.empty() && !verifies_on_device(*p.a)) verify_on_device = false;
   std::vector<float> logits;
