@@ -920,14 +920,25 @@ bool Generator::step() {
 }
 
 void Generator::warm_up(int64_t max_prefill) {
-  const int64_t longest = std::min<int64_t>({max_prefill, opts_.max_step_tokens,
-                                             int64_t(opts_.num_pages) * opts_.page_size - 1});
+  const int64_t capacity = int64_t(opts_.num_pages) * opts_.page_size;
+  const int64_t longest = std::min<int64_t>({max_prefill, opts_.max_step_tokens, capacity - 1});
   if (longest < 1) return;
-  std::vector<int32_t> toks(size_t(longest) + 1);
+  // Verify passes: contexts from the largest bucket down (buffers that grow do so first, and a
+  // growth would drop the graphs recorded before it).
+  const int64_t verify_rows = device_sampler_ ? std::min<int64_t>(k_warm_verify_rows, opts_.max_step_tokens) : 0;
+  const int64_t max_ctx = model_.config().max_position_embeddings > 0
+                              ? std::min(k_warm_verify_max_context, model_.config().max_position_embeddings)
+                              : k_warm_verify_max_context;
+  std::vector<int64_t> contexts;
+  if (verify_rows >= 2)
+    for (int64_t c = k_warm_verify_max_context; c >= k_warm_verify_min_context; c /= 2)
+      if (c <= std::min(capacity, max_ctx)) contexts.push_back(c);
+  const int64_t need = std::max(longest + 1, contexts.empty() ? int64_t(0) : contexts.front());
+  std::vector<int32_t> toks(static_cast<size_t>(need));
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = int32_t(int64_t(i) % model_.vocab_size());
   const SeqId seq = cache_->create_sequence();
   try {
-    if (cache_->reserve(seq, int(longest) + 1)) {
+    if (cache_->reserve(seq, int(need))) {
       const auto table = cache_->page_table(seq);
       int64_t done = 0;
       for (int64_t n : {int64_t(16), int64_t(64), int64_t(128), int64_t(256), int64_t(512), longest}) {
@@ -946,12 +957,39 @@ void Generator::warm_up(int64_t max_prefill) {
       } else {
         model_.forward(std::span(&d, 1), *pool_);
       }
+      if (!contexts.empty()) warm_up_verify(toks, table, contexts, verify_rows);
     }
   } catch (...) {
     cache_->release(seq);
     throw;
   }
   cache_->release(seq);
+}
+
+void Generator::warm_up_verify(std::span<const int32_t> toks, std::span<const int32_t> table,
+                               std::span<const int64_t> contexts, int64_t rows) {
+  auto pass = [&](int64_t end, int64_t n, bool all_logits = true) {
+    const ForwardSeq f{toks.subspan(size_t(end - n), size_t(n)), end - n, table, all_logits};
+    model_.forward_device(std::span(&f, 1), *pool_);
+  };
+  // The largest pass sampled as a grammar job's verify pass is (a mask per row).
+  pass(contexts.front(), rows);
+  const std::vector<uint32_t> all(mask_words(size_t(model_.vocab_size())), ~0u);
+  std::vector<RowSampling> params(static_cast<size_t>(rows));
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].row = int64_t(i);
+    params[i].temperature = 0.0f;
+    params[i].mask = all;
+  }
+  std::vector<int32_t> ids(params.size());
+  model_.sample_device(params, ids);
+  // Twice each: a backend that replays steps records a multi-position shape the second time. A
+  // pass of forced tokens alone wants the last row's logits only.
+  for (int64_t c : contexts)
+    for (int64_t n = 2; n <= rows; ++n)
+      for (bool all_logits : {true, false})
+        for (int rep = 0; rep < 2; ++rep) pass(c, n, all_logits);
+  model_.sample_device(std::span(params).first(1), std::span(ids).first(1));
 }
 
 void Generator::run_until_idle() {

@@ -172,9 +172,18 @@ class Generator {
   // Runs the kernels a first request would load and record (GPU libraries load lazily, CUDA
   // graphs are captured at first use): prefills of a few lengths up to `max_prefill` tokens (and
   // max_step_tokens) and a one-token decode step sampled as jobs are, in a scratch sequence whose
-  // pages go back unkeyed (the prefix cache gains nothing). Call before start() or step(); the
+  // pages go back unkeyed (the prefix cache gains nothing). With device sampling (a GPU) also the
+  // shapes of one job's speculative verify passes and forced-token passes (logits of every
+  // position, or of the last): 2..k_warm_verify_rows positions ending at each
+  // power-of-two context from k_warm_verify_min_context up to the smaller of the model's
+  // positions, the cache and k_warm_verify_max_context, and a sampling of k_warm_verify_rows
+  // masked rows (so that the buffers a verify pass needs are grown here, not under the first
+  // jobs, where every growth drops the recorded graphs). Call before start() or step(); the
   // output of later jobs does not depend on it.
   void warm_up(int64_t max_prefill = 512);
+  static constexpr int64_t k_warm_verify_rows = 16;
+  static constexpr int64_t k_warm_verify_min_context = 256;
+  static constexpr int64_t k_warm_verify_max_context = 8192;
   // Background stepping thread.
   void start();
   void stop();
@@ -195,6 +204,8 @@ class Generator {
   void emit_sampled(Active& a, int32_t token, std::optional<TokenLogprobs> logprobs = {});
   void build_draft(Active& a, int64_t room);
   void build_model_drafts(std::span<Active* const> jobs, std::span<const int64_t> rooms);
+  void warm_up_verify(std::span<const int32_t> toks, std::span<const int32_t> table, std::span<const int64_t> contexts,
+                      int64_t rows);
   static constexpr int64_t k_max_model_draft = 32;  // tokens a model draft may hold, forced ones included
   void verify_draft(Active& a, std::span<float> logits, int64_t first_row, std::vector<uint32_t>& mask);
   // The acceptance loop of a verify pass; sample_row(r) samples the job's next token from row r of

@@ -75,6 +75,7 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
       const int64_t lo = window > 0 ? std::max<int64_t>(0, s.pos_start - window + 1) : 0;
       if (s.n_tokens == 1 && lo / decode_part != s.pos_start / decode_part) plan.direct = false;
     }
+    if (!plan.direct && (window <= 0 || window >= max_ctx)) plan.max_parts = int(pow2_ceil(plan.max_parts));
   }
   const int64_t direct_part = std::max<int64_t>(k_attn_tile, ceil_div(max_ctx, k_attn_tile) * k_attn_tile);
   if (!plan.decode) plan.part_size = int(direct_part);
@@ -91,12 +92,22 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
   const bool all_parts = !plan.direct && (window <= 0 || window >= max_ctx);  // no row's window starts above 0
 
   plan.token_pos.assign(size_t(n_tokens), -1);
+  // Sequences with the same page table (a verify pass's rows) share its entries: the last ones
+  // inserted grow to the longest context among them.
+  const int32_t* last_table = nullptr;
+  int64_t last_offset = 0, last_used = 0;
   for (size_t si = 0; si < seqs.size(); ++si) {
     const SeqAttn& s = seqs[si];
     const int64_t ctx = s.pos_start + s.n_tokens;
-    plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(plan.pages.size())});
     const int64_t used = s.n_tokens > 0 ? ceil_div(ctx, page_size) : 0;
-    plan.pages.insert(plan.pages.end(), s.page_table.begin(), s.page_table.begin() + used);
+    if (!last_table || s.page_table.data() != last_table) {
+      last_table = s.page_table.data(), last_offset = int64_t(plan.pages.size()), last_used = 0;
+    }
+    if (used > last_used) {
+      plan.pages.insert(plan.pages.end(), s.page_table.begin() + last_used, s.page_table.begin() + used);
+      last_used = used;
+    }
+    plan.seqs.push_back({int32_t(s.token_begin), int32_t(s.n_tokens), int32_t(s.pos_start), int32_t(last_offset)});
     for (int64_t t = 0; t < s.n_tokens; ++t) plan.token_pos[size_t(s.token_begin + t)] = int32_t(s.pos_start + t);
     if (plan.decode) continue;  // attention_decode's grid covers the sequences itself
     const int64_t rows = s.n_tokens * group;

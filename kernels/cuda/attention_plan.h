@@ -52,7 +52,8 @@ inline constexpr int k_attn_min_pages = 16;
 // larger grids lost up to 6%).
 // `decode_max_positions`: when no sequence has more query tokens than this (a speculative verify
 // pass), each token is planned as a sequence of its own (AttnPlan::seqs: n_tokens 1, its own
-// position, a copy of its sequence's page table), so that such a pass attends as a decode step
+// position, its sequence's page table — entries shared by consecutive sequences of one table, so
+// that AttnPlan::pages grows with the context, not with the positions), so that such a pass attends as a decode step
 // does: with attention_decode where it serves, else with the tiled kernel's one-row blocks
 // (H200, demo model, head_dim 64: 19 µs per call for 2–6 positions in one sequence's blocks,
 // 12.7 µs for one).

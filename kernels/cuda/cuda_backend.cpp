@@ -74,7 +74,9 @@ class CudaBackend final : public Backend {
       const auto& m = steps_.multi_position();
       std::cerr << "cuda: step graphs: one position per sequence: " << o.steps << " steps, " << o.launches
                 << " run as graphs, " << o.captures << " captures; several positions: " << m.steps << " steps, "
-                << m.launches << " run as graphs, " << m.captures << " captures\n";
+                << m.launches << " run as graphs, " << m.captures << " captures; captures took "
+                << 1e3 * (o.capture_s + m.capture_s) << " ms; graphs dropped by allocations " << steps_.clears()
+                << " times\n";
     }
   }
 

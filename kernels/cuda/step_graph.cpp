@@ -16,6 +16,7 @@ void StepGraphs::begin(CudaContext& ctx) {
   ctx.make_current();
   ctx.begin_step(mode_ == StepMode::capture, mode_ != StepMode::record);
   if (mode_ == StepMode::capture) {
+    capture_begin_ = std::chrono::steady_clock::now();
     const cudaError_t e = cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed);
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -35,6 +36,7 @@ uint64_t StepGraphs::hash() const {
 }
 
 void StepGraphs::clear() {
+  clears_ += !graphs_.empty();
   for (auto& [h, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   graphs_.clear();
@@ -111,6 +113,7 @@ bool StepGraphs::finish_capture(CudaContext& ctx, uint64_t h, bool ok) {
   ++counts().captures;
   seen_.erase(h);
   launch(g, ctx);
+  counts().capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - capture_begin_).count();
   return true;
 }
 

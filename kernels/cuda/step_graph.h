@@ -18,6 +18,7 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -39,9 +40,10 @@ class StepGraphs {
 
   // Counts for one kind of step (one position per sequence, or several).
   struct Counts {
-    int64_t steps = 0;     // steps queued (replayed, captured or op by op)
-    int64_t launches = 0;  // of them, run as a graph
-    int64_t captures = 0;  // graphs captured
+    int64_t steps = 0;       // steps queued (replayed, captured or op by op)
+    int64_t launches = 0;    // of them, run as a graph
+    int64_t captures = 0;    // graphs captured
+    double capture_s = 0.0;  // host time of the captured steps, from begin() to the launch
   };
 
   explicit StepGraphs(bool enabled, int multi_after = 1) : enabled_(enabled), multi_after_(multi_after) {}
@@ -72,6 +74,8 @@ class StepGraphs {
   int64_t captures() const { return one_.captures + multi_.captures; }
   const Counts& one_position() const { return one_; }
   const Counts& multi_position() const { return multi_; }
+  // Times every graph was dropped because a device allocation happened since it was captured.
+  int64_t clears() const { return clears_; }
 
  private:
   struct Graph {
@@ -104,6 +108,8 @@ class StepGraphs {
   std::unordered_map<uint64_t, int> seen_;  // multi-position notes not captured: times seen
   uint64_t generation_ = 0;
   Counts one_, multi_;
+  int64_t clears_ = 0;
+  std::chrono::steady_clock::time_point capture_begin_;
 };
 
 }  // namespace exl::cuda

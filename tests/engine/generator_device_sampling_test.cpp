@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 
 #include "engine/generate/device_sampling.h"
 #include "engine/generate/generator.h"
@@ -26,6 +27,16 @@ class SamplingCpuBackend final : public test::CpuForwardingBackend {
  public:
   explicit SamplingCpuBackend(bool deferring = false) : CpuForwardingBackend(2), deferring_(deferring) {}
   int calls = 0, rows_sampled = 0, deferred_calls = 0, fed_steps = 0;
+  int64_t max_rows_masked = 0;  // most masked rows in one sample_rows call
+  // Layer 0's attention calls of a single sequence with several positions: (end, positions).
+  std::vector<std::pair<int64_t, int64_t>> multi_passes;
+
+  void attention(const KvPool& p, int layer, const float* q, float* out, std::span<const SeqAttn> seqs, int nh,
+                 float scale, int window) override {
+    if (layer == 0 && seqs.size() == 1 && seqs[0].n_tokens > 1)
+      multi_passes.emplace_back(seqs[0].pos_start + seqs[0].n_tokens, seqs[0].n_tokens);
+    CpuForwardingBackend::attention(p, layer, q, out, seqs, nh, scale, window);
+  }
 
   std::string name() const override { return "sampling " + cpu().name(); }
   BackendCapabilities capabilities() const override {
@@ -35,6 +46,9 @@ class SamplingCpuBackend final : public test::CpuForwardingBackend {
                    std::span<int32_t> out) override {
     if (rows.empty()) return true;
     ++calls;
+    max_rows_masked = std::max(max_rows_masked, int64_t(std::count_if(rows.begin(), rows.end(), [](const RowSampling& r) {
+                                                   return !r.mask.empty();
+                                                 })));
     std::vector<float> row(static_cast<size_t>(vocab));
     for (size_t i = 0; i < rows.size(); ++i) {
       download(row.data(), logits + rows[i].row * vocab, row.size() * 4);
@@ -199,6 +213,57 @@ TEST(GeneratorDeviceSampling, SpeculativeVerifyPassesSampleOnTheDeviceWithTheSam
     }
     EXPECT_GT(dev.rows_sampled, dev.calls + 20) << "verify passes sample several rows per call";
   }
+}
+
+// warm_up with device sampling also runs a job's verify-pass shapes (step_graph.h records a
+// multi-position shape the second time it sees it): 2..16 positions, twice each with the logits
+// of every position and twice with the last's, ending at every
+// power-of-two context from 256 up to the model's 512 positions (the cache holds 1,024), and one
+// sampling of 16 masked rows. Every page comes back and a speculating job's tokens are a fresh
+// generator's.
+TEST(GeneratorDeviceSampling, WarmUpRunsVerifyPassShapesAndKeepsTheTokens) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf");
+  ModelDir dir(test::shared_dir() / "models/stories260K-hf");
+  auto tok = load_tokenizer(dir.path());
+  SamplingCpuBackend dev;
+  Model m(dir, dev);
+  GeneratorOptions o;
+  o.page_size = 16;
+  o.num_pages = 64;
+  o.speculate = Speculation::ngram;
+  const auto story = tok->encode("Once upon a time, there was a little girl named Lily. Once upon a time, there", true);
+  auto run = [&](Generator& g) {
+    std::vector<int32_t> out;
+    GenerationJob j;
+    j.prompt = story;
+    j.sampling.temperature = 0;
+    j.max_new_tokens = 40;
+    j.on_event = [&](const GenerationEvent& e) {
+      if (e.type == GenerationEvent::Type::token) out.push_back(e.token);
+    };
+    g.submit(std::move(j));
+    g.run_until_idle();
+    return out;
+  };
+  Generator fresh(m, *tok, o);
+  const auto want = run(fresh);
+  dev.multi_passes.clear();
+  dev.max_rows_masked = 0;
+  Generator g(m, *tok, o);
+  g.warm_up(64);
+  std::map<std::pair<int64_t, int64_t>, int> seen;
+  for (const auto& p : dev.multi_passes)
+    if (p.second <= Generator::k_warm_verify_rows) ++seen[p];
+  for (int64_t end : {256, 512})
+    for (int64_t n = 2; n <= Generator::k_warm_verify_rows; ++n)
+      EXPECT_GE(seen[std::make_pair(end, n)], 4) << n << " positions ending at " << end;
+  for (const auto& [p, count] : seen) EXPECT_LE(p.first, 512) << "past the model's positions";
+  EXPECT_EQ(dev.max_rows_masked, Generator::k_warm_verify_rows);
+  SeqId probe = g.cache().create_sequence();
+  EXPECT_TRUE(g.cache().reserve(probe, o.num_pages * o.page_size));
+  g.cache().release(probe);
+  EXPECT_EQ(run(g), want);
+  EXPECT_GT(want.size(), 10u);
 }
 
 TEST(GeneratorDeviceSampling, HostOnlySettingsOrTheOptionKeepTheHostPath) {

@@ -1017,14 +1017,11 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
     EXPECT_EQ(plan.seqs[i].n_tokens, rows[i][1]) << i;
     EXPECT_EQ(plan.seqs[i].pos_start, rows[i][2]) << i;
   }
-  // Each row's pages: its own context's, from its sequence's table.
-  std::vector<int32_t> offsets;
-  int32_t next = 0;
-  for (const auto& r : rows) {
-    offsets.push_back(next);
-    next += r[1] > 0 ? int32_t(ceil_div(r[2] + 1, 64)) : 0;
-  }
+  // Rows of one table share its entries, as many as its longest context needs: `table`'s 5 for
+  // position P (64-slot pages), then table2's one for positions 9..61.
+  const std::vector<int32_t> offsets = {0, 0, 0, 5, 5, 5, 5};
   for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(plan.seqs[i].page_offset, offsets[i]) << i;
+  EXPECT_EQ(plan.pages.size(), size_t(cuda::k_attn_min_pages));
   EXPECT_EQ(plan.token_pos, (std::vector<int32_t>{P - 2, P - 1, P, 9, 60, 61}));
   EXPECT_FALSE(cuda::plan_attention(verify2, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 0, 2).decode);
   // Where the decode kernel does not serve (group over 8 here), the tiled kernel's works are
@@ -1041,7 +1038,7 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S);
   EXPECT_TRUE(plan.decode && !plan.direct);
   EXPECT_EQ(plan.part_size, S);
-  EXPECT_EQ(plan.max_parts, int((3 * P + 6 + S - 1) / S));
+  EXPECT_EQ(plan.max_parts, int(pow2_ceil((3 * P + 6 + S - 1) / S)));  // 7 partitions, bucketed
   EXPECT_FALSE(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S).direct);
   EXPECT_THROW(cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 64), Error);
   // Chosen by the plan: short partitions only for small grids over several long partitions.
@@ -1104,6 +1101,39 @@ TEST(CudaAttentionPlan, VerifyPassShapesChangeOnlyAtContextBuckets) {
     // Contexts 38..1000 in partitions of 32: max_parts 2, 4, 8, 16, 32; pages 16.
     EXPECT_LE(one.size(), 5u) << "window " << window;
     EXPECT_LE(two.size(), 5u) << "window " << window;
+  }
+}
+
+// The same for verify passes on the decode kernel (one row per position): the demo model's
+// shape (6 heads over 2 kv heads, 64-slot pages) for 2..16 positions of one sequence over contexts
+// up to 2,048 plans one shape per power-of-two bucket of the context and row count, and each row
+// still reads its own pages.
+TEST(CudaAttentionPlan, DecodeVerifyPassShapesChangeOnlyAtContextBuckets) {
+  std::vector<int32_t> table(32);
+  for (int i = 0; i < 32; ++i) table[size_t(i)] = 31 - i;
+  const int NH = 6, KVH = 2, page = 64;
+  for (int64_t n = 2; n <= cuda::k_attn_decode_max_positions; ++n) {
+    std::set<PlanShape> shapes;
+    for (int64_t pos = 0; pos + n <= 2048; pos += 3) {
+      const std::vector<SeqAttn> solo = {{0, n, pos, table}};
+      const auto plan = cuda::plan_attention(solo, NH, KVH, page, 32, 0, 264, cuda::k_attn_min_part, true, 0,
+                                             cuda::k_attn_decode_max_positions);
+      ASSERT_TRUE(plan.decode);
+      ASSERT_EQ(plan.seqs.size(), size_t(n));
+      shapes.insert({plan.works.size(), plan.pages.size(), plan.seqs.size(), plan.token_pos.size(), plan.part_size,
+                     plan.max_parts, plan.direct});
+      EXPECT_EQ(plan.max_parts & (plan.max_parts - 1), 0) << "a power of two";
+      EXPECT_GE(int64_t(plan.max_parts) * plan.part_size, pos + n);
+      for (int64_t t = 0; t < n; ++t) {
+        const auto& d = plan.seqs[size_t(t)];
+        EXPECT_EQ(d.pos_start, pos + t);
+        for (int64_t p = 0; p <= (pos + t) / page; ++p)
+          EXPECT_EQ(plan.pages[size_t(d.page_offset + p)], table[size_t(p)]) << "n " << n << " pos " << pos;
+      }
+    }
+    // Buckets ..256 (direct), ..512, ..1024, ..2048; the row count may move the partition size
+    // (short partitions while the grid is small) inside a bucket once.
+    EXPECT_LE(shapes.size(), 5u) << n << " positions";
   }
 }
 
