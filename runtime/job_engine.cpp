@@ -121,21 +121,34 @@ JobOutcome finish_outcome(JobOutcome o, bool has_schema, int64_t max_tokens) {
 
 }  // namespace
 
-void JobEngine::submit(ChatJobSpec spec, std::function<void(JobOutcome)> done) {
-  GenerationJob job;
+PreparedJob JobEngine::prepare(const ChatJobSpec& spec) {
+  PreparedJob p;
+  p.has_schema = spec.schema.has_value();
   try {
-    job = build_job(spec);
+    p.job = build_job(spec);
   } catch (const std::exception& e) {
+    p.error = e.what();
+  }
+  return p;
+}
+
+void JobEngine::submit(ChatJobSpec spec, std::function<void(JobOutcome)> done) {
+  submit(prepare(spec), std::move(done));
+}
+
+void JobEngine::submit(PreparedJob prepared, std::function<void(JobOutcome)> done) {
+  if (prepared.error) {
     JobOutcome o;
     o.reason = FinishReason::error;
     o.rejected = true;
-    o.error = e.what();
+    o.error = std::move(*prepared.error);
     failed_.emplace_back(std::move(done), std::move(o));
     ++in_flight_;
     return;
   }
+  GenerationJob job = std::move(prepared.job);
   auto acc = std::make_shared<JobOutcome>();
-  const bool has_schema = spec.schema.has_value();
+  const bool has_schema = prepared.has_schema;
   const int64_t max_tokens = job.max_new_tokens;
   auto job_id = std::make_shared<uint64_t>(0);
   job.on_event = [this, acc, job_id, has_schema, max_tokens, done = std::move(done)](const GenerationEvent& e) {

@@ -68,6 +68,14 @@ struct JobOutcome {
 std::function<std::shared_ptr<LogitsMaskHook>()> schema_hook_factory(const nlohmann::ordered_json& schema,
                                                                      const Tokenizer& tokenizer);
 
+// A chat job built from its spec (rendered prompt tokens, grammar matcher, stops), or why it
+// cannot run; JobEngine::prepare makes it, JobEngine::submit queues it.
+struct PreparedJob {
+  GenerationJob job;
+  bool has_schema = false;
+  std::optional<std::string> error;  // set: the spec is bad; submit delivers it as a rejected outcome
+};
+
 class JobEngine {
  public:
   // Loads the model; throws exl::Error naming what failed.
@@ -90,6 +98,13 @@ class JobEngine {
   // Queues a job; `done` gets its outcome (also for jobs that fail before generating: a prompt
   // too long for the context, a bad schema) during a later step. Never throws for a bad spec.
   void submit(ChatJobSpec spec, std::function<void(JobOutcome)> done);
+  // submit() in two halves, so that a caller can build the next job while the generator runs.
+  // prepare() never throws for a bad spec; it reads only the loaded tokenizer and chat template
+  // and the process-wide grammar cache besides the engine's record of failed schemas, so it may
+  // run on another thread while the owner steps or submits, but not beside another prepare()
+  // or check_schema().
+  PreparedJob prepare(const ChatJobSpec& spec);
+  void submit(PreparedJob prepared, std::function<void(JobOutcome)> done);
   // One scheduling step (delivers outcomes of jobs that failed before generating); false when idle.
   bool step();
   void run_until_idle();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -189,7 +190,16 @@ int cli_batch(std::span<const std::string> args) {
       pg.accepted += stats.n_accepted;
       pg.show(false);
     };
-    size_t next = 0;
+    // The next request's job (prompt tokens, grammar matcher) is built on a helper thread while
+    // the generator runs, so that a freed slot does not leave the device idle during its set-up.
+    size_t next = 0, ahead_at = todo.size();
+    std::future<PreparedJob> ahead;
+    auto prepare_ahead = [&](size_t from) {
+      while (from < todo.size() && todo[from].error) ++from;
+      if (from == todo.size()) return;
+      ahead_at = from;
+      ahead = std::async(std::launch::async, [&engine, &spec = todo[from].spec] { return engine.prepare(spec); });
+    };
     while ((next < todo.size() || engine.in_flight() > 0) && write_error.empty()) {
       while (next < todo.size() && engine.in_flight() < conc && write_error.empty()) {
         BatchItem& it = todo[next++];
@@ -197,12 +207,16 @@ int cli_batch(std::span<const std::string> args) {
           record(batch_error_line(it), false, GenerationStats{});
           continue;
         }
-        engine.submit(it.spec, [&, item = &it](JobOutcome o) {
+        PreparedJob job = ahead_at == next - 1 ? ahead.get() : engine.prepare(it.spec);
+        ahead_at = todo.size();
+        prepare_ahead(next);
+        engine.submit(std::move(job), [&, item = &it](JobOutcome o) {
           record(batch_result_line(*item, o, engine.model_id(), engine.chat_template()), o.ok, o.stats);
         });
       }
       if (engine.in_flight() > 0) engine.step();
     }
+    if (ahead.valid()) ahead.wait();
     pg.show(true);
     if (pg.tty && !pg.quiet) std::cerr << "\n";
     const double t = pg.elapsed();
