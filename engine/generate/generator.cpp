@@ -972,8 +972,9 @@ void Generator::warm_up_verify(std::span<const int32_t> toks, std::span<const in
     const ForwardSeq f{toks.subspan(size_t(end - n), size_t(n)), end - n, table, all_logits};
     model_.forward_device(std::span(&f, 1), *pool_);
   };
-  // The largest pass sampled as a grammar job's verify pass is (a mask per row).
-  pass(contexts.front(), rows);
+  // A pass of twice as many positions grows the logits rows for the occasional longer draft;
+  // then rows of it sampled as a grammar job's verify pass is (a mask per row).
+  pass(contexts.front(), std::min<int64_t>({2 * rows, opts_.max_step_tokens, contexts.front()}));
   const std::vector<uint32_t> all(mask_words(size_t(model_.vocab_size())), ~0u);
   std::vector<RowSampling> params(static_cast<size_t>(rows));
   for (size_t i = 0; i < params.size(); ++i) {

@@ -176,9 +176,9 @@ class Generator {
   // shapes of one job's speculative verify passes and forced-token passes (logits of every
   // position, or of the last): 2..k_warm_verify_rows positions ending at each
   // power-of-two context from k_warm_verify_min_context up to the smaller of the model's
-  // positions, the cache and k_warm_verify_max_context, and a sampling of k_warm_verify_rows
-  // masked rows (so that the buffers a verify pass needs are grown here, not under the first
-  // jobs, where every growth drops the recorded graphs). Call before start() or step(); the
+  // positions, the cache and k_warm_verify_max_context, a pass of twice as many positions and a
+  // sampling of k_warm_verify_rows masked rows (so that the buffers a verify pass needs are grown
+  // here, not under the first jobs, where every growth drops the recorded graphs). Call before start() or step(); the
   // output of later jobs does not depend on it.
   void warm_up(int64_t max_prefill = 512);
   static constexpr int64_t k_warm_verify_rows = 16;

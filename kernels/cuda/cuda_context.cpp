@@ -62,8 +62,13 @@ Buffer CudaContext::alloc_pinned(size_t bytes) const {
 
 Buffer CudaContext::alloc(size_t bytes) const {
   if (bytes == 0) return {};
-  make_current();
   ++generation_;
+  return alloc_unrecorded(bytes);
+}
+
+Buffer CudaContext::alloc_unrecorded(size_t bytes) const {
+  if (bytes == 0) return {};
+  make_current();
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {

@@ -57,6 +57,9 @@ class CudaContext {
   void sync();
   // A device allocation freed with cudaFree; zero bytes gives an empty Buffer.
   Buffer alloc(size_t bytes) const;
+  // alloc() of memory that no recorded step graph reads or writes (the sampler's work areas):
+  // generation() stays, so the graphs recorded so far stay valid.
+  Buffer alloc_unrecorded(size_t bytes) const;
   // Page-locked host memory (freed with cudaFreeHost), for copies that must not wait for the stream.
   Buffer alloc_pinned(size_t bytes) const;
   // Copies host bytes to a new device allocation and waits for the copy.

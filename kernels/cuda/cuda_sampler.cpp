@@ -45,11 +45,11 @@ void check_row(const RowSampling& r, int64_t vocab, size_t i) {
 void CudaSampler::ensure(int64_t vocab, int64_t entries) {
   if (vocab != vocab_) {
     ctx_.sync();
-    iota_ = ctx_.alloc(size_t(vocab) * 4);
+    iota_ = ctx_.alloc_unrecorded(size_t(vocab) * 4);
     EXL_CUDA_CHECK(fill_iota(static_cast<int32_t*>(iota_.data()), int(vocab), ctx_.stream()));
     size_t bytes = 0;
     EXL_CUDA_CHECK(sort_rank_keys(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, int(vocab), ctx_.stream()));
-    sort_temp_ = ctx_.alloc(std::max<size_t>(bytes, 1));
+    sort_temp_ = ctx_.alloc_unrecorded(std::max<size_t>(bytes, 1));
     sort_temp_bytes_ = bytes;
     vocab_ = vocab;
     entries_ = 0;
@@ -58,10 +58,13 @@ void CudaSampler::ensure(int64_t vocab, int64_t entries) {
     ctx_.sync();
     entries = std::max(entries, entries_ * 2);
     const size_t n = size_t(entries * vocab);
-    x_ = ctx_.alloc(n * 4), keys_ = ctx_.alloc(n * 4), keys_sorted_ = ctx_.alloc(n * 4);
-    order_ = ctx_.alloc(n * 4), w_ = ctx_.alloc(n * 4);
-    small_ = ctx_.alloc(size_t(entries) * 8);
-    slices_ = ctx_.alloc(size_t(entries) * (size_t(k_sample_slices) * 8 + 8));
+    // Only the ids (small_: embedding_of_samples reads them inside fed steps) are memory a
+    // recorded step uses; they get room for k_sample_ids_room entries at once, so that a batch
+    // growing to that many rows does not drop the step graphs.
+    x_ = ctx_.alloc_unrecorded(n * 4), keys_ = ctx_.alloc_unrecorded(n * 4), keys_sorted_ = ctx_.alloc_unrecorded(n * 4);
+    order_ = ctx_.alloc_unrecorded(n * 4), w_ = ctx_.alloc_unrecorded(n * 4);
+    if (small_.bytes() < size_t(entries) * 8) small_ = ctx_.alloc(size_t(std::max(entries, k_sample_ids_room)) * 8);
+    slices_ = ctx_.alloc_unrecorded(size_t(entries) * (size_t(k_sample_slices) * 8 + 8));
     EXL_CUDA_CHECK(cudaMemsetAsync(slices_.data(), 0, slices_.bytes(), ctx_.stream()));
     entries_ = entries;
   }
@@ -149,7 +152,7 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   ensure(vocab, int64_t(rows.size()));
   if (params_.bytes() < blob_.size()) {
     ctx_.sync();
-    params_ = ctx_.alloc(std::max(blob_.size(), params_.bytes() * 2));
+    params_ = ctx_.alloc_unrecorded(std::max(blob_.size(), params_.bytes() * 2));
   }
   // Pinned staging: a copy from pageable memory would first wait for the stream (the forward pass
   // still running), leaving the GPU idle while the host then queues the sampling kernels.

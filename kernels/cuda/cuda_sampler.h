@@ -1,7 +1,9 @@
 // Backend::sample_rows for the CUDA backend: checks and packs the RowSampling inputs, runs the
 // kernels of sampling.h on the context's stream and downloads one id per entry. Work arrays
 // (five per entry, vocab elements each, and launch 1's per-slice results) grow on demand and are
-// kept. Host code (.cpp); owned by the backend, used by its thread.
+// kept; no step graph uses them (CudaContext::alloc_unrecorded), except the ids, which fed steps
+// read (room for k_sample_ids_room entries from the start). Host code (.cpp); owned by the
+// backend, used by its thread.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -11,6 +13,8 @@
 #include "kernels/cuda/cuda_context.h"
 
 namespace exl::cuda {
+
+inline constexpr int64_t k_sample_ids_room = 1024;
 
 class CudaSampler {
  public:
