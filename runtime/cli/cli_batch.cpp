@@ -12,6 +12,7 @@
 #include "runtime/cli/cli_args.h"
 #include "runtime/cli/cli_commands.h"
 #include "runtime/job_engine.h"
+#include "sessions/batch_line_writer.h"
 #include "sessions/batch_output.h"
 
 namespace exl {
@@ -171,24 +172,26 @@ int cli_batch(std::span<const std::string> args) {
       else todo.push_back(std::move(it));
     }
 
-    // Runs inside engine.step(), so it must not throw: after a failed write it records nothing more
-    // (no result is buffered) and the loop below stops the job.
+    // Result lines are written (each fsynced) on the writer's thread, which also keeps the
+    // progress, so that the generator does not wait for the disk. Runs inside engine.step(), so it
+    // must not throw: after a failed write nothing more is queued (no result is buffered) and the
+    // loop below stops the job.
+    BatchLineWriter writer(out);
+    auto record = [&](std::string line, bool ok, const GenerationStats& stats) {
+      writer.push(std::move(line), [&pg, ok, stats] {
+        ++pg.done;
+        (ok ? pg.ok : pg.errors) += 1;
+        pg.tokens += stats.n_generated;
+        pg.passes += stats.n_decode_passes;
+        pg.drafted += stats.n_drafted;
+        pg.accepted += stats.n_accepted;
+        pg.show(false);
+      });
+    };
     std::string write_error;
-    auto record = [&](const std::string& line, bool ok, const GenerationStats& stats) {
-      if (!write_error.empty()) return;
-      try {
-        out.append(line);
-      } catch (const Error& e) {
-        write_error = e.what();
-        return;
-      }
-      ++pg.done;
-      (ok ? pg.ok : pg.errors) += 1;
-      pg.tokens += stats.n_generated;
-      pg.passes += stats.n_decode_passes;
-      pg.drafted += stats.n_drafted;
-      pg.accepted += stats.n_accepted;
-      pg.show(false);
+    auto writing = [&] {
+      if (write_error.empty()) write_error = writer.failure();
+      return write_error.empty();
     };
     // The next request's job (prompt tokens, grammar matcher) is built on a helper thread while
     // the generator runs, so that a freed slot does not leave the device idle during its set-up.
@@ -200,8 +203,8 @@ int cli_batch(std::span<const std::string> args) {
       ahead_at = from;
       ahead = std::async(std::launch::async, [&engine, &spec = todo[from].spec] { return engine.prepare(spec); });
     };
-    while ((next < todo.size() || engine.in_flight() > 0) && write_error.empty()) {
-      while (next < todo.size() && engine.in_flight() < conc && write_error.empty()) {
+    while ((next < todo.size() || engine.in_flight() > 0) && writing()) {
+      while (next < todo.size() && engine.in_flight() < conc && writing()) {
         BatchItem& it = todo[next++];
         if (it.error) {
           record(batch_error_line(it), false, GenerationStats{});
@@ -217,6 +220,8 @@ int cli_batch(std::span<const std::string> args) {
       if (engine.in_flight() > 0) engine.step();
     }
     if (ahead.valid()) ahead.wait();
+    writer.finish();
+    writing();
     pg.show(true);
     if (pg.tty && !pg.quiet) std::cerr << "\n";
     const double t = pg.elapsed();

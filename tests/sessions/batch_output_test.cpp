@@ -6,13 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "kernels/error.h"
+#include "sessions/batch_line_writer.h"
 #include "test_support.h"
 
 namespace exl {
@@ -219,6 +222,51 @@ TEST(BatchOutput, ALockHeldByAnotherProcessIsRefused) {
   for (int fd : {ready[0], ready[1], release[0], release[1]}) ::close(fd);
   BatchOutputFile f(path);
   EXPECT_EQ(f.existing_lines().size(), 1u);
+}
+
+// The writer thread (BatchLineWriter): lines land in push order, each callback after its line is
+// in the file; after a failed write the queued lines are dropped, push refuses, failure() names
+// the error, and the file keeps exactly the lines written before it.
+TEST(BatchLineWriter, WritesInOrderAndStopsAtTheFirstFailure) {
+  const auto dir = test::temp_dir("BatchLineWriter");
+  {
+    const auto path = dir / "ok.jsonl";
+    BatchOutputFile f(path);
+    std::vector<int> written;
+    std::vector<size_t> sizes;
+    {
+      BatchLineWriter w(f);
+      for (int i = 0; i < 50; ++i)
+        EXPECT_TRUE(w.push("{\"id\":" + std::to_string(i) + "}", [&, i] {
+          written.push_back(i);
+          sizes.push_back(test::read_file(path).size());
+        }));
+      w.finish();
+      EXPECT_FALSE(w.push("late")) << "nothing is queued after finish()";
+      EXPECT_EQ(w.failure(), "");
+    }
+    std::string want;
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_EQ(written[size_t(i)], i);
+      want += "{\"id\":" + std::to_string(i) + "}\n";
+      EXPECT_GE(sizes[size_t(i)], want.size()) << "callback " << i << " ran before its line was in the file";
+    }
+    EXPECT_EQ(test::read_file(path), want);
+  }
+  const auto path = dir / "full.jsonl";
+  FaultyIo faults;
+  faults.fail_at = 4;
+  BatchOutputFile f(path, faults.io());
+  BatchLineWriter w(f);
+  std::atomic<int> written = 0;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(w.push("{\"id\":" + std::to_string(i) + "}", [&] { ++written; }));
+  while (written < 3) std::this_thread::yield();
+  EXPECT_TRUE(w.push("{\"id\":3}", [&] { ++written; }));
+  w.finish();
+  EXPECT_EQ(written, 3);
+  EXPECT_NE(w.failure().find("No space left on device"), std::string::npos) << w.failure();
+  EXPECT_FALSE(w.push("{\"id\":4}"));
+  EXPECT_EQ(test::read_file(path), "{\"id\":0}\n{\"id\":1}\n{\"id\":2}\n");
 }
 
 }  // namespace batch_output_test
