@@ -139,6 +139,11 @@ KvPool& Model::part_pool(KvPool& pool, size_t part) const {
   return *split->parts[part];
 }
 
+void Model::record_steps_at_once(bool on) {
+  if (tp_) return;
+  for (Part& p : parts_) p.be->record_steps_at_once(on);
+}
+
 void Model::kv_copy(KvPool& pool, int from, int to, int n_rows) {
   if (tp_) return tp_->kv_copy(pool, from, to, n_rows);
   for (size_t i = 0; i < parts_.size(); ++i) parts_[i].be->kv_copy(part_pool(pool, i), from, to, n_rows);

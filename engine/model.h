@@ -72,6 +72,9 @@ class Model {
   // the CUDA backend's graphs): decode steps, and the few positions per sequence of speculative
   // verify passes. Longer ones (prefill chunks) run op by op.
   static constexpr int64_t k_step_max_tokens = 64;
+  // Backend::record_steps_at_once on every part's backend (a tensor-parallel model's ranks keep
+  // recording a shape when it comes back).
+  void record_steps_at_once(bool on);
 
   // Runs the batch, writing its K/V into `pool`, and returns the requested logits rows in host
   // memory, in batch order: [Σ (all_logits ? n_tokens : 1), vocab].

@@ -304,6 +304,10 @@ class Backend {
   virtual void begin_step() {}
   virtual bool end_step() { return true; }
   virtual void cancel_step() noexcept {}
+  // While on, a backend that replays steps records a step of several positions per sequence the
+  // first time it sees its shape, not when the shape comes back (Generator::warm_up runs each
+  // shape once). No-op by default.
+  virtual void record_steps_at_once(bool /*on*/) {}
 };
 
 // The CPU backend (always available). n_threads <= 0 uses all hardware threads.

@@ -984,12 +984,18 @@ void Generator::warm_up_verify(std::span<const int32_t> toks, std::span<const in
   }
   std::vector<int32_t> ids(params.size());
   model_.sample_device(params, ids);
-  // Twice each: a backend that replays steps records a multi-position shape the second time. A
-  // pass of forced tokens alone wants the last row's logits only.
+  // Each shape once, recorded at once; a pass of forced tokens alone (a key, punctuation) wants
+  // the last row's logits only and is short.
+  struct Recording {
+    Model& m;
+    explicit Recording(Model& model) : m(model) { m.record_steps_at_once(true); }
+    ~Recording() { m.record_steps_at_once(false); }
+  } recording(model_);
   for (int64_t c : contexts)
-    for (int64_t n = 2; n <= rows; ++n)
-      for (bool all_logits : {true, false})
-        for (int rep = 0; rep < 2; ++rep) pass(c, n, all_logits);
+    for (int64_t n = 2; n <= rows; ++n) {
+      pass(c, n);
+      if (n <= k_warm_forced_rows) pass(c, n, false);
+    }
   model_.sample_device(std::span(params).first(1), std::span(ids).first(1));
 }
 

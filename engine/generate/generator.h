@@ -173,17 +173,19 @@ class Generator {
   // graphs are captured at first use): prefills of a few lengths up to `max_prefill` tokens (and
   // max_step_tokens) and a one-token decode step sampled as jobs are, in a scratch sequence whose
   // pages go back unkeyed (the prefix cache gains nothing). With device sampling (a GPU) also the
-  // shapes of one job's speculative verify passes and forced-token passes (logits of every
-  // position, or of the last): 2..k_warm_verify_rows positions ending at each
-  // power-of-two context from k_warm_verify_min_context up to the smaller of the model's
-  // positions, the cache and k_warm_verify_max_context, a pass of twice as many positions and a
-  // sampling of k_warm_verify_rows masked rows (so that the buffers a verify pass needs are grown
-  // here, not under the first jobs, where every growth drops the recorded graphs). Call before start() or step(); the
-  // output of later jobs does not depend on it.
+  // shapes of one job's speculative verify passes (2..k_warm_verify_rows positions, logits of
+  // every one) and forced-token passes (2..k_warm_forced_rows, the last's), each run once under
+  // Model::record_steps_at_once, ending at each power-of-two context from
+  // k_warm_verify_min_context up to the smaller of the model's positions, the cache and
+  // k_warm_verify_max_context; before them a pass of twice as many positions and a sampling of
+  // k_warm_verify_rows masked rows, so that the buffers a verify pass needs grow here, not under
+  // the first jobs (where every growth drops the recorded graphs). Call before start() or step();
+  // the output of later jobs does not depend on it.
   void warm_up(int64_t max_prefill = 512);
   static constexpr int64_t k_warm_verify_rows = 16;
+  static constexpr int64_t k_warm_forced_rows = 8;
   static constexpr int64_t k_warm_verify_min_context = 256;
-  static constexpr int64_t k_warm_verify_max_context = 8192;
+  static constexpr int64_t k_warm_verify_max_context = 2048;
   // Background stepping thread.
   void start();
   void stop();

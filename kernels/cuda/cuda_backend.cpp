@@ -494,6 +494,11 @@ class CudaBackend final : public Backend {
     attn_step_.valid = false;
     steps_.cancel(ctx_);
   }
+  void record_steps_at_once(bool on) override {
+    if (on && !recording_at_once_) multi_after_ = steps_.multi_after();
+    recording_at_once_ = on;
+    steps_.set_multi_after(on && multi_after_ >= 0 ? 0 : multi_after_);
+  }
 
  private:
   // Validates rope arguments, stages the positions and keeps the frequencies on the device.
@@ -558,6 +563,8 @@ class CudaBackend final : public Backend {
                             const char* e = std::getenv("EXL_CUDA_GRAPH_MULTI_AFTER");
                             return e && *e ? std::atoi(e) : 1;
                           }()};
+  bool recording_at_once_ = false;
+  int multi_after_ = 1;  // steps_'s own, while recording_at_once_
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
   static cuda::Handoff::Key key_of(const void* linear) { return {linear, -1}; }

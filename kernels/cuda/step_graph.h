@@ -65,6 +65,9 @@ class StepGraphs {
   }
   // The step has several positions for some sequence (begin() clears it).
   void mark_multi() { is_multi_ = true; }
+  // Multi-position shapes are captured when seen `n` times before (the constructor's multi_after).
+  void set_multi_after(int n) { multi_after_ = n; }
+  int multi_after() const { return multi_after_; }
 
   void begin(CudaContext& ctx);
   // True when the step's work is queued (graph launched, or ops issued one by one).

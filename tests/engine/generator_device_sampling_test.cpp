@@ -31,10 +31,16 @@ class SamplingCpuBackend final : public test::CpuForwardingBackend {
   // Layer 0's attention calls of a single sequence with several positions: (end, positions).
   std::vector<std::pair<int64_t, int64_t>> multi_passes;
 
+  std::vector<bool> recording_at_once;  // record_steps_at_once's calls
+  int64_t passes_at_once = 0;           // multi-position passes while it was on
+
+  void record_steps_at_once(bool on) override { recording_at_once.push_back(on); }
   void attention(const KvPool& p, int layer, const float* q, float* out, std::span<const SeqAttn> seqs, int nh,
                  float scale, int window) override {
-    if (layer == 0 && seqs.size() == 1 && seqs[0].n_tokens > 1)
+    if (layer == 0 && seqs.size() == 1 && seqs[0].n_tokens > 1) {
       multi_passes.emplace_back(seqs[0].pos_start + seqs[0].n_tokens, seqs[0].n_tokens);
+      passes_at_once += !recording_at_once.empty() && recording_at_once.back();
+    }
     CpuForwardingBackend::attention(p, layer, q, out, seqs, nh, scale, window);
   }
 
@@ -215,12 +221,11 @@ TEST(GeneratorDeviceSampling, SpeculativeVerifyPassesSampleOnTheDeviceWithTheSam
   }
 }
 
-// warm_up with device sampling also runs a job's verify-pass shapes (step_graph.h records a
-// multi-position shape the second time it sees it): 2..16 positions, twice each with the logits
-// of every position and twice with the last's, ending at every
-// power-of-two context from 256 up to the model's 512 positions (the cache holds 1,024), and one
-// sampling of 16 masked rows. Every page comes back and a speculating job's tokens are a fresh
-// generator's.
+// warm_up with device sampling also runs a job's verify-pass shapes, each once while the backend
+// records steps at once: 2..16 positions with the logits of every position and 2..8 with the
+// last's, ending at every power-of-two context from 256 up to the model's 512 positions (the
+// cache holds 1,024), after a 32-position pass and one sampling of 16 masked rows. Every page
+// comes back and a speculating job's tokens are a fresh generator's.
 TEST(GeneratorDeviceSampling, WarmUpRunsVerifyPassShapesAndKeepsTheTokens) {
   EXL_REQUIRE_SHARED("models/stories260K-hf");
   ModelDir dir(test::shared_dir() / "models/stories260K-hf");
@@ -256,9 +261,12 @@ TEST(GeneratorDeviceSampling, WarmUpRunsVerifyPassShapesAndKeepsTheTokens) {
     if (p.second <= Generator::k_warm_verify_rows) ++seen[p];
   for (int64_t end : {256, 512})
     for (int64_t n = 2; n <= Generator::k_warm_verify_rows; ++n)
-      EXPECT_GE(seen[std::make_pair(end, n)], 4) << n << " positions ending at " << end;
+      EXPECT_EQ(seen[std::make_pair(end, n)], n <= Generator::k_warm_forced_rows ? 2 : 1)
+          << n << " positions ending at " << end;
   for (const auto& [p, count] : seen) EXPECT_LE(p.first, 512) << "past the model's positions";
   EXPECT_EQ(dev.max_rows_masked, Generator::k_warm_verify_rows);
+  EXPECT_EQ(dev.recording_at_once, (std::vector<bool>{true, false}));
+  EXPECT_EQ(dev.passes_at_once, 2 * (15 + 7));
   SeqId probe = g.cache().create_sequence();
   EXPECT_TRUE(g.cache().reserve(probe, o.num_pages * o.page_size));
   g.cache().release(probe);

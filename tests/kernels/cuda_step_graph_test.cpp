@@ -188,6 +188,29 @@ TEST(CudaStepGraph, ReplayedVerifyPassesMatchOpByOpAndCpu) {
   EXPECT_EQ(st.graph_launches, st.multi_graph_launches);
 }
 
+// While recording at once (Generator::warm_up), a multi-position shape is captured the first
+// time: every bracketed step (the prefill and the verify passes) runs as a graph, with the same
+// results; afterwards shapes wait for their second sight again.
+TEST(CudaStepGraph, RecordingAtOnceCapturesAShapeTheFirstTime) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "needs a CUDA GPU; " << cuda_device_description();
+  const TinyStack m;
+  auto gpu = make_cuda_backend(0);
+  const int steps = 18, width = 3;
+  const auto eager = run_steps(*gpu, m, false, steps, width);
+  gpu->record_steps_at_once(true);
+  const auto got = run_steps(*gpu, m, true, steps, width);
+  gpu->record_steps_at_once(false);
+  for (int s = 0; s < steps; ++s) EXPECT_EQ(got[size_t(s)], eager[size_t(s)]) << "step " << s;
+  const CudaStepStats st = cuda_step_stats(*gpu);
+  EXPECT_EQ(st.multi_graph_launches, steps + 1);  // the prefill too
+  EXPECT_GE(st.multi_graph_captures, 1);
+  auto fresh = make_cuda_backend(0);
+  fresh->record_steps_at_once(true);
+  fresh->record_steps_at_once(false);
+  run_steps(*fresh, m, true, 1, width);
+  EXPECT_EQ(cuda_step_stats(*fresh).multi_graph_captures, 0) << "a shape seen once waits for its second sight";
+}
+
 TEST(CudaStepGraph, CpuBackendStepsAreNoOps) {
   auto cpu = make_cpu_backend(1);
   cpu->begin_step();
