@@ -494,11 +494,7 @@ class CudaBackend final : public Backend {
     attn_step_.valid = false;
     steps_.cancel(ctx_);
   }
-  void record_steps_at_once(bool on) override {
-    if (on && !recording_at_once_) multi_after_ = steps_.multi_after();
-    recording_at_once_ = on;
-    steps_.set_multi_after(on && multi_after_ >= 0 ? 0 : multi_after_);
-  }
+  void record_steps_at_once(bool on) override { steps_.set_record_at_once(on); }
 
  private:
   // Validates rope arguments, stages the positions and keeps the frequencies on the device.
@@ -563,8 +559,6 @@ class CudaBackend final : public Backend {
                             const char* e = std::getenv("EXL_CUDA_GRAPH_MULTI_AFTER");
                             return e && *e ? std::atoi(e) : 1;
                           }()};
-  bool recording_at_once_ = false;
-  int multi_after_ = 1;  // steps_'s own, while recording_at_once_
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
   static cuda::Handoff::Key key_of(const void* linear) { return {linear, -1}; }

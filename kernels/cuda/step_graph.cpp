@@ -74,7 +74,7 @@ bool StepGraphs::end(CudaContext& ctx) {
   if (next_ == StepMode::capture && is_multi_) {  // captured when it has come back often enough
     if (seen_.size() >= k_max_seen) seen_.clear();
     int& n = seen_[h];
-    if (multi_after_ < 0 || n < multi_after_) {
+    if (multi_after_ < 0 || (!at_once_ && n < multi_after_)) {
       n += n < multi_after_;
       next_ = StepMode::eager;
     }

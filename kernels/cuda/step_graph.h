@@ -65,9 +65,9 @@ class StepGraphs {
   }
   // The step has several positions for some sequence (begin() clears it).
   void mark_multi() { is_multi_ = true; }
-  // Multi-position shapes are captured when seen `n` times before (the constructor's multi_after).
-  void set_multi_after(int n) { multi_after_ = n; }
-  int multi_after() const { return multi_after_; }
+  // While on, a multi-position shape is captured the first time it is seen (Backend::
+  // record_steps_at_once), unless multi_after < 0 (never).
+  void set_record_at_once(bool on) { at_once_ = on; }
 
   void begin(CudaContext& ctx);
   // True when the step's work is queued (graph launched, or ops issued one by one).
@@ -102,7 +102,7 @@ class StepGraphs {
   Counts& counts() { return is_multi_ ? multi_ : one_; }
   void clear();
 
-  bool enabled_ = true, capturable_ = true, is_multi_ = false;
+  bool enabled_ = true, capturable_ = true, is_multi_ = false, at_once_ = false;
   StepMode mode_ = StepMode::eager, next_ = StepMode::record;
   std::vector<uint64_t> notes_;
   std::unordered_map<uint64_t, Graph> graphs_;
