@@ -235,7 +235,7 @@ struct Model::Step {
   std::vector<int64_t> logit_rows;
   int64_t T = 0, R = 0;
   bool fed = false;
-  bool fused = false;  // a decode step: one token per sequence
+  bool fused = false;  // layers as the fused ops: decode steps and passes of up to k_step_max_tokens
   bool exact = false;  // a q8/q4 cache (see run_part)
 };
 
@@ -268,7 +268,7 @@ int64_t Model::run_forward(std::span<const ForwardSeq> batch, KvPool& pool, bool
     }
   }
   st.T = int64_t(st.ids.size()), st.R = int64_t(st.logit_rows.size());
-  st.fused = st.T == int64_t(batch.size());
+  st.fused = st.T == int64_t(batch.size()) || st.T <= k_step_max_tokens;
   st.exact = pool.layout.format == KvFormat::q8 || pool.layout.format == KvFormat::q4;
   for (size_t i = 0; i < parts_.size(); ++i) ensure_scratch(parts_[i], st.T, i + 1 == parts_.size() ? st.R : 0);
 
@@ -332,20 +332,19 @@ void Model::run_part(size_t part, const Step& st, KvPool& whole_pool) {
     if (exact) be.linear_exact(w, in, out, rows);
     else be.linear(w, in, out, rows);
   };
-  // Decode steps (one token per sequence) hand each norm to the linears that read it and each
-  // projection into the residual stream to an op that adds into x (one gemv each on the GPU),
-  // exact with a q8/q4 cache. Prefill chunks keep them apart: there add_rms_norm's single pass
-  // over the rows is what counts.
+  // Decode steps and short passes (verify passes, short prompts and suffixes) hand each norm to the
+  // linears that read it and each projection into the residual stream to an op that adds into x
+  // (one gemv each on the GPU at one or two rows, the norm writing the tensor-core kernel's input
+  // beyond), exact with a q8/q4 cache. Longer prefill chunks keep them apart: there
+  // add_rms_norm's single pass over the rows is what counts.
   auto layer_fused = [&](const Layer& L, int l) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
     be.attention_inputs({qkv, x.f32(), L.attn_norm.f32(), xn.f32(), q.f32(), k.f32(), v.f32(), T, H, eps, NH, NKV,
                          int(D), positions, &rope_, &pool, l, slots, exact});
     be.attention(pool, l, q.f32(), att.f32(), seqs, NH, scale, window);
     be.linear_residual(*L.o, att.f32(), x.f32(), tmp.f32(), T, exact);
-    const PreparedLinear* gate_up[2] = {L.gate.get(), L.up.get()};
-    float* gate_up_out[2] = {g.f32(), u.f32()};
-    be.rms_norm_linears(gate_up, x.f32(), L.mlp_norm.f32(), xn.f32(), gate_up_out, T, H, eps, exact);
-    be.swiglu_linear_residual(*L.down, g.f32(), u.f32(), x.f32(), tmp.f32(), T, I, exact);
+    be.rms_norm_mlp_residual({L.gate.get(), L.up.get(), L.down.get(), x.f32(), L.mlp_norm.f32(), xn.f32(), g.f32(),
+                              u.f32(), tmp.f32(), T, H, I, eps, exact});
   };
   auto layer_apart = [&](const Layer& L, int l, const Buffer* next_norm) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};

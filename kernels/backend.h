@@ -125,6 +125,22 @@ struct AttnInputs {
   bool exact = false;  // the projections as linears_exact (a q8/q4 cache)
 };
 
+// The operands of Backend::rms_norm_mlp_residual, a layer's MLP block: x [rows, dim] (the residual
+// stream, added to), the gate/up projections (dim → k) and down (k → dim); xn [rows, dim], g and u
+// [rows, k] and tmp [rows, dim] are scratch.
+struct MlpInputs {
+  const PreparedLinear* gate = nullptr;
+  const PreparedLinear* up = nullptr;
+  const PreparedLinear* down = nullptr;
+  float* x = nullptr;
+  const float* norm_w = nullptr;
+  float* xn = nullptr;
+  float *g = nullptr, *u = nullptr, *tmp = nullptr;
+  int64_t rows = 0, dim = 0, k = 0;
+  float eps = 0.0f;
+  bool exact = false;  // the projections as linears_exact (a q8/q4 cache)
+};
+
 // What a backend can do beyond the op set every backend implements. It depends only on the
 // backend, never on inputs or state, so a caller asks once.
 struct BackendCapabilities {
@@ -225,6 +241,13 @@ class Backend {
     rms_norm_linears(a.qkv, a.x, a.norm_w, a.xn, outs, a.rows, a.dim, a.eps, a.exact);
     rope_qk_kv_write(a.q, a.k, a.v, a.rows, a.n_heads, a.n_kv_heads, a.head_dim, a.positions, *a.rope, *a.pool,
                      a.layer, a.slots);
+  }
+  // x += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ norm_w) · W_{gate,up}ᵀ. See MlpInputs.
+  virtual void rms_norm_mlp_residual(const MlpInputs& m) {
+    const PreparedLinear* gate_up[2] = {m.gate, m.up};
+    float* gate_up_out[2] = {m.g, m.u};
+    rms_norm_linears(gate_up, m.x, m.norm_w, m.xn, gate_up_out, m.rows, m.dim, m.eps, m.exact);
+    swiglu_linear_residual(*m.down, m.g, m.u, m.x, m.tmp, m.rows, m.k, m.exact);
   }
   // linears() at fp32-level precision for every batch size: no rounding of x or W to 16-bit floats
   // (a backend's large-batch tensor-core path may round to ~1e-3 relative). For forwards whose K/V

@@ -382,8 +382,20 @@ class CudaBackend final : public Backend {
     if (rows == 0 || ws.empty()) return;
     std::vector<const cuda::CudaLinear*> ls;
     for (const auto* w : ws) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
-    if (!cuda::fuse_norm(ls, rows) || ls[0]->in_features != dim || ys.size() != ls.size())
-      return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps, exact);
+    if (!cuda::fuse_norm(ls, rows) || ls[0]->in_features != dim || ys.size() != ls.size()) {
+      if (exact || !staged_inputs_ || ls[0]->in_features != dim || ys.size() != ls.size() ||
+          !cuda::mma_serves(ls, rows))
+        return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps, exact);
+      handoff_.other();
+      steps_.note(StepOp::rms_norm_linears_staged, x, norm_w, rows, dim, eps, ls.size());
+      for (size_t i = 0; i < ls.size(); ++i) steps_.note(ls[i], ys[i]);
+      if (steps_.recording()) return;
+      ctx_.make_current();
+      prof_.begin(ctx_.stream());
+      cuda::run_linears_norm_staged(ctx_, ls, x, norm_w, eps, ys, rows);
+      if (prof_.enabled()) prof_.end(ctx_.stream(), cat("rms_norm (staged) + linears rows ", rows), set_bytes(ls));
+      return;
+    }
     const cuda::Handoff::In hin = handoff_.read(ls, x, nullptr, norm_w, rows);
     const bool two = ls.size() <= 2 && (ls.size() == 1 || ls[1]->out_features == ls[0]->out_features);
     const cuda::Handoff::Out hout =
@@ -400,6 +412,31 @@ class CudaBackend final : public Backend {
       std::string key = "rms_norm + linears";
       for (const auto* l : ls) bytes += double(l->weight_bytes), key += cat(" ", l->out_features, "x", l->in_features);
       prof_.end(ctx_.stream(), cat(key, " rows ", rows), bytes);
+    }
+  }
+
+  // The MLP block as three tensor-core launches and their sums, each writing the next one's staged
+  // input (cuda::run_mlp_staged), where gate/up and down are tensor-core sets at m.rows.
+  void rms_norm_mlp_residual(const MlpInputs& m) override {
+    if (m.rows == 0) return;
+    const auto& gate = static_cast<const cuda::CudaLinear&>(*m.gate);
+    const auto& up = static_cast<const cuda::CudaLinear&>(*m.up);
+    const auto& down = static_cast<const cuda::CudaLinear&>(*m.down);
+    const cuda::CudaLinear* gu[2] = {&gate, &up};
+    const cuda::CudaLinear* dn[1] = {&down};
+    if (m.exact || !staged_inputs_ || gate.in_features != m.dim || gate.out_features != m.k ||
+        up.out_features != m.k || down.in_features != m.k || down.out_features != m.dim ||
+        !cuda::mma_serves(gu, m.rows) || !cuda::mma_serves(dn, m.rows))
+      return Backend::rms_norm_mlp_residual(m);
+    handoff_.other();
+    steps_.note(StepOp::rms_norm_mlp_residual, m.x, m.norm_w, m.g, m.u, m.rows, m.dim, m.k, m.eps, &gate, &up, &down);
+    if (steps_.recording()) return;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    cuda::run_mlp_staged(ctx_, gate, up, down, m.x, m.norm_w, m.eps, m.g, m.u, m.rows);
+    if (prof_.enabled()) {
+      const cuda::CudaLinear* all[3] = {&gate, &up, &down};
+      prof_.end(ctx_.stream(), cat("rms_norm + mlp (staged) ", m.dim, "x", m.k, " rows ", m.rows), set_bytes(all));
     }
   }
 
@@ -569,6 +606,11 @@ class CudaBackend final : public Backend {
   // A fused linear launch once its op is noted: notes the handoff; then, unless the step is being
   // recorded, makes the context current, starts the profiler, sets io from the handoff (what the
   // launch reads, its inverse permutation and first output) and returns true.
+  static double set_bytes(std::span<const cuda::CudaLinear* const> ls) {
+    double bytes = 0;
+    for (const auto* l : ls) bytes += double(l->weight_bytes);
+    return bytes;
+  }
   bool start_fused(const cuda::Handoff::In& hin, const cuda::Handoff::Out& hout, cuda::Exl2GemvHandoff& io) {
     note_handoff(hin, hout);
     if (steps_.recording()) return false;
@@ -582,6 +624,12 @@ class CudaBackend final : public Backend {
   cuda::CudaSampler sampler_{ctx_};
   std::vector<float> rope_freq_host_;
   Buffer rope_freq_;
+  // EXL_CUDA_STAGED_INPUTS=0: norms and the MLP's sums do not write the tensor-core kernel's input
+  // (a staging kernel per set instead, for comparisons).
+  bool staged_inputs_ = [] {
+    const char* e = std::getenv("EXL_CUDA_STAGED_INPUTS");
+    return !(e && std::string(e) == "0");
+  }();
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
   bool prefill_attn_disabled_ = [] {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");

@@ -11,6 +11,7 @@
 #include "kernels/cuda/dense_gemm.h"
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/gptq_gemm.h"
+#include "kernels/cuda/norm_rope_act.h"
 #include "kernels/int_math.h"
 
 namespace exl::cuda {
@@ -131,6 +132,11 @@ class Exl2Linear final : public CudaLinear {
       inv[size_t(p)] = int32_t(j);
     }
     inv_perm_ = std::make_shared<const Buffer>(ctx.upload_new(inv));
+    if (n_segs > 0) {
+      std::vector<int32_t> at(static_cast<size_t>(K));
+      exl2_mma_stage_map(groups.data(), group_of_row.data(), perm_host_->data(), int(K), at.data());
+      stage_at_ = ctx.upload_new(at);
+    }
     bias_ = upload_bias(ctx, m.bias);
     weight_bytes = q_weight_.bytes() + q_scale_.bytes();
     view_.q_weight = static_cast<const uint32_t*>(q_weight_.data());
@@ -151,6 +157,8 @@ class Exl2Linear final : public CudaLinear {
   }
 
   const Exl2DeviceView& view() const { return view_; }
+  // [K] exl2_mma_stage_map on the device (null without streamed segments: no tensor-core path).
+  const int32_t* stage_at() const { return static_cast<const int32_t*>(stage_at_.data()); }
   // Equal permutations are one object (intern_perm), so sharing one is a pointer comparison.
   const std::shared_ptr<const std::vector<int32_t>>& perm_host() const { return perm_host_; }
   const std::shared_ptr<const Buffer>& inv_perm() const { return inv_perm_; }
@@ -207,7 +215,7 @@ class Exl2Linear final : public CudaLinear {
     gemv_set(ctx, self, ys, rows, in);
   }
 
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_;
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, stage_at_;
   std::shared_ptr<const std::vector<int32_t>> perm_host_;
   std::shared_ptr<const Buffer> inv_perm_;  // shared with the hand-offs that name it (handoff.h)
   Exl2DeviceView view_;
@@ -362,25 +370,33 @@ void CudaLinear::run_exact(CudaContext& ctx, const float* x, float* y, int64_t r
 
 namespace {
 
-void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
-              const GemvInput& in) {
+// The launch of one set (gemv_set): which kernel, its K-slice, and the Exl2GemvSet.
+struct SetLaunch {
+  bool mma = false;
+  int k_slice = 0;
+  Exl2GemvSet s;
+};
+
+SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
+                   const GemvInput& in) {
   const int K = set[0]->view().K;
   int64_t n_total = 0, tiles = 0;
   int64_t largest = 0;  // weights of the set's largest matrix: the top set_max_rows() admitted it under
   for (const auto* l : set)
     n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N), largest = std::max(largest, int64_t(l->view().N) * K);
+  SetLaunch r;
   bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows(largest) &&
              rows <= exl2_mma_max_rows(largest) && !in.norm_w && !in.rope &&
              !(in.io && (in.io->x_in_order || in.io->inv_perm || in.io->ssq_out));
   for (const auto* l : set) mma = mma && l->view().n_segs > 0;
+  r.mma = mma;
   const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx, rows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
+  r.k_slice = ks;
   const int64_t slices = ceil_div(K, ks);
-  const int64_t mb = mma ? exl2_mma_rows_per_block(int(rows)) : exl2_gemv_rows_per_block(int(rows));
   float* partials =
       slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
-  unsigned* counters = slices > 1 && !mma ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
-  Exl2GemvSet s;
+  Exl2GemvSet& s = r.s;
   int tile = 0;
   int64_t part_off = 0;
   for (size_t j = 0; j < set.size(); ++j) {
@@ -397,12 +413,45 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (in.rope) s.rope = *in.rope;
   if (in.io) s.io = *in.io;
   s.exact = in.exact;
-  if (mma) {
+  return r;
+}
+
+void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
+              const GemvInput& in) {
+  const SetLaunch p = plan_set(ctx, set, ys, rows, in);
+  const int K = set[0]->view().K;
+  if (p.mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(exl2_mma_set(s, in.x, int(rows), ks, staged, ctx.overlapped_launches(), ctx.stream()));
+    EXL_CUDA_CHECK(exl2_mma_set(p.s, in.x, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.stream()));
+  } else {
+    const int64_t mb = exl2_gemv_rows_per_block(int(rows));
+    int64_t tiles = 0;
+    for (const auto* l : set) tiles += exl2_gemv_tiles(l->view().N);
+    unsigned* counters = ceil_div(K, p.k_slice) > 1 ? ctx.gemv_counters(size_t(tiles * ceil_div(rows, mb))) : nullptr;
+    EXL_CUDA_CHECK(exl2_gemv_set(p.s, in.x, int(rows), p.k_slice, counters, ctx.stream()));
   }
-  else EXL_CUDA_CHECK(exl2_gemv_set(s, in.x, int(rows), ks, counters, ctx.stream()));
+}
+
+// The tensor-core set `set` reads at `rows`, fed by its producer: where to write its input.
+Exl2MmaStaging staging_of(std::span<const Exl2Linear* const> set, int64_t rows, uint16_t* staged) {
+  Exl2MmaStaging st;
+  st.staged = staged;
+  st.n_jobs = int(set.size());
+  st.K = set[0]->view().K;
+  st.rows = int(rows);
+  for (size_t j = 0; j < set.size(); ++j) st.at[j] = set[j]->stage_at();
+  return st;
+}
+
+std::vector<const Exl2Linear*> exl2_set(std::span<const CudaLinear* const> ls) {
+  std::vector<const Exl2Linear*> set;
+  for (const auto* l : ls) {
+    const auto* e = dynamic_cast<const Exl2Linear*>(l);
+    if (!e) return {};
+    set.push_back(e);
+  }
+  return set;
 }
 
 }  // namespace
@@ -468,6 +517,56 @@ void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls,
             "kernels: cuda: normed linears: rope and cache store need q, k, v of ", k_exl2_gemv_cols_per_block,
             "-wide heads");
   gemv_set(ctx, set, ys, rows, {x, nullptr, norm_w, eps, false, rope, io});
+}
+
+bool mma_serves(std::span<const CudaLinear* const> ls, int64_t rows) {
+  const std::vector<const Exl2Linear*> set = exl2_set(ls);
+  if (set.empty() || set.size() > size_t(k_exl2_gemv_max_jobs) || !exl2_mma_enabled()) return false;
+  int64_t largest = 0;
+  for (const auto* l : set) {
+    if (l->view().K != set[0]->view().K || l->view().n_segs < 1 || rows > l->set_max_rows(false)) return false;
+    largest = std::max(largest, int64_t(l->view().N) * l->view().K);
+  }
+  return rows >= exl2_mma_min_rows(largest) && rows <= exl2_mma_max_rows(largest);
+}
+
+void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x,
+                             const float* norm_w, float eps, std::span<float* const> ys, int64_t rows) {
+  EXL_CHECK(mma_serves(ls, rows) && ls.size() == ys.size(), "kernels: cuda: normed linears: ", ls.size(),
+            " matrices at ", rows, " rows are not one tensor-core set");
+  const std::vector<const Exl2Linear*> set = exl2_set(ls);
+  const int K = set[0]->view().K;
+  const SetLaunch p = plan_set(ctx, set, ys, rows, {nullptr, nullptr, nullptr, 0.0f, false, nullptr, nullptr, false});
+  EXL_CHECK(p.mma, "kernels: cuda: normed linears: the tensor-core kernel does not take ", rows, " rows");
+  auto* staged =
+      static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
+  EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, K, eps, staging_of(set, rows, staged), ctx.stream()));
+  EXL_CUDA_CHECK(exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.stream()));
+}
+
+void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& up, const CudaLinear& down, float* x,
+                    const float* norm_w, float eps, float* g, float* u, int64_t rows) {
+  const CudaLinear* gu_ls[2] = {&gate, &up};
+  const CudaLinear* down_ls[1] = {&down};
+  EXL_CHECK(mma_serves(gu_ls, rows) && mma_serves(down_ls, rows) && gate.out_features == up.out_features &&
+                down.in_features == gate.out_features && down.out_features == gate.in_features,
+            "kernels: cuda: mlp: gate/up and down at ", rows, " rows are not tensor-core sets of matching shapes");
+  const std::vector<const Exl2Linear*> gu = exl2_set(gu_ls), dn = exl2_set(down_ls);
+  const int H = gu[0]->view().K, I = dn[0]->view().K;
+  float* gu_y[2] = {g, u};
+  float* down_y[1] = {x};
+  const SetLaunch pg = plan_set(ctx, gu, gu_y, rows, {nullptr, nullptr, nullptr, 0.0f, false, nullptr, nullptr, false});
+  SetLaunch pd = plan_set(ctx, dn, down_y, rows, {g, u, nullptr, 0.0f, true, nullptr, nullptr, false});
+  EXL_CHECK(pg.mma && pd.mma, "kernels: cuda: mlp: the tensor-core kernel does not take ", rows, " rows");
+  auto* staged = static_cast<uint16_t*>(ctx.scratch(
+      Scratch::mma_staged, std::max(exl2_mma_staged_bytes(int(rows), H, 2), exl2_mma_staged_bytes(int(rows), I, 1))));
+  EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, H, eps, staging_of(gu, rows, staged), ctx.stream()));
+  Exl2GemvSet s = pg.s;
+  const bool chained = ceil_div(int64_t(H), int64_t(pg.k_slice)) > 1;  // the sums then stage the down input
+  if (chained) s.swiglu_to = staging_of(dn, rows, staged), pd.s.x_up = nullptr;
+  EXL_CUDA_CHECK(exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.overlapped_launches(), ctx.stream()));
+  EXL_CUDA_CHECK(exl2_mma_set(pd.s, chained ? nullptr : g, int(rows), pd.k_slice, staged, ctx.overlapped_launches(),
+                              ctx.stream()));
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {

@@ -106,6 +106,22 @@ bool fuse_norm(std::span<const CudaLinear* const> ls, int64_t rows);
 void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x, const float* norm_w,
                         float eps, std::span<float* const> ys, int64_t rows, const Exl2RopeKv* rope = nullptr,
                         const Exl2GemvHandoff* io = nullptr);
+// Tensor-core sets whose input the op before them writes, staged (Exl2MmaStaging), with no
+// staging kernel of their own. mma_serves: whether `ls` (1..3 EXL2 matrices of one K) run at `rows`
+// (not exact) as one tensor-core set.
+bool mma_serves(std::span<const CudaLinear* const> ls, int64_t rows);
+// ys[i] = (rms_norm(x) ⊙ norm_w) · W_iᵀ where mma_serves(ls, rows): the norm kernel writes the set's
+// input. The same values as rms_norm, then run_linears, bit for bit.
+void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x,
+                             const float* norm_w, float eps, std::span<float* const> ys, int64_t rows);
+// A layer's MLP block, x[rows, H] += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ norm_w) ·
+// W_{gate,up}ᵀ, where gate/up and down are tensor-core sets at `rows` (mma_serves): the norm
+// kernel stages gate/up's input and, when gate/up run in several K-slices, their sum kernel
+// stages down's (g and u [rows, I] are then not written). The same values as rms_norm, run_linears
+// and the swiglu + linear + residual pass, bit for bit.
+void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& up, const CudaLinear& down, float* x,
+                    const float* norm_w, float eps, float* g, float* u, int64_t rows);
+
 // A gemv set that can read its input in act-order (Exl2GemvHandoff): EXL2 matrices that share one
 // permutation, of a K divisible by 4 (16-byte rows), at up to k_handoff_max_rows rows (the 1- and 2-row gemv blocks: the 4-row block
 // has no registers to spare for it). Returns that permutation (host copy: permuted row j holds

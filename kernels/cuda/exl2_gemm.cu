@@ -5,6 +5,7 @@
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/mma_staging.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
 namespace exl::cuda {
@@ -798,7 +799,6 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
 
 // ---- exl2_mma: tensor-core products for 3..k_exl2_mma_max_rows activation rows ----------------
 
-constexpr int k_mma_chunk = 128;  // permuted rows per step of a warp: four 32-row blocks, one per quad lane
 constexpr int k_mma_out_stride = 132;
 // exl2_mma_kernel's ring: double buffering. Deeper rings (3, 4, 6 stages) measured no faster at any
 // batch on the H200, and up to 30% slower at 64 rows where they cost resident blocks (BENCHMARKS.md,
@@ -812,14 +812,6 @@ EXL_HD constexpr int mma_slot(int bits, int v) {
   if (bits != 2 && bits != 4 && bits != 8) return v;
   const int p = 16 / bits, per_word = 2 * p, r = v % per_word;
   return per_word * (v / per_word) + 2 * (r % p) + r / p;
-}
-
-// Half index in the activation tile of (row m of MB, permuted row j of the slice, slot p of j's
-// block): chunk-major regions of 64 words per (chunk, row), the lane's 16 bytes for steps 2u and
-// 2u+1 at word 16·(u ⊕ (m & 1)) + 4t, so a quarter warp's B loads touch all 32 banks once.
-__device__ __forceinline__ int mma_x_index(int MB, int m, int j, int p) {
-  const int c = j >> 7, t = (j >> 5) & 3, u = p >> 3;
-  return (((c * MB + m) * 64 + (((u ^ (m & 1)) << 4) | (t << 2) | ((p & 7) >> 1))) << 1) | (p & 1);
 }
 
 // The half2 (q_{2I} − z, q_{2I+1} − z) of a 32-row block of BITS ∈ {3, 5, 6} (exact).
@@ -881,8 +873,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-
-EXL_HD constexpr int mma_chunks(int K) { return (K + k_mma_chunk - 1) / k_mma_chunk; }
 
 // Block (chunk, 8 rows of an MB-row block, job): one thread per permuted row k of the chunk writes
 // its 8 values x[m][perm[k]] (silu(x)·x_up with x_up), saturated to fp16, at their fragment slots; rows past K
@@ -1187,16 +1177,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 // per thread and every slice's load in flight at once (16 at a time): the sum is a round trip or
 // two, where an 8-row block per tile with four outputs per thread was a chain of them (10.9 µs
 // for o at 8 rows against ~3, BENCHMARKS.md, session 20).
-__global__ void __launch_bounds__(k_exl2_gemv_threads)
-    exl2_mma_sum_kernel(const Exl2GemvSet set, int rows, int slices) {
-  allow_dependents();
-  wait_for_inputs();
-  const auto [w, bias, y, part, job, bx] = block_job(set);
-  const int m = int(blockIdx.y), n = bx * k_exl2_gemv_cols_per_block + int(threadIdx.x);
-  if (n >= w.N) return;
-  const size_t zs = size_t(rows) * w.N;
-  const float* p = part + size_t(m) * w.N + n;
-  float sum = bias ? bias[n] : 0.0f;
+// Job `job`'s output n of row m: its K-slices' partial sums in slice order, after the bias.
+__device__ __forceinline__ float mma_slice_sum(const Exl2GemvSet& set, int job, int rows, int slices, int m, int n) {
+  const Exl2GemvJob& jb = set.jobs[job];
+  const size_t zs = size_t(rows) * jb.w.N;
+  const float* p = jb.partials + size_t(m) * jb.w.N + n;
+  float sum = jb.bias ? jb.bias[n] : 0.0f;
   constexpr int kZ = 16;
   for (int z = 0; z < slices; z += kZ) {
     float v[kZ];
@@ -1206,8 +1192,36 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     for (int u = 0; u < kZ; ++u)
       if (z + u < slices) sum += v[u];
   }
+  return sum;
+}
+
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_mma_sum_kernel(const Exl2GemvSet set, int rows, int slices) {
+  allow_dependents();
+  wait_for_inputs();
+  const auto [w, bias, y, part, job, bx] = block_job(set);
+  const int m = int(blockIdx.y), n = bx * k_exl2_gemv_cols_per_block + int(threadIdx.x);
+  if (n >= w.N) return;
+  const float sum = mma_slice_sum(set, job, rows, slices, m, n);
   float& out = y[size_t(m) * w.N + n];
   out = set.residual ? out + sum : sum;
+}
+
+// Block (column tile of gate, row): thread i sums gate's and up's column nb + i as
+// exl2_mma_sum_kernel does and stores silu(gate) · up (as exl2_mma_stage_kernel forms it from
+// them) staged for the next set; the threads past N write its padding rows.
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_mma_sum_swiglu_kernel(const Exl2GemvSet set, int rows, int slices) {
+  allow_dependents();
+  wait_for_inputs();
+  const int m = int(blockIdx.y), n = int(blockIdx.x) * k_exl2_gemv_cols_per_block + int(threadIdx.x);
+  const Exl2MmaStaging& s = set.swiglu_to;
+  if (n >= set.jobs[0].w.N) {
+    if (n < mma_chunks(s.K) * k_mma_chunk) mma_stage_pad(s, m, n);
+    return;
+  }
+  const float g = mma_slice_sum(set, 0, rows, slices, m, n), u = mma_slice_sum(set, 1, rows, slices, m, n);
+  mma_stage_store(s, m, n, g / (1.0f + expf(-g)) * u);
 }
 
 bool g_walk_only = false;
@@ -1287,7 +1301,11 @@ size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
                          bool overlapped, cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
-      set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged)
+      set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
+    return cudaErrorInvalidValue;
+  const Exl2MmaStaging& to = set.swiglu_to;
+  if (to.n_jobs > 0 && (set.n_jobs != 2 || set.residual || set.jobs[1].w.N != set.jobs[0].w.N ||
+                        to.K != set.jobs[0].w.N || to.rows != rows || set.jobs[0].w.K <= k_slice))
     return cudaErrorInvalidValue;
   int tiles = 0, wrows = 0;
   for (int j = 0; j < set.n_jobs; ++j) {
@@ -1312,19 +1330,21 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (e != cudaSuccess) return e;
     }
     __half* const st16 = reinterpret_cast<__half*>(staged);
-    const dim3 sum_grid(grid.y, unsigned(rows));
+    const bool swiglu = to.n_jobs > 0;
+    const dim3 sum_grid(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : grid.y, unsigned(rows));
+    const auto sum = swiglu ? exl2_mma_sum_swiglu_kernel : exl2_mma_sum_kernel;
     if (overlapped) {
-      cudaError_t e = launch_overlapped(stage, stage_grid, dim3(k_mma_chunk), 0, stream, set, x, rows, st16);
+      cudaError_t e = cudaSuccess;
+      if (x) e = launch_overlapped(stage, stage_grid, dim3(k_mma_chunk), 0, stream, set, x, rows, st16);
       if (e == cudaSuccess)
         e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
                               wrows);
-      if (e == cudaSuccess && grid.z > 1)
-        e = launch_overlapped(exl2_mma_sum_kernel, sum_grid, dim3(T), 0, stream, set, rows, int(grid.z));
+      if (e == cudaSuccess && grid.z > 1) e = launch_overlapped(sum, sum_grid, dim3(T), 0, stream, set, rows, int(grid.z));
       return e;
     }
-    stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
+    if (x) stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
     kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
-    if (grid.z > 1) exl2_mma_sum_kernel<<<sum_grid, T, 0, stream>>>(set, rows, int(grid.z));
+    if (grid.z > 1) sum<<<sum_grid, T, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
   switch (mb) {
@@ -1333,6 +1353,11 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     case 32: return launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4>);
     default: return launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8>);
   }
+}
+
+void exl2_mma_stage_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
+                        int32_t* out) {
+  for (int j = 0; j < K; ++j) out[perm[j]] = (j << 5) | mma_slot(groups[group_of_row[j]].bits, j & 31);
 }
 
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream) {

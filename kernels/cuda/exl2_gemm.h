@@ -116,6 +116,21 @@ struct Exl2GemvHandoff {
   double* ssq_out = nullptr;
 };
 
+// A tensor-core set's input as the op that produces it writes it (mma_staging.cuh), so that
+// exl2_mma_set (x null) runs no staging kernel: for every job j, input feature n < K of row r as
+// fp16 (saturated at ±65504) at the permuted row and fragment slot that at[j][n] names ((row << 5)
+// | slot: exl2_mma_stage_map), and zeros at the padding rows [K, 128·⌈K/128⌉) of the last chunk.
+// `staged` holds exl2_mma_staged_bytes(rows, K, n_jobs) bytes.
+struct Exl2MmaStaging {
+  uint16_t* staged = nullptr;
+  const int32_t* at[k_exl2_gemv_max_jobs] = {};
+  int n_jobs = 0, K = 0, rows = 0;
+};
+// at[n] of a matrix (exl2_mma_stage_map's [K] entries, host): the permuted row j = inv_perm[n] and
+// the fragment slot of j in its 32-row block of groups[group_of_row[j]].bits.
+void exl2_mma_stage_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
+                        int32_t* out);
+
 // x_up non-null: the jobs' input is silu(x) ⊙ x_up (same shape as x), formed while gathering.
 // norm_w non-null (x_up null): the input is rms_norm(x) ⊙ norm_w (norm_w [K]), every block
 // reducing its rows of x itself, as the rms_norm kernel does (double sums, the same rounding).
@@ -133,6 +148,10 @@ struct Exl2GemvSet {
   bool exact = true;
   Exl2RopeKv rope;  // not with residual
   Exl2GemvHandoff io;
+  // exl2_mma_set only, n_jobs > 0 (two jobs, gate and up, of equal N, several K-slices, no
+  // residual): the sums go on as silu(gate) ⊙ up staged for the set that reads them (its K = N),
+  // and y is not written.
+  Exl2MmaStaging swiglu_to;
 };
 // Column tiles of an N-column matrix in one gemv launch (kernel and host alike).
 EXL_HD int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
@@ -159,6 +178,8 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
 size_t exl2_mma_smem_bytes(int rows, int wrows);
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
+// x null: `staged` already holds the input, written by its producer (Exl2MmaStaging); no staging
+// kernel runs.
 // overlapped: launch the three kernels overlapped (overlapped_launch.cuh): each may start during
 // the previous kernel's tail, the tensor-core kernel fetching its first weights meanwhile.
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,

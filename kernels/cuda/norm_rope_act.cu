@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/mma_staging.cuh"
 #include "kernels/cuda/norm_rope_act.h"
 #include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/rope_math.cuh"
@@ -33,17 +34,35 @@ __device__ __forceinline__ float block_inv_rms(double ss, int64_t dim, float eps
   return inv_s;
 }
 
+// The thread's part of a row's sum of squares (rms_norm_kernel and rms_norm_stage_kernel alike).
+__device__ __forceinline__ double row_sum_squares(const float* xr, int64_t dim) {
+  double ss = 0;
+#pragma unroll 4
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
+  return ss;
+}
+
 __global__ void __launch_bounds__(k_row_threads)
     rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {
   allow_dependents();
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
-  double ss = 0;
-#pragma unroll 4
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
-  const float inv = block_inv_rms(ss, dim, eps);
+  const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
 #pragma unroll 4
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = w[d] * (xr[d] * inv);
+}
+
+// rms_norm_kernel's values, stored staged for a tensor-core set (with its padding rows) instead.
+__global__ void __launch_bounds__(k_row_threads)
+    rms_norm_stage_kernel(const float* x, const float* __restrict__ w, int64_t dim, float eps, const Exl2MmaStaging s) {
+  allow_dependents();
+  const int r = int(blockIdx.x);
+  const float* xr = x + r * dim;
+  const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
+#pragma unroll 4
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) mma_stage_store(s, r, int(d), w[d] * (xr[d] * inv));
+  for (int k = int(dim) + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += int(blockDim.x))
+    mma_stage_pad(s, r, k);
 }
 
 // x += y, then the rms_norm of the sums (the same float sums are stored and normalised).
@@ -158,6 +177,14 @@ cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t rows, int
                      cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   rms_norm_kernel<<<unsigned(rows), k_row_threads, 0, stream>>>(x, w, y, dim, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t rms_norm_stage(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                           const Exl2MmaStaging& to, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  if (to.n_jobs < 1 || to.K != dim || to.rows != rows || !to.staged) return cudaErrorInvalidValue;
+  rms_norm_stage_kernel<<<unsigned(rows), k_row_threads, 0, stream>>>(x, w, dim, eps, to);
   return cudaGetLastError();
 }
 

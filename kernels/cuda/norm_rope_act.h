@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/paged_attention.h"
 
 #include "kernels/cuda/dense_gemm.h"
@@ -19,6 +20,10 @@ namespace exl::cuda {
 
 cudaError_t rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps,
                      cudaStream_t stream);
+// rms_norm's rows ⊙ w written staged for the tensor-core set that reads them (`to`: K = dim, rows
+// = rows), not as floats.
+cudaError_t rms_norm_stage(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                           const Exl2MmaStaging& to, cudaStream_t stream);
 cudaError_t rope(float* x, int64_t rows, int n_heads, int head_dim, const int32_t* positions, const float* inv_freq,
                  float attn_factor, cudaStream_t stream);
 // rope of q [rows, n_heads·D] and k [rows, n_kv_heads·D] in one launch.

@@ -25,6 +25,8 @@ enum class StepOp : uint8_t {
   linear_residual = 16,
   rms_norm_linears = 17,
   attention_inputs = 18,
+  rms_norm_linears_staged = 19,
+  rms_norm_mlp_residual = 20,
   embedding_of_samples = 31,
 };
 

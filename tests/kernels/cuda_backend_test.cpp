@@ -294,6 +294,67 @@ TEST_F(CudaBackendTest, NormAndResidualFusionsMatchTheSeparateOps) {
   }
 }
 
+TEST_F(CudaBackendTest, StagedNormsAndMlpMatchTheSeparateOpsBitForBit) {
+  // Beyond two rows rms_norm_linears' norm writes the tensor-core kernel's input itself, and
+  // rms_norm_mlp_residual chains gate/up's sums into down's input (cuda_linear.h,
+  // run_mlp_staged): the same fp16 inputs as the staging kernels form, so every output equals the
+  // separate GPU ops' bit for bit; and the CPU's within the fp16 tolerance. Gate/up of several
+  // K-slices (chained) and of one (K = 96, with padding rows past K, and 128), mixed widths,
+  // random act-order, bias, rows on both sides of the tensor-core bottom and past one row block.
+  struct MlpCase {
+    int64_t H, I;
+    std::vector<std::pair<int, int64_t>> g_h, g_i;
+  };
+  uint32_t seed = 2100;
+  for (const MlpCase& c : std::vector<MlpCase>{{1024, 384, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}},
+                                                {{4, 256}, {6, 128}}},
+                                               {96, 160, {{4, 96}}, {{3, 128}, {5, 32}}},
+                                               {128, 256, {{6, 128}}, {{2, 64}, {8, 192}}}}) {
+    auto gate = test::random_exl2(c.H, c.I, c.g_h, seed++, true), up = test::random_exl2(c.H, c.I, c.g_h, seed++);
+    auto down = test::random_exl2(c.I, c.H, c.g_i, seed++);
+    auto pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m), pd = gpu().prepare_linear(down.m);
+    for (int64_t rows : {2, 3, 8, 17, 40, 64, 90}) {
+      SCOPED_TRACE("H=" + std::to_string(c.H) + " rows=" + std::to_string(rows));
+      const auto x = test::random_floats(size_t(rows * c.H), seed++, 3.0f);
+      const auto nw = test::random_floats(size_t(c.H), seed++, 0.1f);
+      Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dtmp = gpu().alloc(x.size() * 4);
+      const size_t ni = size_t(rows * c.I);
+      Buffer dg = gpu().alloc(ni * 4), du = gpu().alloc(ni * 4), dg2 = gpu().alloc(ni * 4), du2 = gpu().alloc(ni * 4);
+      const PreparedLinear* gu[2] = {pg.get(), pu.get()};
+      float* sep[2] = {dg.f32(), du.f32()};
+      float* fused[2] = {dg2.f32(), du2.f32()};
+      gpu().rms_norm(dx.f32(), dnw.f32(), dxn.f32(), rows, c.H, 1e-5f);
+      gpu().linears(gu, dxn.f32(), sep, rows);
+      gpu().rms_norm_linears(gu, dx.f32(), dnw.f32(), dxn.f32(), fused, rows, c.H, 1e-5f, false);
+      const auto g_sep = from_gpu(dg, ni), u_sep = from_gpu(du, ni);
+      const bool staged = rows >= cuda_exl2_mma_min_rows;  // two rows: the gemv, which norms while gathering
+      if (staged) {
+        EXPECT_EQ(from_gpu(dg2, ni), g_sep);
+        EXPECT_EQ(from_gpu(du2, ni), u_sep);
+      }
+
+      std::vector<float> xn(x.size()), g(ni), u(ni), act(ni), t(x.size()), ref = x;
+      cpu::rms_norm(tp_, x.data(), nw.data(), xn.data(), rows, c.H, 1e-5f);
+      cpu::linear_exl2(tp_, gate.m, xn.data(), g.data(), rows);
+      cpu::linear_exl2(tp_, up.m, xn.data(), u.data(), rows);
+      EXPECT_LT(rel_err(g_sep, g), exl2_tol(rows));
+      cpu::swiglu(g.data(), u.data(), act.data(), int64_t(ni));
+      cpu::linear_exl2(tp_, down.m, act.data(), t.data(), rows);
+      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
+
+      Buffer dres = to_gpu(x);
+      gpu().swiglu_linear_residual(*pd, dg.f32(), du.f32(), dres.f32(), dtmp.f32(), rows, c.I, false);
+      const auto res_sep = from_gpu(dres, x.size());
+      Buffer dres2 = to_gpu(x);
+      gpu().rms_norm_mlp_residual({pg.get(), pu.get(), pd.get(), dres2.f32(), dnw.f32(), dxn.f32(), dg2.f32(), du2.f32(),
+                                   dtmp.f32(), rows, c.H, c.I, 1e-5f, false});
+      const auto res_fused = from_gpu(dres2, x.size());
+      if (staged) EXPECT_EQ(res_fused, res_sep);
+      EXPECT_LT(rel_err(res_fused, ref), exl2_tol(rows));
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, DecodeStepHandoffsMatchCpu) {
   // Inside decode steps each op hands its output to the gemv that reads it next in that gemv's
   // act-order (cuda/handoff.h): o projection → gate/up (with the sums of squares the norm needs),
