@@ -17,6 +17,7 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/cuda_device.h"
 #include "cuda_test_support.h"
+#include "speculation_identity.h"
 #include "test_support.h"
 
 namespace exl {
@@ -241,6 +242,14 @@ TEST(CudaStories, SpeculativeVerifyPassesReplayAsGraphsWithTheSameTokens) {
     EXPECT_GE(4 * launches, 3 * steps) << launches << " of " << steps << " verify passes replayed";
     EXPECT_LE(after.multi_graph_captures - mid.multi_graph_captures, steps / 4);
   }
+}
+
+// Prompt lookup on the GPU keeps the greedy tokens: its verify passes run several positions per
+// sequence through the tensor-core kernel and the staged norms, where plain decoding runs the
+// one-row gemv (speculation_identity.h).
+TEST(CudaSpeculation, GreedyTokensAreTheSameOnTheDemoAndExl2RefModels) {
+  EXL_REQUIRE_CUDA();
+  test::expect_speculation_keeps_greedy_tokens([] { return make_cuda_backend(0); });
 }
 
 TEST(CudaStories, PipelinedDecodeRejectsMisuse) {

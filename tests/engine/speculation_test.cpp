@@ -12,6 +12,7 @@
 #include "engine/generate/draft_model.h"
 #include "engine/generate/generator.h"
 #include "engine/generate/grammar_constraint.h"
+#include "speculation_identity.h"
 #include "test_support.h"
 
 namespace exl {
@@ -332,6 +333,10 @@ TEST(DraftModelSpeculation, ADraftOfTheSameModelIsAlwaysAcceptedUnderAGrammarToo
     EXPECT_EQ(drafted.stats.n_accepted, drafted.stats.n_drafted) << grammar;
     EXPECT_LT(drafted.stats.n_decode_passes * 2, drafted.stats.n_generated) << grammar;
   }
+}
+
+TEST(Speculation, GreedyTokensAreTheSameOnTheDemoAndExl2RefModels) {
+  test::expect_speculation_keeps_greedy_tokens([] { return make_cpu_backend(2); });
 }
 
 // A quantized copy drafting for the FP16 model (exl2-ref llama-gqa, random weights): the output
