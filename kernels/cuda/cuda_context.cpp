@@ -79,9 +79,10 @@ Buffer CudaContext::alloc_unrecorded(size_t bytes) const {
          " bytes free): ", cudaGetErrorString(err));
   }
   const int dev = device_;
-  return Buffer(p, bytes, [dev](void* q) {
+  return Buffer(p, bytes, [dev, frees = frees_](void* q) {
     cudaSetDevice(dev);
     cudaFree(q);
+    ++*frees;
   });
 }
 

@@ -5,8 +5,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -88,6 +90,9 @@ class CudaContext {
   // Counts device allocations made through this context; a recorded step graph whose generation
   // differs may point at freed memory.
   uint64_t generation() const { return generation_; }
+  // Counts device buffers of this context freed so far: after a free, an address a reader cached
+  // (as a key) may name another buffer.
+  uint64_t frees() const { return frees_->load(); }
   // Brackets one step that is recorded or captured into a graph (cuda_backend.cpp). Steps stage
   // into two pinned host rings in turn: begin_step switches to the other one, waits until the
   // work queued before the last switch away from it is done (not for the whole stream: the
@@ -129,6 +134,7 @@ class CudaContext {
   size_t ring_used_ = 0;
   std::vector<Buffer> retired_;
   mutable uint64_t generation_ = 0;
+  std::shared_ptr<std::atomic<uint64_t>> frees_ = std::make_shared<std::atomic<uint64_t>>(0);  // buffers may outlive *this
   bool in_step_ = false, capturing_ = false, step_ok_ = true, counters_zeroed_ = false;
   std::vector<Staged> staged_;  // this step's staged arrays
 };

@@ -25,6 +25,7 @@ Handoff::Handoff(CudaContext& ctx) : ctx_(ctx) {
 void Handoff::begin_step() {
   last_ = {};
   reading_ = 0;
+  if (ctx_.frees() != frees_seen_) norm_perm_.clear();  // a norm's address may now hold other weights
   for (const auto& [key, r] : learned_) readers_[key] = r;
   learned_.clear();
   for (const auto& [w, r] : norms_wanted_) {
@@ -38,6 +39,7 @@ void Handoff::begin_step() {
     norm_perm_[key] = {ctx_.upload_new(p), r.perm.inv};
   }
   norms_wanted_.clear();
+  frees_seen_ = ctx_.frees();
 }
 
 Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x, const float* up,

@@ -42,7 +42,9 @@ class Handoff {
   };
 
   // Start of a step: pairs learned during the last step take effect (norm weights permuted for
-  // them, which allocates and waits for the device); no op's output is pending.
+  // them, which allocates and waits for the device); no op's output is pending. Permuted norm
+  // weights are keyed by the source's device address, so after any device buffer was freed they
+  // are all dropped and made again from the weights then at those addresses.
   void begin_step();
   // Reader: `set` reads x (and x_up) at `rows`, normalized with norm_w when non-null. Consumes
   // the previous op's output.
@@ -86,6 +88,7 @@ class Handoff {
   std::map<std::pair<const float*, const int32_t*>, NormPerm> norm_perm_;
   std::vector<std::pair<const float*, Reader>> norms_wanted_;
   Last last_;
+  uint64_t frees_seen_ = 0;  // CudaContext::frees() when norm_perm_ was last known current
   uint32_t reading_ = 0;  // scratch areas the current op reads (bit per area)
   int64_t reads_ = 0;
 };

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_backend.h"
@@ -411,6 +412,53 @@ TEST_F(CudaBackendTest, DecodeStepHandoffsMatchCpu) {
     // Steps 2..4 read three hand-offs each (a step recorded and then captured reads them twice).
     EXPECT_GE(cuda_step_stats(gpu()).handoffs - before, 9);
   }
+}
+
+TEST_F(CudaBackendTest, HandoffNormsFollowNewWeightsAtAFreedAddress) {
+  // A decode step's gate/up read the o projection's hand-off with their norm weights permuted once
+  // and cached by the weights' device address. Each round frees its norm weights and uploads new
+  // ones of the same size (the allocator tends to hand the same address back): every round must
+  // use its own weights, not the cached permutation of an earlier round's.
+  const int64_t H = 256, I = 128;
+  auto o = test::random_exl2(H, H, {{4, 256}}, 3000);
+  auto gate = test::random_exl2(H, I, {{4, 256}}, 3001), up = test::random_exl2(H, I, {{5, 256}}, 3002);
+  up.m.perm = gate.m.perm;
+  auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m);
+  const PreparedLinear* gu[2] = {pg.get(), pu.get()};
+  const auto x0 = test::random_floats(size_t(H), 3003, 2.0f), a = test::random_floats(size_t(H), 3004);
+  Buffer dx = gpu().alloc(size_t(H) * 4), da = to_gpu(a), dxn = gpu().alloc(size_t(H) * 4),
+         dt = gpu().alloc(size_t(H) * 4), dg = gpu().alloc(size_t(I) * 4), du = gpu().alloc(size_t(I) * 4);
+  float* gu_out[2] = {dg.f32(), du.f32()};
+  const int64_t before = cuda_step_stats(gpu()).handoffs;
+  const void* last = nullptr;
+  int reused = 0;
+  for (uint32_t round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    // The norm weights at the last round's (freed) address: allocations are held until one lands there.
+    std::vector<Buffer> held;
+    Buffer dn = gpu().alloc(size_t(H) * 4);
+    for (int i = 0; last && dn.data() != last && i < 256; ++i) held.push_back(std::exchange(dn, gpu().alloc(size_t(H) * 4)));
+    reused += dn.data() == last;
+    last = dn.data();
+    const auto nw = test::random_floats(size_t(H), 3100 + round);
+    std::vector<float> x = x0, t(x0.size()), xn(x0.size()), g(static_cast<size_t>(I));
+    cpu::linear_exl2(tp_, o.m, a.data(), t.data(), 1);
+    cpu::add(x.data(), t.data(), H);
+    cpu::rms_norm(tp_, x.data(), nw.data(), xn.data(), 1, H, 1e-5f);
+    cpu::linear_exl2(tp_, gate.m, xn.data(), g.data(), 1);
+    gpu().upload(dn.data(), nw.data(), nw.size() * 4);
+    for (int step = 0; step < 3; ++step) {
+      gpu().upload(dx.data(), x0.data(), x0.size() * 4);
+      do {
+        gpu().begin_step();
+        gpu().linear_residual(*po, da.f32(), dx.f32(), dt.f32(), 1, false);
+        gpu().rms_norm_linears(gu, dx.f32(), dn.f32(), dxn.f32(), gu_out, 1, H, 1e-5f, false);
+      } while (!gpu().end_step());
+      EXPECT_LT(rel_err(from_gpu(dg, g.size()), g), k_tol_f32) << "step " << step;
+    }
+  }
+  EXPECT_GE(cuda_step_stats(gpu()).handoffs - before, 4) << "later steps of a round read the hand-off";
+  if (reused == 0) GTEST_SKIP() << "the allocator never handed a freed address back: nothing was shown";
 }
 
 TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
