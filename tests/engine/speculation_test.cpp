@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -172,6 +174,60 @@ TEST(Speculation, SampledTokensAreTheSameWithNgram) {
   EXPECT_GT(spec.stats.n_drafted, 0);
   EXPECT_EQ(autod.stats.n_drafted, 0) << "auto does not speculate for sampled jobs";
   EXPECT_EQ(autod.tokens, plain.tokens);
+}
+
+// The sampled tokens' distribution with prompt lookup is the one without: 300 jobs per mode at
+// temperature 1, on disjoint seeds (so that this is a two-sample test, not the per-seed identity
+// above), compared position by position with Pearson's chi-square test of homogeneity at
+// p = 0.001 (categories with fewer than 5 expected draws in either mode pooled; critical values
+// by Wilson–Hilferty). The jobs do draft and accept.
+TEST(Speculation, SampledTokenDistributionsMatchWithoutSpeculation) {
+  EXL_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Stories s;
+  constexpr int kJobs = 300, kPositions = 6;
+  std::vector<std::map<int32_t, int>> counts[2];
+  int64_t drafted = 0, accepted = 0;
+  for (int mode = 0; mode < 2; ++mode) {
+    counts[mode].resize(kPositions);
+    Generator g(*s.model, *s.tok, {});
+    for (int i = 0; i < kJobs; ++i) {
+      Outcome r;
+      GenerationJob j = s.job(k_story, mode ? Speculation::ngram : Speculation::none, &r, 1.0f, kPositions);
+      j.sampling.seed = uint64_t(1000 + mode * kJobs + i);
+      g.submit(std::move(j));
+      g.run_until_idle();
+      ASSERT_TRUE(r.done) << r.error;
+      for (int p = 0; p < kPositions && p < int(r.tokens.size()); ++p) ++counts[mode][size_t(p)][r.tokens[size_t(p)]];
+      if (mode) drafted += r.stats.n_drafted, accepted += r.stats.n_accepted;
+    }
+  }
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(accepted, 0);
+  for (int p = 0; p < kPositions; ++p) {
+    std::map<int32_t, std::pair<int, int>> table;  // token → (count without, count with)
+    int n0 = 0, n1 = 0;
+    for (const auto& [t, c] : counts[0][size_t(p)]) table[t].first = c, n0 += c;
+    for (const auto& [t, c] : counts[1][size_t(p)]) table[t].second = c, n1 += c;
+    ASSERT_GT(n0, 0);
+    ASSERT_GT(n1, 0);
+    std::vector<std::pair<double, double>> cells;  // (observed without, observed with), rare ones pooled
+    std::pair<double, double> pooled{0, 0};
+    for (const auto& [t, c] : table) {
+      const double total = c.first + c.second;
+      if (total * std::min(n0, n1) / double(n0 + n1) < 5) pooled.first += c.first, pooled.second += c.second;
+      else cells.emplace_back(c.first, c.second);
+    }
+    if (pooled.first + pooled.second > 0) cells.push_back(pooled);
+    if (cells.size() < 2) continue;  // one outcome in both modes: nothing to compare
+    double chi2 = 0;
+    for (const auto& [a, b] : cells) {
+      const double total = a + b, e0 = total * n0 / double(n0 + n1), e1 = total * n1 / double(n0 + n1);
+      chi2 += (a - e0) * (a - e0) / e0 + (b - e1) * (b - e1) / e1;
+    }
+    const double df = double(cells.size() - 1), z = 3.0902;  // one-sided 0.999 normal quantile
+    const double crit = df * std::pow(1.0 - 2.0 / (9.0 * df) + z * std::sqrt(2.0 / (9.0 * df)), 3.0);
+    EXPECT_LT(chi2, crit) << "position " << p << ": " << cells.size() << " categories";
+  }
 }
 
 TEST(Speculation, UnderAGrammarWithForcedStretchesTheTokensAreTheSame) {
