@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -153,6 +154,26 @@ TEST(Examples, Batch) {
     }
   }
   EXPECT_EQ(n, schemas.size());
+}
+
+// Issue #23's draft-model pair, rebuilt (examples/demo-model/draft_pair.sh): a larger model of the
+// demo model's family trained for two minutes on the GPU, then the held-out extraction with the
+// committed demo model drafting for it gives the outputs of running it alone, accepting drafts.
+// Needs a CUDA GPU and python3 with PyTorch (the device machine), else skips.
+TEST(Examples, DraftPairRebuiltOnTheGpu) {
+  REQUIRE_DEMO_MODEL();
+  if (std::system("python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs python3 with PyTorch and a CUDA GPU (the target model is trained here)";
+  const auto dir = test::temp_dir("Examples_draft_pair");
+  const ScriptRun r = run_script(examples() / "demo-model" / "draft_pair.sh", "'" + dir.string() + "' 2 16");
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("outputs identical"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(speculation: (\d+) of (\d+) drafted tokens accepted, ([0-9.]+) tokens per forward pass)")))
+      << r.out;
+  EXPECT_GT(std::stoll(m[1]), 0) << "the demo model's drafts are accepted";
+  EXPECT_GT(std::stod(m[3]), 1.5) << "several tokens per pass of the larger model";
 }
 
 // The demo model was trained on get_weather calls (examples/demo-model/gen_data.py): unscripted, it
