@@ -190,23 +190,7 @@ TEST(CudaStories, PipelinedDecodeMatchesStepByStepAndTheGenerator) {
   }
 }
 
-// Greedy tokens of one job of `prompt` on `g` (which runs it to the end), with its stats.
-std::vector<int32_t> greedy_job(Generator& g, const Tokenizer& tok, const std::string& prompt, Speculation sp,
-                                GenerationStats* stats) {
-  std::vector<int32_t> out;
-  GenerationJob j;
-  j.prompt = tok.encode(prompt, true);
-  j.sampling.temperature = 0;
-  j.max_new_tokens = 200;
-  j.speculate = sp;
-  j.on_event = [&](const GenerationEvent& e) {
-    if (e.type == GenerationEvent::Type::token) out.push_back(e.token);
-    else *stats = e.stats;
-  };
-  g.submit(std::move(j));
-  g.run_until_idle();
-  return out;
-}
+using test::greedy_job;
 
 // Prompt lookup on the GPU: the verify passes (several positions of the sequence) run as step
 // graphs once their shape has come back, and the greedy tokens are those of one token per pass.

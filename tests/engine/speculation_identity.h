@@ -20,6 +20,27 @@
 
 namespace exl::test {
 
+// Greedy tokens of one job of `prompt` on `g` (which runs it to the end), with its stats; `mask`:
+// the job's grammar, if any.
+inline std::vector<int32_t> greedy_job(Generator& g, const Tokenizer& tok, const std::string& prompt, Speculation sp,
+                                       GenerationStats* stats, int max_new_tokens = 200,
+                                       std::shared_ptr<LogitsMaskHook> mask = nullptr) {
+  std::vector<int32_t> out;
+  GenerationJob j;
+  j.prompt = tok.encode(prompt, true);
+  j.sampling.temperature = 0;
+  j.max_new_tokens = max_new_tokens;
+  j.speculate = sp;
+  j.mask = std::move(mask);
+  j.on_event = [&](const GenerationEvent& e) {
+    if (e.type == GenerationEvent::Type::token) out.push_back(e.token);
+    else *stats = e.stats;
+  };
+  g.submit(std::move(j));
+  g.run_until_idle();
+  return out;
+}
+
 inline void expect_speculation_keeps_greedy_tokens(const std::function<std::unique_ptr<Backend>()>& make_backend) {
   if (!std::filesystem::exists(shared_dir() / "data/exl2-ref/llama-gqa/exl2-4.0bpw/output.safetensors"))
     GTEST_SKIP() << "../shared/data/exl2-ref is absent";
@@ -54,20 +75,8 @@ inline void expect_speculation_keeps_greedy_tokens(const std::function<std::uniq
     Generator g(model, *tok, o);
     for (bool grammar : {false, true}) {
       auto run = [&](Speculation sp, GenerationStats* stats) {
-        std::vector<int32_t> out;
-        GenerationJob j;
-        j.prompt = tok->encode(*c.prompt, true);
-        j.sampling.temperature = 0;
-        j.max_new_tokens = 96;
-        j.speculate = sp;
-        if (grammar) j.mask = make_grammar_constraint(compile_regex_for(c.pattern, *tok), *tok);
-        j.on_event = [&](const GenerationEvent& e) {
-          if (e.type == GenerationEvent::Type::token) out.push_back(e.token);
-          else *stats = e.stats;
-        };
-        g.submit(std::move(j));
-        g.run_until_idle();
-        return out;
+        return greedy_job(g, *tok, *c.prompt, sp, stats, 96,
+                          grammar ? make_grammar_constraint(compile_regex_for(c.pattern, *tok), *tok) : nullptr);
       };
       GenerationStats plain_stats, spec_stats;
       const auto plain = run(Speculation::none, &plain_stats);
