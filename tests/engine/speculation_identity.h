@@ -1,7 +1,7 @@
 // Greedy decoding with and without prompt lookup, token for token, on the committed demo model
-// (trained; with and without a JSON-like grammar) and the exl2-ref models (random weights, EXL2
-// from ExLlamaV2's converter; with and without a regex grammar), on the backend that
-// `make_backend` returns (the CPU's in speculation_test.cpp, CUDA's in model_cuda_test.cpp).
+// (trained; with and without a JSON-like grammar), stories260K and the exl2-ref models (random
+// weights, EXL2 from ExLlamaV2's converter; both with and without a regex grammar), on the backend
+// that `make_backend` returns (the CPU's in speculation_test.cpp, CUDA's in model_cuda_test.cpp).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -60,6 +60,8 @@ inline void expect_speculation_keeps_greedy_tokens(const std::function<std::uniq
   const std::filesystem::path ref = shared_dir() / "data/exl2-ref";
   const std::vector<Case> cases = {
       {demo, &document, "\\{\"vendor\": \"[A-Za-z .,]{1,40}\", \"total\": [0-9]{1,6}\\.[0-9]{2}\\}"},
+      {shared_dir() / "models/stories260K-hf", &story,
+       "( there was a (little|big) (girl|boy|dog) named [A-Z][a-z]{2,8}\\.){2}"},
       {ref / "llama-gqa/exl2-4.0bpw", &story, "( there was a (little|big) (girl|boy|dog) named [A-Z][a-z]{2,8}\\.){2}"},
       {ref / "qwen2-bias/exl2-4.0bpw", &story, "( there was a (little|big) (girl|boy|dog) named [A-Z][a-z]{2,8}\\.){2}"},
       {ref / "llama3-rope/exl2-4.0bpw", &story, "( there was a (little|big) (girl|boy|dog) named [A-Z][a-z]{2,8}\\.){2}"}};
