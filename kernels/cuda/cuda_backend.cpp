@@ -303,11 +303,7 @@ class CudaBackend final : public Backend {
     float* outs[3] = {a.q, a.k, a.v};
     cuda::run_linears_normed(ctx_, ls, in.ok ? in.x : a.x, in.ok ? in.norm_w : a.norm_w, a.eps, outs, a.rows, &r,
                              &in.io);
-    if (prof_.enabled()) {
-      double bytes = 0;
-      for (const auto* l : ls) bytes += double(l->weight_bytes);
-      prof_.end(ctx_.stream(), cat("rms_norm + q/k/v + rope + kv_write rows ", a.rows), bytes);
-    }
+    if (prof_.enabled()) prof_.end(ctx_.stream(), cat("rms_norm + q/k/v + rope + kv_write rows ", a.rows), set_bytes(ls));
   }
 
   void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
@@ -382,9 +378,9 @@ class CudaBackend final : public Backend {
     if (rows == 0 || ws.empty()) return;
     std::vector<const cuda::CudaLinear*> ls;
     for (const auto* w : ws) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
-    if (!cuda::fuse_norm(ls, rows) || ls[0]->in_features != dim || ys.size() != ls.size()) {
-      if (exact || !staged_inputs_ || ls[0]->in_features != dim || ys.size() != ls.size() ||
-          !cuda::mma_serves(ls, rows))
+    const bool shape_ok = ls[0]->in_features == dim && ys.size() == ls.size();
+    if (!shape_ok || !cuda::fuse_norm(ls, rows)) {
+      if (!shape_ok || exact || !staged_inputs_ || !cuda::mma_serves(ls, rows))
         return Backend::rms_norm_linears(ws, x, norm_w, xn, ys, rows, dim, eps, exact);
       handoff_.other();
       steps_.note(StepOp::rms_norm_linears_staged, x, norm_w, rows, dim, eps, ls.size());
@@ -603,14 +599,15 @@ class CudaBackend final : public Backend {
   void note_handoff(const cuda::Handoff::In& in, const cuda::Handoff::Out& out) {
     steps_.note(in.ok, in.x, in.up, in.norm_w, in.io.ssq, out.inv_perm, out.x, out.up, out.ssq);
   }
-  // A fused linear launch once its op is noted: notes the handoff; then, unless the step is being
-  // recorded, makes the context current, starts the profiler, sets io from the handoff (what the
-  // launch reads, its inverse permutation and first output) and returns true.
+  // Weight bytes one pass over the set reads (for the profiler's bandwidth).
   static double set_bytes(std::span<const cuda::CudaLinear* const> ls) {
     double bytes = 0;
     for (const auto* l : ls) bytes += double(l->weight_bytes);
     return bytes;
   }
+  // A fused linear launch once its op is noted: notes the handoff; then, unless the step is being
+  // recorded, makes the context current, starts the profiler, sets io from the handoff (what the
+  // launch reads, its inverse permutation and first output) and returns true.
   bool start_fused(const cuda::Handoff::In& hin, const cuda::Handoff::Out& hout, cuda::Exl2GemvHandoff& io) {
     note_handoff(hin, hout);
     if (steps_.recording()) return false;

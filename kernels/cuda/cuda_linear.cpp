@@ -380,10 +380,9 @@ struct SetLaunch {
 SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
                    const GemvInput& in) {
   const int K = set[0]->view().K;
-  int64_t n_total = 0, tiles = 0;
+  int64_t n_total = 0;
   int64_t largest = 0;  // weights of the set's largest matrix: the top set_max_rows() admitted it under
-  for (const auto* l : set)
-    n_total += l->view().N, tiles += exl2_gemv_tiles(l->view().N), largest = std::max(largest, int64_t(l->view().N) * K);
+  for (const auto* l : set) n_total += l->view().N, largest = std::max(largest, int64_t(l->view().N) * K);
   SetLaunch r;
   bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows(largest) &&
              rows <= exl2_mma_max_rows(largest) && !in.norm_w && !in.rope &&

@@ -901,7 +901,7 @@ __global__ void __launch_bounds__(k_mma_chunk)
     if (k < w.K && m < mc) {
       const size_t at = size_t(m0 + m) * w.K + src;
       v[r] = x[at];
-      if (set.x_up) v[r] = v[r] / (1.0f + expf(-v[r])) * set.x_up[at];
+      if (set.x_up) v[r] = silu_times(v[r], set.x_up[at]);
       v[r] = fminf(fmaxf(v[r], -65504.0f), 65504.0f);
     }
   }
@@ -1221,7 +1221,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
     return;
   }
   const float g = mma_slice_sum(set, 0, rows, slices, m, n), u = mma_slice_sum(set, 1, rows, slices, m, n);
-  mma_stage_store(s, m, n, g / (1.0f + expf(-g)) * u);
+  mma_stage_store(s, m, n, silu_times(g, u));
 }
 
 bool g_walk_only = false;

@@ -31,6 +31,10 @@ EXL_HD size_t mma_staged_index(int rows, int K, int job, int r, int j, int p) {
          size_t(mma_x_index(mb, r - yb * mb, j, p));
 }
 
+// silu(g) · u as every staged MLP input forms it (the staging kernel and the gate/up sums alike,
+// so that both give the same bits).
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // Value v of input feature n (< s.K) of row r, saturated to fp16, for every job of s.
 __device__ __forceinline__ void mma_stage_store(const Exl2MmaStaging& s, int r, int n, float v) {
   const __half h = __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f));
