@@ -34,7 +34,7 @@ void validate(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int pa
 
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
                         int window, int target_blocks, int min_part, bool decode_ok, int decode_part,
-                        int decode_max_positions) {
+                        int decode_max_positions, int rows_per_work) {
   min_part = std::max(k_attn_tile, min_part / k_attn_tile * k_attn_tile);
   validate(seqs, n_heads, n_kv_heads, page_size, num_pages);
   const bool few = std::all_of(seqs.begin(), seqs.end(), [&](const SeqAttn& s) { return s.n_tokens <= decode_max_positions; });
@@ -45,14 +45,14 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
       else
         for (int64_t t = 0; t < s.n_tokens; ++t) rows.push_back({s.token_begin + t, 1, s.pos_start + t, s.page_table});
     return plan_attention(rows, n_heads, n_kv_heads, page_size, num_pages, window, target_blocks, min_part, decode_ok,
-                          decode_part, 1);
+                          decode_part, 1, rows_per_work);
   }
   const int group = n_heads / n_kv_heads;
   AttnPlan plan;
   int64_t base_blocks = 0, max_ctx = 0, n_tokens = 0;
   for (const SeqAttn& s : seqs) {
     if (s.n_tokens == 0) continue;
-    base_blocks += n_kv_heads * ceil_div(s.n_tokens * group, k_attn_rows);
+    base_blocks += n_kv_heads * ceil_div(s.n_tokens * group, rows_per_work);
     max_ctx = std::max(max_ctx, s.pos_start + s.n_tokens);
     n_tokens = std::max(n_tokens, s.token_begin + s.n_tokens);
   }
@@ -112,9 +112,9 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
     if (plan.decode) continue;  // attention_decode's grid covers the sequences itself
     const int64_t rows = s.n_tokens * group;
     for (int h = 0; h < n_kv_heads; ++h)
-      for (int64_t r0 = 0; r0 < rows; r0 += k_attn_rows) {
+      for (int64_t r0 = 0; r0 < rows; r0 += rows_per_work) {
         const int64_t pos_first = s.pos_start + r0 / group;
-        const int64_t pos_last = s.pos_start + (std::min(rows, r0 + k_attn_rows) - 1) / group;
+        const int64_t pos_last = s.pos_start + (std::min(rows, r0 + rows_per_work) - 1) / group;
         const int64_t lo = window > 0 ? std::max<int64_t>(0, pos_first - window + 1) : 0;
         const int64_t p_begin = plan.direct || all_parts ? 0 : lo / plan.part_size;
         const int64_t p_end = plan.direct ? 0 : all_parts ? plan.max_parts - 1 : pos_last / plan.part_size;

@@ -57,10 +57,12 @@ inline constexpr int k_attn_min_pages = 16;
 // does: with attention_decode where it serves, else with the tiled kernel's one-row blocks
 // (H200, demo model, head_dim 64: 19 µs per call for 2–6 positions in one sequence's blocks,
 // 12.7 µs for one).
+// `rows_per_work`: query rows per AttnWork (k_attn_rows for the tiled kernel, k_flash_rows for
+// flash_attention.h's).
 inline constexpr int64_t k_attn_decode_short_below = 64;
 inline constexpr int k_attn_decode_max_positions = 16;
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
                         int window, int target_blocks, int min_part = k_attn_min_part, bool decode_ok = false,
-                        int decode_part = 0, int decode_max_positions = 1);
+                        int decode_part = 0, int decode_max_positions = 1, int rows_per_work = k_attn_rows);
 
 }  // namespace exl::cuda

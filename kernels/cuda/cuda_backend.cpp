@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_prefill_attention.h"
 #include "kernels/cuda/cuda_sampler.h"
 #include "kernels/cuda/dense_gemm.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/handoff.h"
 #include "kernels/cuda/norm_rope_act.h"
 #include "kernels/cuda/op_profiler.h"
@@ -488,6 +489,12 @@ class CudaBackend final : public Backend {
 
   void attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                  int n_heads, float scale, int sliding_window) override;
+  // Long prompts on an fp16 cache: flash_attention.h's kernel, queued op by op.
+  void flash_attention(const CudaKvPool& p, const cuda::KvDeviceLayout& dl, const float* q, float* out,
+                       std::span<const SeqAttn> seqs, int n_heads, float scale, int sliding_window);
+  // a's partials area (paged_attention.h) for a split plan, from the scratch that grows in whole
+  // powers of two from 1 MiB (so that step graphs are captured anew rarely).
+  void set_partials(cuda::AttnArgs& a, const cuda::AttnPlan& plan, int head_dim);
 
   bool sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
                    std::span<int32_t> out) override {
@@ -632,6 +639,11 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");
     return e && std::string(e) == "0";
   }();
+  // EXL_CUDA_FLASH_ATTN=0 keeps long prompts on fp16 caches on the cuBLAS path (for comparisons).
+  bool flash_attn_ = [] {
+    const char* e = std::getenv("EXL_CUDA_FLASH_ATTN");
+    return !(e && std::string(e) == "0");
+  }();
   // EXL_CUDA_PREFILL_ATTN_MIN=N: the cuBLAS path from N tokens per sequence (for comparisons).
   int64_t prefill_attn_min_tokens_ = [] {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN_MIN");
@@ -675,6 +687,49 @@ size_t pack(std::vector<int32_t>& buf, const std::vector<T>& v) {
   return off;
 }
 
+void CudaBackend::set_partials(cuda::AttnArgs& a, const cuda::AttnPlan& plan, int head_dim) {
+  const size_t n_part_rows = size_t(plan.n_tokens) * size_t(a.n_heads) * size_t(plan.max_parts);
+  const int64_t need = int64_t(n_part_rows * (2 + size_t(head_dim)) * 4);
+  const size_t bytes = size_t(pow2_ceil(std::max<int64_t>(int64_t(1) << 20, need)));
+  auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, bytes));
+  a.part_max = base;
+  a.part_sum = base + n_part_rows;
+  a.part_acc = base + 2 * n_part_rows;
+}
+
+void CudaBackend::flash_attention(const CudaKvPool& p, const cuda::KvDeviceLayout& dl, const float* q, float* out,
+                                  std::span<const SeqAttn> seqs, int n_heads, float scale, int sliding_window) {
+  const KvLayout& L = p.layout;
+  const cuda::AttnPlan plan =
+      cuda::plan_attention(seqs, n_heads, L.n_kv_heads, L.page_size, p.num_pages, sliding_window,
+                           2 * ctx_.sm_count(), cuda::k_flash_min_part, false, 0, 1, cuda::k_flash_rows);
+  if (plan.works.empty()) return;
+  std::vector<int32_t> meta;
+  const size_t o_seqs = pack(meta, plan.seqs), o_pages = pack(meta, plan.pages), o_works = pack(meta, plan.works),
+               o_pos = pack(meta, plan.token_pos);
+  const auto* d_meta = static_cast<const int32_t*>(ctx_.stage(meta));
+  cuda::AttnArgs a;
+  a.pool = static_cast<const uint8_t*>(p.mem.data());
+  a.layout = dl;
+  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + o_seqs);
+  a.pages = d_meta + o_pages;
+  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + o_works);
+  a.n_works = int(plan.works.size());
+  a.q = q;
+  a.out = out;
+  a.n_heads = n_heads;
+  a.scale = scale;
+  a.window = sliding_window;
+  a.part_size = plan.part_size;
+  a.direct = plan.direct;
+  a.max_parts = plan.max_parts;
+  if (!plan.direct) set_partials(a, plan, L.head_dim);
+  prof_.begin(ctx_.stream());
+  EXL_CUDA_CHECK(cuda::flash_attention(a, ctx_.stream()));
+  if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + o_pos, plan.n_tokens, ctx_.stream()));
+  if (prof_.enabled()) prof_.end(ctx_.stream(), cat("attention prefill (flash) rows ", plan.n_tokens));
+}
+
 void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float* out, std::span<const SeqAttn> seqs,
                             int n_heads, float scale, int sliding_window) {
   const auto& p = checked_pool(pool);
@@ -707,6 +762,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     handoff_.other();
     steps_.forbid_capture();
     if (steps_.recording()) return;
+    const cuda::KvDeviceLayout dl = device_layout(L, layer);
+    if (flash_attn_ && cuda::flash_attention_serves(dl))
+      return flash_attention(p, dl, q, out, seqs, n_heads, scale, sliding_window);
     prof_.begin(ctx_.stream());
     for (const SeqAttn& s : seqs) {
       const int64_t n_pages = (s.pos_start + s.n_tokens + L.page_size - 1) / L.page_size;
@@ -716,7 +774,9 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                               {s.token_begin, s.n_tokens, s.pos_start, static_cast<const int32_t*>(d_pages)},
                               quantized);
     }
-    prof_.end(ctx_.stream(), quantized ? "attention prefill (cuBLAS, exact)" : "attention prefill (cuBLAS)");
+    if (prof_.enabled())
+      prof_.end(ctx_.stream(), cat(quantized ? "attention prefill (cuBLAS, exact) rows " : "attention prefill (cuBLAS) rows ",
+                                   plan.n_tokens));
     return;
   }
   if (!reuse) {
@@ -745,16 +805,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   a.part_size = plan.part_size;
   a.direct = plan.direct;
   a.max_parts = plan.max_parts;
-  if (!plan.direct) {
-    const size_t n_part_rows = size_t(plan.n_tokens) * size_t(n_heads) * size_t(plan.max_parts);
-    // Whole powers of two from 1 MiB, so that the area grows (and step graphs are captured anew) rarely.
-    const int64_t need = int64_t(n_part_rows * (2 + size_t(L.head_dim)) * 4);
-    const size_t bytes = size_t(pow2_ceil(std::max<int64_t>(int64_t(1) << 20, need)));
-    auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, bytes));
-    a.part_max = base;
-    a.part_sum = base + n_part_rows;
-    a.part_acc = base + 2 * n_part_rows;
-  }
+  if (!plan.direct) set_partials(a, plan, L.head_dim);
   const cuda::Handoff::Out hout = handoff_.produce({&pool, layer}, out, nullptr, int64_t(n_heads) * L.head_dim,
                                                    plan.n_tokens, plan.decode);
   a.out_perm = hout.x;
@@ -775,7 +826,8 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
     EXL_CUDA_CHECK(cuda::attention(a, ctx_.stream()));
   if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + st.o_pos, plan.n_tokens, ctx_.stream()));
   if (prof_.enabled())
-    prof_.end(ctx_.stream(), cat("attention ", plan.n_tokens == int(seqs.size()) ? "decode" : "prefill", " (with staging)"));
+    prof_.end(ctx_.stream(), cat("attention ", plan.n_tokens == int(seqs.size()) ? "decode" : "prefill", " (with staging) rows ",
+                                 plan.n_tokens));
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 
 namespace exl::cuda {
 
-// A batch takes the cuBLAS path (every cache format; exact for q8/q4 caches, see
-// prefill_attention.h) when each sequence has at least k_prefill_attn_min_tokens new tokens and
+// A batch takes a long-prompt path — flash_attention.h's kernel for fp16 caches with head_dim 64
+// or 128, else cuBLAS (every cache format; exact for q8/q4 caches, see prefill_attention.h) —
+// when each sequence has at least k_prefill_attn_min_tokens new tokens and
 // its keys times the query width (heads × head_dim) reach k_prefill_attn_min_work. Below that,
 // the path's fixed cost (an fp16 copy of the whole context, pointer arrays, several launches per
 // chunk) is more than the tiled kernel's whole time. H200, BENCHMARKS.md session 22: the demo

@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_prefill_attention.h"
 #include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/exl2_gemm.h"
+#include "kernels/cuda/flash_attention.h"
 #endif
 
 namespace exl {
@@ -987,7 +988,8 @@ TEST_F(CudaBackendTest, AttentionFewPositionsPerSequenceMatchCpu) {
 }
 
 TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
-  // Every sequence served by the cuBLAS path (prefill_attention_serves): fp16 queries and
+  // Every sequence served by the long-prompt paths (prefill_attention_serves): fp16 caches with
+  // head_dim 64 or 128 on flash_attention.h's kernel, the others through cuBLAS — fp16 queries and
   // probabilities for f32/fp16 caches, split-fp16 operands (fp32-level precision) for q8/q4 caches.
   uint32_t seed = 500;
   for (KvFormat fmt : {KvFormat::f32, KvFormat::fp16, KvFormat::q8, KvFormat::q4})
@@ -1000,6 +1002,21 @@ TEST_F(CudaBackendTest, AttentionLargePrefillUsesTensorCorePath) {
     }
   // One short sequence keeps the whole batch on the paged kernel (fp32 everywhere).
   attention_case(gpu(), tp_, KvFormat::q8, 64, 8, 2, 50, {{0, 600}, {10, 3}}, 16, seed++);
+}
+
+TEST_F(CudaBackendTest, AttentionFlashKernelOnFp16CachesMatchesCpu) {
+  // Long prompts on fp16 caches with head_dim 64 or 128 take flash_attention.h's kernel: a suffix
+  // on a long cached prefix (a plan split over partitions, merged by attention_combine), several
+  // sequences of different lengths, groups of 1 to 8 query heads per kv head, rows that do not
+  // fill the last 64-row block, page sizes, windows that start inside a partition or cover it.
+  // Whole prompts whose rows fill the device (direct plans) are AttentionLargePrefillUsesTensorCorePath's.
+  uint32_t seed = 2600;
+  for (int window : {0, 37, 300})
+    for (auto [D, NH, KVH] : std::vector<std::tuple<int, int, int>>{{128, 32, 8}, {128, 8, 8}, {64, 12, 2}}) {
+      attention_case(gpu(), tp_, KvFormat::fp16, D, NH, KVH, window, {{1000, 64}}, 16, seed++, k_tol_f16);
+      attention_case(gpu(), tp_, KvFormat::fp16, D, NH, KVH, window, {{0, 200}, {600, 70}}, 64, seed++, k_tol_f16);
+      attention_case(gpu(), tp_, KvFormat::fp16, D, NH, KVH, window, {{2100, 65}}, 256, seed++, k_tol_f16);
+    }
 }
 
 TEST_F(CudaBackendTest, AttentionRejectsBadPageTables) {
@@ -1059,32 +1076,41 @@ TEST(CudaPrefillAttention, TheCublasPathServesLongPromptsOfWideModels) {
 }
 
 TEST(CudaAttentionPlan, PartitionsCoverEveryRowsWindow) {
+  // For the tiled kernel's 16-row works and flash_attention.h's 64-row ones.
   std::vector<std::vector<int32_t>> tables = {std::vector<int32_t>(40, 0), std::vector<int32_t>(40, 1),
                                               std::vector<int32_t>(40, 2)};
-  for (int window : {0, 100}) {
-    const std::vector<SeqAttn> seqs = {{0, 1, 2000, tables[0]}, {1, 5, 900, tables[1]}, {6, 0, 10, tables[2]}};
-    const int NH = 8, KVH = 2, group = 4;
-    const auto plan = cuda::plan_attention(seqs, NH, KVH, 64, 3, window, 264);
-    ASSERT_FALSE(plan.direct);
-    EXPECT_EQ(plan.part_size % cuda::k_attn_tile, 0);
-    EXPECT_GE(plan.part_size, cuda::k_attn_min_part);
-    EXPECT_EQ(plan.n_tokens, 6);
-    EXPECT_EQ(plan.token_pos, (std::vector<int32_t>{2000, 900, 901, 902, 903, 904}));
-    for (size_t s = 0; s < seqs.size(); ++s)
-      for (int h = 0; h < KVH; ++h)
-        for (int64_t r = 0; r < seqs[s].n_tokens * group; ++r) {
-          const int64_t pos = seqs[s].pos_start + r / group;
-          const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-          for (int64_t p = lo / plan.part_size; p <= pos / plan.part_size; ++p) {
-            int covered = 0;
-            for (const auto& w : plan.works)
-              covered += w.seq == int(s) && w.kv_head == h && w.part == p && r >= w.row_begin &&
-                         r < w.row_begin + cuda::k_attn_rows;
-            EXPECT_EQ(covered, 1) << "seq " << s << " head " << h << " row " << r << " part " << p;
+  for (int rows_per_work : {cuda::k_attn_rows, cuda::k_flash_rows})
+    for (int window : {0, 100}) {
+      const std::vector<SeqAttn> seqs = {{0, 1, 2000, tables[0]}, {1, 70, 900, tables[1]}, {71, 0, 10, tables[2]}};
+      const int NH = 8, KVH = 2, group = 4;
+      const auto plan = cuda::plan_attention(seqs, NH, KVH, 64, 3, window, 264, cuda::k_attn_min_part, false, 0, 1,
+                                             rows_per_work);
+      ASSERT_FALSE(plan.direct);
+      EXPECT_EQ(plan.part_size % cuda::k_attn_tile, 0);
+      EXPECT_GE(plan.part_size, cuda::k_attn_min_part);
+      EXPECT_EQ(plan.n_tokens, 71);
+      std::vector<int32_t> pos_want = {2000};
+      for (int t = 0; t < 70; ++t) pos_want.push_back(900 + t);
+      EXPECT_EQ(plan.token_pos, pos_want);
+      for (size_t s = 0; s < seqs.size(); ++s)
+        for (int h = 0; h < KVH; ++h)
+          for (int64_t r = 0; r < seqs[s].n_tokens * group; ++r) {
+            const int64_t pos = seqs[s].pos_start + r / group;
+            const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+            for (int64_t p = lo / plan.part_size; p <= pos / plan.part_size; ++p) {
+              int covered = 0;
+              for (const auto& w : plan.works)
+                covered += w.seq == int(s) && w.kv_head == h && w.part == p && r >= w.row_begin &&
+                           r < w.row_begin + rows_per_work;
+              EXPECT_EQ(covered, 1) << "seq " << s << " head " << h << " row " << r << " part " << p << " rows "
+                                    << rows_per_work;
+            }
           }
-        }
-    for (const auto& w : plan.works) EXPECT_LT(w.part, plan.max_parts);
-  }
+      for (const auto& w : plan.works) {
+        EXPECT_LT(w.part, plan.max_parts);
+        EXPECT_EQ(w.row_begin % rows_per_work, 0);
+      }
+    }
 }
 
 TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {

@@ -3,7 +3,7 @@
 // (ucontext + _setjmp); __syncthreads, __syncwarp, shuffles, votes and mma.sync are barriers among
 // the live threads of the block or warp. fp16 arithmetic rounds once, to nearest even, as the
 // hardware's. Inline PTX arrives as calls of emu::asm_<opcode> (gen.py): lop3.b32, prefetch
-// (a no-op), atom.add.u32 and mma.sync m16n8k16 f16→f32, the last with the fragment layouts of the
+// (a no-op), atom.add.u32, ldmatrix.x4 (.trans) and mma.sync m16n8k16 f16→f32, the last with the fragment layouts of the
 // PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type") and exact products summed
 // in double. Device memory is host memory; streams are one in-order queue run at once, stream
 // capture records launches and async copies for graph replay; events are no-ops; cuBLAS GEMMs are
@@ -33,6 +33,7 @@
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -52,6 +53,7 @@ struct float2 {
   float x, y;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 typedef enum cudaError {
@@ -463,6 +465,38 @@ inline void asm_cp_async_wait_group(unsigned n) {
 inline void asm_atom_acq_rel_gpu_global_add_u32(unsigned& d, unsigned* p, unsigned v) {
   d = *p;
   *p += v;
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 {r0..r3}, [addr] (shared addresses are
+// offsets into the dynamic shared memory): lane l gives the address of row l % 8 (16 bytes) of
+// matrix l / 8; lane l receives in r_i, low half first, matrix i's row l / 4 at columns
+// 2(l % 4), 2(l % 4) + 1, or with .trans its rows 2(l % 4), 2(l % 4) + 1 at column l / 4.
+inline std::vector<unsigned> ldmatrix_addr;
+inline void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, unsigned addr, bool trans) {
+  const unsigned t = cur->lin, w = t / 32, lane = t % 32;
+  if (warp_live[w] != 32) unsupported("ldmatrix with fewer than 32 live threads in the warp");
+  if (ldmatrix_addr.size() < warp_live.size() * 32) ldmatrix_addr.resize(warp_live.size() * 32);
+  ldmatrix_addr[t] = addr;
+  warp_sync();
+  const unsigned g = lane / 4, tg = lane % 4;
+  const auto elem = [&](unsigned m, unsigned row, unsigned col) {
+    uint16_t v;
+    std::memcpy(&v, dyn_smem + ldmatrix_addr[w * 32 + 8 * m + row] + 2 * col, 2);
+    return uint32_t(v);
+  };
+  uint32_t r[4];
+  for (unsigned m = 0; m < 4; ++m)
+    r[m] = trans ? elem(m, 2 * tg, g) | elem(m, 2 * tg + 1, g) << 16 : elem(m, g, 2 * tg) | elem(m, g, 2 * tg + 1) << 16;
+  warp_sync();  // every lane has read before any deposits again
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+inline void asm_ldmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3,
+                                                         unsigned addr) {
+  ldmatrix_x4(r0, r1, r2, r3, addr, false);
+}
+inline void asm_ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                                               uint32_t& r3, unsigned addr) {
+  ldmatrix_x4(r0, r1, r2, r3, addr, true);
 }
 
 struct MmaIn {
