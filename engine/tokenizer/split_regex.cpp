@@ -102,7 +102,10 @@ SplitRegex::SplitRegex(std::string_view pattern) {
   }
   RE2::Options opt;
   opt.set_log_errors(false);
-  opt.set_max_mem(64 << 20);
+  // The Unicode classes make many DFA states: with 64 MiB, RE2's DFA cache refilled so often that
+  // a 4,000-word prompt took 9 ms to split instead of 4.4 (dev box), the bulk of a served
+  // request's time before its prefill (BENCHMARKS.md, session 25). The budget is used lazily.
+  opt.set_max_mem(int64_t(256) << 20);
   re_ = std::make_unique<RE2>(translated_, opt);
   if (!re_->ok()) fail("engine: tokenizer: pre-tokenizer regex '", pattern, "': ", re_->error());
 }
