@@ -86,6 +86,15 @@ std::string translate(std::string_view full, std::string_view p) {
   return out;
 }
 
+// False when `piece` holds an ASCII byte that is not whitespace (so no \s+ run matched it).
+bool maybe_space(std::string_view piece) {
+  for (char c : piece) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80 && !(u == ' ' || (u >= '\t' && u <= '\r'))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 SplitRegex::SplitRegex(std::string_view pattern) {
@@ -119,11 +128,15 @@ void SplitRegex::split(std::string_view text, std::vector<std::string_view>& out
   size_t pos = 0;       // where the next unemitted byte is
   size_t search = 0;    // where to search from (after an empty match it runs ahead of pos)
   re2::StringPiece m[2];
-  const int groups = lookahead_group_ ? 2 : 1;
   while (search < n) {
-    if (!re_->Match(text, search, n, RE2::UNANCHORED, m, groups)) break;
+    // The bounds alone (RE2's DFAs); which alternative matched is asked only of a match that may
+    // be the whitespace group's: no letter, digit or punctuation in it.
+    if (!re_->Match(text, search, n, RE2::UNANCHORED, m, 1)) break;
     size_t start = static_cast<size_t>(m[0].data() - text.data());
     size_t end = start + m[0].size();
+    m[1] = re2::StringPiece();
+    if (lookahead_group_ && end < n && maybe_space(m[0]))
+      re_->Match(text, start, end, RE2::ANCHOR_BOTH, m, 2);
     if (lookahead_group_ && m[1].data() != nullptr && end < n) {
       size_t last = end - 1;
       while (last > start && (static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
