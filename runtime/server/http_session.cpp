@@ -115,6 +115,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     HttpRequest request = to_request(req);
     request.client_gone = [fd = stream_.socket().native_handle()] { return http_peer_has_closed(fd); };
+    read_at_ = std::chrono::steady_clock::now();
     RouteResult r = route(request, *state_);
     if (r.plan) return start_generation(std::move(*r.plan));
     send(std::move(r.response), keep_alive_);
@@ -163,6 +164,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     jobs_.clear();
     jobs_.push_back(state_->generator().submit(std::move(plan.jobs[0])));
+    state_->metrics().observe_preparation(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at_).count());
     waiting_jobs_.assign(std::make_move_iterator(plan.jobs.begin() + 1), std::make_move_iterator(plan.jobs.end()));
     watch_peer();
   }
@@ -282,6 +285,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   unsigned version_ = 11;
 
   std::optional<CompletionWriter> writer_;
+  std::chrono::steady_clock::time_point read_at_;  // the current request's last byte read
   std::shared_ptr<void> plan_admission_;
   std::string endpoint_;
   std::vector<uint64_t> jobs_;               // submitted, by choice

@@ -34,6 +34,11 @@ void Metrics::observe_generation(const GenerationStats& s) {
   if (s.n_generated > 1) itl_.observe(s.decode_s / double(s.n_generated - 1), uint64_t(s.n_generated - 1));
 }
 
+void Metrics::observe_preparation(double seconds) {
+  std::lock_guard lk(mu_);
+  prep_.observe(seconds);
+}
+
 std::string Metrics::render(int64_t running_generations) const {
   std::string out;
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -55,6 +60,8 @@ std::string Metrics::render(int64_t running_generations) const {
   counter("exlagent:spec_accepted_tokens_total", "Drafted tokens emitted as drafted.", accepted_tokens_);
   ttft_.render(out, "exlagent:time_to_first_token_seconds", "Submit to first sampled token.");
   itl_.render(out, "exlagent:inter_token_latency_seconds", "Mean time between generated tokens, per token.");
+  prep_.render(out, "exlagent:request_preparation_seconds",
+               "Generation request read to job submitted (parsing, template, tokenization, grammar).");
   gauge("exlagent:requests_running", "Generations admitted and not finished (queued or running).", running_generations);
   gauge("exlagent:connections_open", "Open HTTP connections.", open_connections.load());
   return out;

@@ -1,6 +1,6 @@
 // Server metrics in Prometheus text format (exposition 0.0.4), names prefixed "exlagent:" after
 // vLLM's families: requests by endpoint and status, prompt / generated / prefix-cache-hit tokens,
-// time-to-first-token and inter-token latency histograms, speculative decoding (decode passes,
+// time-to-first-token, inter-token latency and request preparation histograms, speculative decoding (decode passes,
 // drafted and accepted tokens: tokens per pass = generated / passes), running generations (queue depth) and
 // open connections. Any thread: counters are atomics, histograms take a mutex.
 #pragma once
@@ -21,6 +21,10 @@ class Metrics {
  public:
   void count_request(std::string_view endpoint, int status);
   void observe_generation(const GenerationStats& stats);
+  // A generation request's time from its last byte read to its job's submission (parsing, chat
+  // template, tokenization, grammar compilation): with time_to_first_token, a request's time to
+  // its first token in the server.
+  void observe_preparation(double seconds);
 
   std::atomic<int64_t> open_connections{0};
 
@@ -39,7 +43,7 @@ class Metrics {
   };
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // guarded by mu_
-  Histogram ttft_, itl_;                                      // guarded by mu_
+  Histogram ttft_, itl_, prep_;                               // guarded by mu_
   std::atomic<uint64_t> prompt_tokens_{0}, generated_tokens_{0}, cached_tokens_{0};
   std::atomic<uint64_t> decode_passes_{0}, drafted_tokens_{0}, accepted_tokens_{0};
 };

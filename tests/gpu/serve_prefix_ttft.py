@@ -5,7 +5,7 @@ Starts the server on a model, sends one /v1/completions request whose text promp
 prefix plus a suffix (cold), then several with the same prefix and new suffixes (warm, the
 prefix's pages cached), each non-streamed with max_tokens 1, and prints each request's wall time
 as the client sees it (connect to last byte), the usage the server reports and the server's own
-mean TTFT (submit to first token, from /metrics). The prefix is common words, one token each on
+mean TTFT (submit to first token) and request preparation time (read to submit), from /metrics. The prefix is common words, one token each on
 the llama tokenizers; a first request of the prefix alone measures its token count, and the
 prefix is trimmed to --prefix-tokens (with the bos token) so that whole pages of it are cached.
 
@@ -29,6 +29,10 @@ WORDS = ("the of and to in is was for on that with as by at from his her they th
          "those people how too little state good very make world still own see men work long get here "
          "between both life being under never day same another know while last might great old year "
          "off come since against go came right used take three").split()
+
+
+FAMILIES = {"time_to_first_token": "TTFT (submit to first token)",
+            "request_preparation": "preparation (request read to submit)"}
 
 
 def free_port():
@@ -64,13 +68,13 @@ def first_byte(port, body):
     return first, time.perf_counter() - t0
 
 
-def ttft_metric(port):
-    """(sum, count) of the server's exlagent TTFT histogram (the generator's submit-to-token)."""
+def histogram(port, family):
+    """(sum, count) of one of the server's histograms."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
     vals = {}
     for line in text.splitlines():
-        if line.startswith("#") or "time_to_first_token" not in line:
+        if line.startswith("#") or family not in line:
             continue
         name, _, value = line.rpartition(" ")
         name = name.split("{")[0]
@@ -114,13 +118,13 @@ def main():
         extra = reply["usage"]["prompt_tokens"] - len(words)
         prefix = " ".join(words[:a.prefix_tokens - extra])
         times = []
-        before = ttft_metric(port)
+        before = {f: histogram(port, f) for f in FAMILIES}
         for _ in range(a.warm):
             body = {"prompt": prefix + " " + text(rng, a.suffix_words), "max_tokens": 1, "temperature": 0}
             s, reply = post(port, body)
             print(f"warm {s * 1000:.1f} ms, {usage_text(reply)}")
             times.append(s * 1000)
-        after = ttft_metric(port)
+        after = {f: histogram(port, f) for f in FAMILIES}
         health = []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -135,8 +139,10 @@ def main():
         print("streamed warm requests, first text chunk / end: " +
               ", ".join(f"{f * 1000:.1f} / {e * 1000:.1f} ms" for f, e in streamed if f is not None))
         print(f"warm median {statistics.median(times):.1f} ms, min {min(times):.1f} ms over {len(times)}")
-        if after[1] > before[1]:
-            print(f"server-side TTFT (generator, /metrics): mean {(after[0] - before[0]) / (after[1] - before[1]) * 1000:.1f} ms")
+        for f, what in FAMILIES.items():
+            (s1, n1), (s0, n0) = after[f], before[f]
+            if n1 > n0:
+                print(f"server-side {what} (/metrics): mean {(s1 - s0) / (n1 - n0) * 1000:.2f} ms")
     finally:
         srv.terminate()
         _, err = srv.communicate(timeout=60)

@@ -492,6 +492,7 @@ TEST_F(Router, MetricsCountRequests) {
   s.n_drafted = 9;
   s.n_accepted = 5;
   st->metrics().observe_generation(s);
+  st->metrics().observe_preparation(0.003);
   auto m = route(req("GET", "/metrics"), *st);
   ASSERT_EQ(m.response.status, 200);
   EXPECT_EQ(m.response.content_type.rfind("text/plain; version=0.0.4", 0), 0u);
@@ -504,7 +505,9 @@ TEST_F(Router, MetricsCountRequests) {
                            "exlagent:spec_draft_tokens_total 9\n", "exlagent:spec_accepted_tokens_total 5\n",
                            "exlagent:time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n",
                            "exlagent:time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n",
-                           "exlagent:inter_token_latency_seconds_count 10\n", "exlagent:requests_running 0\n"})
+                           "exlagent:inter_token_latency_seconds_count 10\n", "exlagent:requests_running 0\n",
+                           "exlagent:request_preparation_seconds_bucket{le=\"0.001\"} 0\n",
+                           "exlagent:request_preparation_seconds_bucket{le=\"0.005\"} 1\n"})
     EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
 }
 

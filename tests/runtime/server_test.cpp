@@ -199,6 +199,10 @@ TEST_F(ServerFixture, CompletionsAndModels) {
   Reply metrics = request("GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.body.find("exlagent:requests_total{endpoint=\"/v1/completions\",code=\"200\"}"), std::string::npos);
+  const std::string prep = "exlagent:request_preparation_seconds_count ";  // the completion's preparation
+  const auto at = metrics.body.find(prep);
+  ASSERT_NE(at, std::string::npos) << metrics.body;
+  EXPECT_GE(std::stoll(metrics.body.substr(at + prep.size())), 1);
 }
 
 TEST_F(ServerFixture, BadRequestsThenGoodOnes) {
