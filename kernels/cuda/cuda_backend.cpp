@@ -492,9 +492,12 @@ class CudaBackend final : public Backend {
   // Long prompts on an fp16 cache: flash_attention.h's kernel, queued op by op.
   void flash_attention(const CudaKvPool& p, const cuda::KvDeviceLayout& dl, const float* q, float* out,
                        std::span<const SeqAttn> seqs, int n_heads, float scale, int sliding_window);
-  // a's partials area (paged_attention.h) for a split plan, from the scratch that grows in whole
-  // powers of two from 1 MiB (so that step graphs are captured anew rarely).
-  void set_partials(cuda::AttnArgs& a, const cuda::AttnPlan& plan, int head_dim);
+  // The AttnArgs of `plan`, whose seqs, pages and works were staged at d_meta + o_seqs, o_pages,
+  // o_works (pack), with a split plan's partials area from the scratch that grows in whole powers
+  // of two from 1 MiB (so that step graphs are captured anew rarely).
+  cuda::AttnArgs plan_args(const CudaKvPool& p, const cuda::KvDeviceLayout& dl, const cuda::AttnPlan& plan,
+                           const int32_t* d_meta, size_t o_seqs, size_t o_pages, size_t o_works, const float* q,
+                           float* out, int n_heads, float scale, int window);
 
   bool sample_rows(const float* logits, int64_t vocab, std::span<const RowSampling> rows,
                    std::span<int32_t> out) override {
@@ -687,14 +690,34 @@ size_t pack(std::vector<int32_t>& buf, const std::vector<T>& v) {
   return off;
 }
 
-void CudaBackend::set_partials(cuda::AttnArgs& a, const cuda::AttnPlan& plan, int head_dim) {
-  const size_t n_part_rows = size_t(plan.n_tokens) * size_t(a.n_heads) * size_t(plan.max_parts);
-  const int64_t need = int64_t(n_part_rows * (2 + size_t(head_dim)) * 4);
-  const size_t bytes = size_t(pow2_ceil(std::max<int64_t>(int64_t(1) << 20, need)));
-  auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, bytes));
-  a.part_max = base;
-  a.part_sum = base + n_part_rows;
-  a.part_acc = base + 2 * n_part_rows;
+cuda::AttnArgs CudaBackend::plan_args(const CudaKvPool& p, const cuda::KvDeviceLayout& dl, const cuda::AttnPlan& plan,
+                                      const int32_t* d_meta, size_t o_seqs, size_t o_pages, size_t o_works,
+                                      const float* q, float* out, int n_heads, float scale, int window) {
+  cuda::AttnArgs a;
+  a.pool = static_cast<const uint8_t*>(p.mem.data());
+  a.layout = dl;
+  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + o_seqs);
+  a.pages = d_meta + o_pages;
+  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + o_works);
+  a.n_works = int(plan.works.size());
+  a.q = q;
+  a.out = out;
+  a.n_heads = n_heads;
+  a.scale = scale;
+  a.window = window;
+  a.part_size = plan.part_size;
+  a.direct = plan.direct;
+  a.max_parts = plan.max_parts;
+  if (!plan.direct) {
+    const size_t n_part_rows = size_t(plan.n_tokens) * size_t(n_heads) * size_t(plan.max_parts);
+    const int64_t need = int64_t(n_part_rows * (2 + size_t(dl.head_dim)) * 4);
+    const size_t bytes = size_t(pow2_ceil(std::max<int64_t>(int64_t(1) << 20, need)));
+    auto* base = static_cast<float*>(ctx_.scratch(cuda::Scratch::partials, bytes));
+    a.part_max = base;
+    a.part_sum = base + n_part_rows;
+    a.part_acc = base + 2 * n_part_rows;
+  }
+  return a;
 }
 
 void CudaBackend::flash_attention(const CudaKvPool& p, const cuda::KvDeviceLayout& dl, const float* q, float* out,
@@ -708,22 +731,7 @@ void CudaBackend::flash_attention(const CudaKvPool& p, const cuda::KvDeviceLayou
   const size_t o_seqs = pack(meta, plan.seqs), o_pages = pack(meta, plan.pages), o_works = pack(meta, plan.works),
                o_pos = pack(meta, plan.token_pos);
   const auto* d_meta = static_cast<const int32_t*>(ctx_.stage(meta));
-  cuda::AttnArgs a;
-  a.pool = static_cast<const uint8_t*>(p.mem.data());
-  a.layout = dl;
-  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + o_seqs);
-  a.pages = d_meta + o_pages;
-  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + o_works);
-  a.n_works = int(plan.works.size());
-  a.q = q;
-  a.out = out;
-  a.n_heads = n_heads;
-  a.scale = scale;
-  a.window = sliding_window;
-  a.part_size = plan.part_size;
-  a.direct = plan.direct;
-  a.max_parts = plan.max_parts;
-  if (!plan.direct) set_partials(a, plan, L.head_dim);
+  const cuda::AttnArgs a = plan_args(p, dl, plan, d_meta, o_seqs, o_pages, o_works, q, out, n_heads, scale, sliding_window);
   prof_.begin(ctx_.stream());
   EXL_CUDA_CHECK(cuda::flash_attention(a, ctx_.stream()));
   if (!plan.direct) EXL_CUDA_CHECK(cuda::attention_combine(a, d_meta + o_pos, plan.n_tokens, ctx_.stream()));
@@ -790,22 +798,8 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   }
   const int32_t* d_meta = st.d_meta;
 
-  cuda::AttnArgs a;
-  a.pool = static_cast<const uint8_t*>(p.mem.data());
-  a.layout = device_layout(L, layer);
-  a.seqs = reinterpret_cast<const cuda::AttnSeqDesc*>(d_meta + st.o_seqs);
-  a.pages = d_meta + st.o_pages;
-  a.works = reinterpret_cast<const cuda::AttnWork*>(d_meta + st.o_works);
-  a.n_works = int(plan.works.size());
-  a.q = q;
-  a.out = out;
-  a.n_heads = n_heads;
-  a.scale = scale;
-  a.window = sliding_window;
-  a.part_size = plan.part_size;
-  a.direct = plan.direct;
-  a.max_parts = plan.max_parts;
-  if (!plan.direct) set_partials(a, plan, L.head_dim);
+  cuda::AttnArgs a = plan_args(p, device_layout(L, layer), plan, d_meta, st.o_seqs, st.o_pages, st.o_works, q, out,
+                               n_heads, scale, sliding_window);
   const cuda::Handoff::Out hout = handoff_.produce({&pool, layer}, out, nullptr, int64_t(n_heads) * L.head_dim,
                                                    plan.n_tokens, plan.decode);
   a.out_perm = hout.x;

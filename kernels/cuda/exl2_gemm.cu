@@ -5,6 +5,7 @@
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/mma_ptx.cuh"
 #include "kernels/cuda/mma_staging.cuh"
 #include "kernels/cuda/rope_math.cuh"
 
@@ -866,14 +867,6 @@ __device__ __forceinline__ void mma_dequant(const uint32_t (&w)[8], __half2 s2, 
   }
 }
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Block (chunk, 8 rows of an MB-row block, job): one thread per permuted row k of the chunk writes
 // its 8 values x[m][perm[k]] (silu(x)·x_up with x_up), saturated to fp16, at their fragment slots; rows past K
 // and past `rows` get zeros (the mma multiplies them by zero weights, and 0 · NaN would be NaN).
@@ -907,20 +900,6 @@ __global__ void __launch_bounds__(k_mma_chunk)
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) out[mma_x_index(MB, mlo + r, k, p)] = __float2half_rn(v[r]);
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(at), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // Half H of a lane's 32-row block of BITS for its four columns (words at wl[b·T], b < BITS) as

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/mma_ptx.cuh"
 
 namespace exl::cuda {
 
@@ -21,13 +22,6 @@ __device__ __forceinline__ uint32_t half2_pack(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -35,29 +29,6 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Four 8×8 fp16 matrices from shared memory, lane l naming row l % 8 of matrix l / 8 (mma B
-// fragments: r_i = matrix i's row l / 4, columns 2(l % 4) and + 1; with trans, column l / 4).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 // Rows of K and V per tile in shared memory: [key][d], k_pad halves after each.
@@ -184,8 +155,8 @@ __global__ void __launch_bounds__(k_warps * 32, 3) flash_attention_kernel(AttnAr
       for (int n = 0; n < NT; n += 2) {
         uint32_t b[4];  // b0, b1 of key n-tiles n and n + 1
         ldmatrix_x4(b, ks + k_lane + unsigned((8 * n * ST + 16 * kk) * 2));
-        mma_16816(s[n], qf[kk], b[0], b[1]);
-        mma_16816(s[n + 1], qf[kk], b[2], b[3]);
+        mma_16816(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
+        mma_16816(s[n + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
       }
 
     float mx[2] = {k_neg_inf, k_neg_inf};
@@ -237,8 +208,8 @@ __global__ void __launch_bounds__(k_warps * 32, 3) flash_attention_kernel(AttnAr
       for (int dn = 0; dn < DN; dn += 2) {
         uint32_t b[4];  // b0, b1 of head_dim n-tiles dn and dn + 1
         ldmatrix_x4_trans(b, vs + v_lane + unsigned((16 * j * ST + 8 * dn) * 2));
-        mma_16816(o[dn], pa, b[0], b[1]);
-        mma_16816(o[dn + 1], pa, b[2], b[3]);
+        mma_16816(o[dn], pa[0], pa[1], pa[2], pa[3], b[0], b[1]);
+        mma_16816(o[dn + 1], pa[0], pa[1], pa[2], pa[3], b[2], b[3]);
       }
     }
     __syncthreads();  // every warp is done with this stage before the next fetch refills it
