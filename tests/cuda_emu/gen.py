@@ -1,4 +1,4 @@
-# Rewrites a .cu file for tests/cuda_emu:
+# Rewrites a .cu file (or a .cuh device header) for tests/cuda_emu:
 # - kernel<<<grid, block, smem, stream>>>(args) becomes the expression ::emu::launch(...), its
 #   arguments captured by value (as CUDA copies kernel parameters at launch or graph capture);
 # - extern __shared__ arrays point at the emulated dynamic shared memory;
