@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/exl2_gemm.h"
 
 namespace exl::cuda {
 
@@ -21,6 +22,8 @@ CudaContext::CudaContext(int device) : device_(device) {
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   const char* pdl = std::getenv("EXL_CUDA_PDL");
   overlapped_launches_ = major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
+  const char* wgmma = std::getenv("EXL_CUDA_WGMMA");
+  wgmma_ = !(wgmma && std::strcmp(wgmma, "0") == 0) && exl2_wgmma_available(device);
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

@@ -53,6 +53,9 @@ class CudaContext {
   // Whether kernels written for it may be launched overlapped with the stream's previous kernel
   // (programmatic dependent launch: compute capability 9.0 or newer, unless EXL_CUDA_PDL=0).
   bool overlapped_launches() const { return overlapped_launches_; }
+  // Whether the tensor-core EXL2 kernel runs its wgmma form (exl2_wgmma_available: an sm_90a
+  // device and binary, unless EXL_CUDA_WGMMA=0).
+  bool wgmma() const { return wgmma_; }
 
   void make_current() const;
   // Waits for everything queued on the stream (and frees staging buffers retired meanwhile).
@@ -125,6 +128,7 @@ class CudaContext {
   int sm_count_ = 1;
   size_t max_smem_optin_ = 48 * 1024;
   bool overlapped_launches_ = false;
+  bool wgmma_ = false;
   Buffer areas_[int(Scratch::count)];
   Buffer ring_;           // device, at least as large as either host ring
   Buffer host_ring_[2];  // pinned

@@ -422,7 +422,8 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (p.mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(exl2_mma_set(p.s, in.x, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.stream()));
+    EXL_CUDA_CHECK(exl2_mma_set(p.s, in.x, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.wgmma(),
+                                ctx.stream()));
   } else {
     const int64_t mb = exl2_gemv_rows_per_block(int(rows));
     int64_t tiles = 0;
@@ -540,7 +541,8 @@ void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const
   auto* staged =
       static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
   EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, K, eps, staging_of(set, rows, staged), ctx.stream()));
-  EXL_CUDA_CHECK(exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.stream()));
+  EXL_CUDA_CHECK(
+      exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.wgmma(), ctx.stream()));
 }
 
 void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& up, const CudaLinear& down, float* x,
@@ -563,9 +565,10 @@ void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& 
   Exl2GemvSet s = pg.s;
   const bool chained = ceil_div(int64_t(H), int64_t(pg.k_slice)) > 1;  // the sums then stage the down input
   if (chained) s.swiglu_to = staging_of(dn, rows, staged), pd.s.x_up = nullptr;
-  EXL_CUDA_CHECK(exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.overlapped_launches(), ctx.stream()));
+  EXL_CUDA_CHECK(
+      exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.overlapped_launches(), ctx.wgmma(), ctx.stream()));
   EXL_CUDA_CHECK(exl2_mma_set(pd.s, chained ? nullptr : g, int(rows), pd.k_slice, staged, ctx.overlapped_launches(),
-                              ctx.stream()));
+                              ctx.wgmma(), ctx.stream()));
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {

@@ -800,11 +800,12 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
 
 // ---- exl2_mma: tensor-core products for 3..k_exl2_mma_max_rows activation rows ----------------
 
-constexpr int k_mma_out_stride = 132;
+constexpr int k_mma_out_stride = 132;  // floats per row of exl2_mma_kernel's result tile (16-byte rows)
 // exl2_mma_kernel's ring: double buffering. Deeper rings (3, 4, 6 stages) measured no faster at any
 // batch on the H200, and up to 30% slower at 64 rows where they cost resident blocks (BENCHMARKS.md,
 // session 19).
-constexpr int k_mma_stages = 2;  // floats per row of exl2_mma_kernel's result tile (16-byte rows)
+constexpr int k_mma_stages = 2;
+constexpr int k_wgmma_x_stages = 3;
 
 // Where value v (0..31) of a 32-row block of `bits` sits in the fragment order of its lane's
 // 32 values (slot p: mma step p / 4, half2 (p & 3) / 2 of that step's pair of registers).
@@ -942,11 +943,12 @@ __device__ __forceinline__ void mma_decode_half_bits(int bits, const uint4* wl, 
   }
 }
 
-// One 128-row chunk: each half decoded, then multiplied by the chunk's activation fragments xw for
-// every n-tile. Consecutive mma go to different accumulators.
+// One 128-row chunk: each half decoded, then multiplied by the chunk's activation fragments (the
+// stage at shared address xs: mma_x_index's layout; `xl` is the lane's ldmatrix row offset,
+// mma_ldmatrix_offset) for every n-tile. Consecutive mma go to different accumulators.
 template <int MT, int NT>
-__device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], const uint32_t* xw, int g,
-                                          int t, float (&acc)[MT][NT][4]) {
+__device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs, unsigned xl,
+                                          float (&acc)[MT][NT][4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     uint32_t a[MT][2][8];
@@ -958,18 +960,55 @@ __device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __hal
       const int u = 2 * h + uu, l = 4 * uu;  // l: local pair index of step 2u within this half
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int m = g + 8 * j;
-        const uint4 b = *reinterpret_cast<const uint4*>(xw + m * 64 + (((u ^ (m & 1)) << 4) | (t << 2)));
+        uint32_t b[4];  // B fragments (b0, b1) of steps 2u and 2u + 1
+        ldmatrix_x4(b, xs + xl + unsigned((2 * u * NT + j) * 256));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          mma_16816(acc[mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b.x, b.y);
+          mma_16816(acc[mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b[0], b[1]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          mma_16816(acc[mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b.z, b.w);
+          mma_16816(acc[mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b[2], b[3]);
       }
     }
   }
 }
+
+// Byte offset of the row that lane l names to ldmatrix_x4 in mma_chunk: matrix l / 8 is (step
+// l / 16, k-half (l / 8) % 2) of an n-tile, row l % 8 (NT n-tiles of 8 rows per step).
+__device__ __forceinline__ unsigned mma_ldmatrix_offset(int NT, int l) {
+  return unsigned((l >> 4) * NT * 256 + ((l >> 3) & 1) * 128 + (l & 7) * 16);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The same chunk as wgmma (sm_90a): the warpgroup's four warps form 64-column A tiles (m-tile mt of
+// every warp, a warp's A rows as mma_chunk's), B is the stage in place (descriptors, no copy to
+// registers). Half h's products run while the lane decodes the next half: after each half's group
+// of wgmma the warp waits only for the group before it, so the fragments that group read may be
+// overwritten. acc[mt] is wgmma's m64nN accumulator (N = 8·NT), laid out as mma_chunk's.
+template <int NT>
+__device__ __forceinline__ void wgmma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs,
+                                            float (&acc)[2][NT][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t a[2][2][8];
+    if (h == 0) mma_decode_half_bits<0>(bits, wl, s2, a);
+    else mma_decode_half_bits<1>(bits, wl, s2, a);
+    __syncwarp();
+    wgmma_fence_operands(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int li = 0; li < 8; li += 2) {
+      const uint64_t desc = wgmma_desc_k_major(xs + unsigned((4 * h + li / 2) * NT * 256), 128, 256);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        wgmma_f16_rs<8 * NT>(acc[mt], a[mt][0][li], a[mt][1][li], a[mt][0][li + 1], a[mt][1][li + 1], desc);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_fence_operands(acc);
+  }
+}
+#endif
 
 // A lane's 32-row block of a chunk: its width (0 past the K-slice), first word row and scale group.
 struct MmaBlockAt {
@@ -1004,12 +1043,16 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
 // adds them up.
 // Registers bounded for 6 resident blocks up to 16 rows, 4 at 32 and 3 at 64 (ptxas, sm_90a: 72,
 // 80, 128 and 168 registers, no spills).
-template <int NT>
+// ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
+// decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
+// so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
+template <int NT, bool ASYNC>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT))
     exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads, S = k_mma_stages;
+  constexpr int SX = ASYNC ? k_wgmma_x_stages : S;
   extern __shared__ uint4 xs_raw[];
-  uint4* const wring = xs_raw + S * kChunkVecs;
+  uint4* const wring = xs_raw + SX * kChunkVecs;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);  // [S][3][T]
   const auto [w, bias, y, part, job, bx] = block_job(set, int(blockIdx.y));
   const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
@@ -1020,6 +1063,10 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  // The lane's slot in the ring's per-lane rows: by quad lane, then group, so that the eight lanes
+  // that copy one 128-byte run of a word row (same t) write 128 contiguous bytes (in lane order,
+  // every 16-byte copy of a warp landed in its own shared-memory wavefront: 8× the ideal).
+  const int slot = warp * 32 + t * 8 + g;
   const int nw = bx * k_exl2_gemv_cols_per_block + warp * 16 * MT, n4 = nw + 4 * g;
   const bool cols_on = n4 < w.Np;
   const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
@@ -1033,7 +1080,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   // lane's weights (before it: the prologue's overlap the previous kernel when launched overlapped).
   const auto fetch_x = [&](int c) {
     if (c < chunks) {
-      const int st = c % S;
+      const int st = c % SX;
 #pragma unroll
       for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
         cp_async16(xs_raw + st * kChunkVecs + r * T + threadIdx.x, tile + size_t(c) * kChunkVecs + r * T + threadIdx.x);
@@ -1046,12 +1093,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       const bool on = at.bits && cols_on;
       if (on) {
         for (int b = 0; b < at.bits; ++b)
-          cp_async16(wring + (st * wrows + b) * T + threadIdx.x, view.q_weight + size_t(at.qrow + b) * np + n4);
-        cp_async4(sring + (3 * st) * T + threadIdx.x, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
-        cp_async4(sring + (3 * st + 1) * T + threadIdx.x,
+          cp_async16(wring + (st * wrows + b) * T + slot, view.q_weight + size_t(at.qrow + b) * np + n4);
+        cp_async4(sring + (3 * st) * T + slot, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
+        cp_async4(sring + (3 * st + 1) * T + slot,
                   reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
       }
-      sring[(3 * st + 2) * T + threadIdx.x] = on ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
+      sring[(3 * st + 2) * T + slot] = on ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
     }
   };
 #pragma unroll
@@ -1070,21 +1117,25 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
+  const unsigned lane_ld = mma_ldmatrix_offset(NT, lane);
 #pragma unroll 1
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<S - 2>();
-    __syncthreads();  // chunk c is in; every warp is done with chunk c − 1, whose stage is refilled
+    if constexpr (ASYNC) fence_proxy_async_shared();
+    // Chunk c is in; every warp is done with chunk c − 1 (ASYNC: its wgmma with chunk c − 2), whose
+    // stage is refilled.
+    __syncthreads();
     fetch_w(c + S - 1);
     fetch_x(c + S - 1);
     cp_async_commit();
     const int st = c % S;
-    const uint32_t meta = sring[(3 * st + 2) * T + threadIdx.x];
+    const uint32_t meta = sring[(3 * st + 2) * T + slot];
     const int bits = int(meta & 15u);
     uint32_t scode = 0;
     float smax = 0.0f;
     if (bits) {
-      scode = sring[(3 * st) * T + threadIdx.x] >> (4 * (n4 & 7));
-      const uint32_t pair = sring[(3 * st + 1) * T + threadIdx.x];
+      scode = sring[(3 * st) * T + slot] >> (4 * (n4 & 7));
+      const uint32_t pair = sring[(3 * st + 1) * T + slot];
       smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) * (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
     }
     __half2 s2[4];
@@ -1093,11 +1144,23 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       const uint32_t q = (scode >> (4 * col)) & 15u;
       s2[col] = __float2half2_rn(float((q + 1) * (q + 1)) * smax);
     }
-    const uint32_t* xw = reinterpret_cast<const uint32_t*>(xs_raw + st * kChunkVecs);
-    const uint4* wl = wring + st * wrows * T + threadIdx.x;
-    mma_chunk(bits, wl, s2, xw, g, t, acc);
+    const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + (c % SX) * kChunkVecs));
+    const uint4* wl = wring + st * wrows * T + slot;
+    if constexpr (ASYNC) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      wgmma_chunk<NT>(bits, wl, s2, xs, acc);
+#endif
+    } else {
+      mma_chunk(bits, wl, s2, xs, lane_ld, acc);
+    }
   }
   allow_dependents();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (ASYNC) {
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+  }
+#endif
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with the ring: it now holds the block's results
 
@@ -1205,6 +1268,14 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
 
 bool g_walk_only = false;
 
+__global__ void wgmma_probe_kernel(int* built) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *built = 1;
+#else
+  *built = 0;
+#endif
+}
+
 }  // namespace
 
 void exl2_gemv_walk_only(bool on) { g_walk_only = on; }
@@ -1266,10 +1337,26 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 }
 
 
-size_t exl2_mma_smem_bytes(int rows, int wrows) {
+size_t exl2_mma_smem_bytes(int rows, int wrows, bool wgmma) {
   const size_t mb = size_t(exl2_mma_rows_per_block(rows));
-  return std::max(size_t(k_mma_stages) * (mb * 256 + size_t(k_exl2_gemv_threads) * (16 * wrows + 12)),
+  const size_t x_stages = wgmma ? k_wgmma_x_stages : k_mma_stages;
+  return std::max(x_stages * mb * 256 + size_t(k_mma_stages) * size_t(k_exl2_gemv_threads) * (16 * wrows + 12),
                   mb * k_mma_out_stride * sizeof(float));
+}
+
+bool exl2_wgmma_available(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess || major != 9 ||
+      minor != 0)
+    return false;
+  void* flag = nullptr;
+  if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) return false;
+  int built = 0;
+  wgmma_probe_kernel<<<1, 1>>>(static_cast<int*>(flag));
+  const bool ok = cudaMemcpy(&built, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(flag);
+  return ok && built == 1;
 }
 
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
@@ -1278,7 +1365,7 @@ size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
 }
 
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
-                         bool overlapped, cudaStream_t stream) {
+                         bool overlapped, bool wgmma, cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
       set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
     return cudaErrorInvalidValue;
@@ -1299,7 +1386,8 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   // ones find the tile's weights in L2.
   const dim3 grid((rows + mb - 1) / mb, unsigned(tiles), (K + k_slice - 1) / k_slice);
   const dim3 stage_grid(unsigned(mma_chunks(K)), grid.x * unsigned(mb / 8), unsigned(set.n_jobs));
-  const size_t smem = exl2_mma_smem_bytes(rows, wrows);
+  wgmma = wgmma && mb == 64;
+  const size_t smem = exl2_mma_smem_bytes(rows, wrows, wgmma);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
     // The kernel's static shared memory (segments) counts against the 48 KiB default too: a full
@@ -1327,10 +1415,11 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     return cudaGetLastError();
   };
   switch (mb) {
-    case 8: return launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1>);
-    case 16: return launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2>);
-    case 32: return launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4>);
-    default: return launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8>);
+    case 8: return launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false>);
+    case 16: return launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false>);
+    case 32: return launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false>);
+    default: return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true>)
+                          : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false>);
   }
 }
 

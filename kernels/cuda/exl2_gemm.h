@@ -176,14 +176,21 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
 // Resident blocks per multiprocessor the kernel's registers are bounded for.
 EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
-size_t exl2_mma_smem_bytes(int rows, int wrows);
+size_t exl2_mma_smem_bytes(int rows, int wrows, bool wgmma);
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
 // x null: `staged` already holds the input, written by its producer (Exl2MmaStaging); no staging
 // kernel runs.
 // overlapped: launch the three kernels overlapped (overlapped_launch.cuh): each may start during
 // the previous kernel's tail, the tensor-core kernel fetching its first weights meanwhile.
+// wgmma: 64-row blocks run their products as warpgroup mma while the lanes decode the next half
+// chunk (only where exl2_wgmma_available; the same results up to the order of fp32 additions
+// inside the tensor cores). Fewer rows keep mma.sync, measured faster there (BENCHMARKS.md,
+// session 26).
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
-                         bool overlapped, cudaStream_t stream);
+                         bool overlapped, bool wgmma, cudaStream_t stream);
+// Whether `device` (the current one) runs exl2_mma_set's wgmma form: compute capability 9.0 and
+// this binary built with its sm_90a code (a probe kernel; call outside stream capture).
+bool exl2_wgmma_available(int device);
 
 // out[K, nc] (fp16 bits) = W[n0 .. n0+nc) transposed, rows in original input order.
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream);

@@ -15,11 +15,15 @@ inline constexpr int k_mma_chunk = 128;  // permuted rows per step of a warp: fo
 EXL_HD constexpr int mma_chunks(int K) { return (K + k_mma_chunk - 1) / k_mma_chunk; }
 
 // Half index in the activation tile of (row m of MB, permuted row j of the slice, slot p of j's
-// block): chunk-major regions of 64 words per (chunk, row), the lane's 16 bytes for steps 2u and
-// 2u+1 at word 16·(u ⊕ (m & 1)) + 4t, so a quarter warp's B loads touch all 32 banks once.
+// block): per 128-row chunk, per mma step s = p / 4 (16 rows of the chunk's fragment order), the
+// step's MB × 16 halves as 8 × 8 "core matrices" of 128 contiguous bytes: (8-row group of m, k-half)
+// at 128·(2·(m / 8) + k-half) halves, row m % 8 at 8 halves, k % 8 at 1. Slot p of quad lane
+// t = (j / 32) % 4 is k = 2t + 8·((p / 2) % 2) + p % 2 of its step, where the lane's A fragment holds
+// it. ldmatrix reads a B fragment pair from it, and wgmma (sm_90a) reads the step in place as a
+// K-major operand without swizzle (leading byte offset 128, stride byte offset 256).
 EXL_HD int mma_x_index(int MB, int m, int j, int p) {
-  const int c = j >> 7, t = (j >> 5) & 3, u = p >> 3;
-  return (((c * MB + m) * 64 + (((u ^ (m & 1)) << 4) | (t << 2) | ((p & 7) >> 1))) << 1) | (p & 1);
+  const int c = j >> 7, t = (j >> 5) & 3, s = p >> 2, k = 2 * t + 8 * ((p >> 1) & 1) + (p & 1);
+  return ((c * 8 + s) * MB + (m & ~7)) * 16 + (k >> 3) * 64 + (m & 7) * 8 + (k & 7);
 }
 
 // Half index of (row r of `rows`, permuted row j, slot p) in job `job`'s part of a staged area

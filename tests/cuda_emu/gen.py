@@ -13,6 +13,32 @@ s = src.read_text()
 s = re.sub(r'extern __shared__ (\w+) (\w+)\[\];', r'\1* \2 = reinterpret_cast<\1*>(::emu::dyn_smem);', s)
 
 
+def drop_sm90a(t):
+    """Drops the sm_90a-only regions (#if defined(__CUDA_ARCH_FEAT_SM90_ALL) .. #else/#endif): the
+    emulator is not that architecture, and their PTX (wgmma) has no emulation."""
+    lines, out, stack = t.split('\n'), [], []  # stack: per open #if, whether its lines are dropped
+    for line in lines:
+        d = line.strip()
+        if d.startswith('#if'):
+            stack.append(d == '#if defined(__CUDA_ARCH_FEAT_SM90_ALL)')
+            if stack[-1]:
+                continue
+        elif d.startswith('#else') and stack:
+            if stack[-1]:
+                stack[-1] = 'else'
+                continue
+        elif d.startswith('#endif') and stack:
+            if stack.pop():
+                continue
+        if any(x is True for x in stack):
+            continue
+        out.append(line)
+    return '\n'.join(out)
+
+
+s = drop_sm90a(s)
+
+
 def fail(msg):
     sys.exit(f'{src.name}: gen.py: {msg}')
 
@@ -144,7 +170,7 @@ for m in re.finditer(r'\basm\s*(?:volatile\s*)?\(', s):
     insns = [x.strip() for x in templ.split(';') if x.strip()]
     if len(insns) != 1:
         fail(f'asm with {len(insns)} instructions (one expected): {templ!r}')
-    mm = re.fullmatch(r'([\w.]+)\s*(.*)', insns[0], re.S)
+    mm = re.fullmatch(r'([\w.:]+)\s*(.*)', insns[0], re.S)
     opcode, rest = mm.group(1), mm.group(2)
     args = []
     for o in split_top(rest, ','):
@@ -164,7 +190,7 @@ for m in re.finditer(r'\basm\s*(?:volatile\s*)?\(', s):
             else:
                 fail(f'asm operand {x!r} not understood in {templ!r}')
     res.append(s[pos:m.start()])
-    res.append(f'::emu::asm_{opcode.replace(".", "_")}({", ".join(args)})')
+    res.append(f'::emu::asm_{opcode.replace(".", "_").replace(":", "_")}({", ".join(args)})')
     pos = end
     n_asm += 1
 res.append(s[pos:])

@@ -70,6 +70,7 @@ enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDe
 enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -444,6 +445,7 @@ inline void asm_lop3_b32(uint32_t& d, uint32_t a, uint32_t b, uint32_t c, uint32
   d = r;
 }
 inline void asm_prefetch_global_L2(const void*) {}
+inline void asm_fence_proxy_async_shared__cta() {}
 // cp.async to dynamic shared memory only: __cvta_generic_to_shared gives the offset into it.
 inline void asm_cp_async_cg_shared_global(unsigned smem, const void* g, unsigned n) {
   const char* src = static_cast<const char*>(g);
@@ -575,7 +577,10 @@ inline cudaError_t cudaGetDeviceCount(int* n) {
 }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMultiProcessorCount ? 132 : a == cudaDevAttrComputeCapabilityMajor ? 8 : 232448;
+  *v = a == cudaDevAttrMultiProcessorCount        ? 132
+       : a == cudaDevAttrComputeCapabilityMajor ? 8
+       : a == cudaDevAttrComputeCapabilityMinor ? 0
+                                                : 232448;
   return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
