@@ -922,24 +922,19 @@ __device__ __forceinline__ void mma_decode_half(const uint4* wl, const __half2 (
 
 // The lane's width is its own (the four lanes of a quad may hold blocks of different widths), so
 // decoding branches per lane, once per half, and the warp then meets at the mma (mma.sync needs
-// every lane). Width 0 (past the K-slice or the columns): zero fragments.
+// every lane). Width 0 (past the K-slice or the columns) decodes whatever its ring slot holds as
+// 4-bit words under the scale 0 that such a lane gets: finite values times 0, zero fragments
+// without a branch of their own (which the compiler hoisted: 32 register clears per chunk).
 template <int H, int MT>
 __device__ __forceinline__ void mma_decode_half_bits(int bits, const uint4* wl, const __half2 (&s2)[4],
                                                      uint32_t (&a)[MT][2][8]) {
   switch (bits) {
     case 2: mma_decode_half<2, H>(wl, s2, a); break;
     case 3: mma_decode_half<3, H>(wl, s2, a); break;
-    case 4: mma_decode_half<4, H>(wl, s2, a); break;
     case 5: mma_decode_half<5, H>(wl, s2, a); break;
     case 6: mma_decode_half<6, H>(wl, s2, a); break;
     case 8: mma_decode_half<8, H>(wl, s2, a); break;
-    default:
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int cc = 0; cc < 2; ++cc)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) a[mt][cc][i] = 0u;
+    default: mma_decode_half<4, H>(wl, s2, a); break;
   }
 }
 
@@ -1092,8 +1087,10 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
       const bool on = at.bits && cols_on;
       if (on) {
-        for (int b = 0; b < at.bits; ++b)
-          cp_async16(wring + (st * wrows + b) * T + slot, view.q_weight + size_t(at.qrow + b) * np + n4);
+        const uint4* src = reinterpret_cast<const uint4*>(view.q_weight + size_t(at.qrow) * np + n4);
+#pragma unroll
+        for (int b = 0; b < 8; ++b)
+          if (b < at.bits) cp_async16(wring + (st * wrows + b) * T + slot, src + size_t(b) * (np >> 2));
         cp_async4(sring + (3 * st) * T + slot, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
         cp_async4(sring + (3 * st + 1) * T + slot,
                   reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
