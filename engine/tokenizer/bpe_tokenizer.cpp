@@ -167,6 +167,11 @@ std::vector<int32_t> BpeTokenizer::encode_pieces(std::span<const AddedTokenSplit
       ids.push_back(piece.id);
       continue;
     }
+    if (memo_on_ && normalizer_.is_identity() && pre_.settles_at_word_ends() &&
+        piece.text.size() >= PrefixEncodeMemo::kMinBytes) {
+      encode_memoized(piece.text, piece.offset, ids);
+      continue;
+    }
     std::string norm = normalizer_.is_identity() ? std::string(piece.text) : normalizer_.apply(piece.text);
     words.clear();
     pre_.run(norm, piece.offset, storage, words);
@@ -174,5 +179,23 @@ std::vector<int32_t> BpeTokenizer::encode_pieces(std::span<const AddedTokenSplit
   }
   return ids;
 }
+
+void BpeTokenizer::encode_memoized(std::string_view text, size_t offset, std::vector<int32_t>& ids) const {
+  PrefixEncodeMemo::Words done;
+  const size_t from = memo_.reuse(text, done);
+  const std::string_view rest = text.substr(from);
+  std::string storage;
+  std::vector<std::string_view> words;
+  pre_.run(rest, offset + from, storage, words);
+  for (auto w : words) {
+    model_->encode_word(w, pre_.byte_level(), done.ids);
+    done.word_end.push_back(uint32_t(from + size_t(w.data() - rest.data()) + w.size()));
+    done.id_end.push_back(uint32_t(done.ids.size()));
+  }
+  ids.insert(ids.end(), done.ids.begin(), done.ids.end());
+  memo_.store(text, std::move(done));
+}
+
+uint64_t BpeTokenizer::prefix_memo_hits() const { return memo_.hits(); }
 
 }  // namespace exl

@@ -3,13 +3,15 @@
 // pipeline as Hugging Face does: added tokens are cut out of the text first, each remaining
 // piece goes through the normalizer and the pre-tokenizer, and each word through BPE.
 // Token bytes follow the decoder (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace);
-// added tokens contribute their content.
+// added tokens contribute their content. Long pieces that share a prefix with a recent one reuse
+// its words' ids (PrefixEncodeMemo). encode is safe to call concurrently.
 #pragma once
 #include <filesystem>
 #include <memory>
 
 #include "engine/tokenizer/added_tokens.h"
 #include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/prefix_encode_memo.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/text_normalizer.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -26,8 +28,17 @@ class BpeTokenizer : public Tokenizer {
   std::vector<int32_t> encode_marked(std::string_view text, std::span<const TextRange> markup) const override;
   std::optional<int32_t> piece_id(std::string_view piece) const override;
 
+  // Encodings of long text pieces that reused a stored prefix's words (PrefixEncodeMemo: pieces of
+  // 1 KiB or more, for settling pre-tokenizers without a normalizer).
+  uint64_t prefix_memo_hits() const;
+  // On by default; off, every piece is split whole (the reference the memo is tested against).
+  void set_prefix_memo(bool on) { memo_on_ = on; }
+
  private:
   std::vector<int32_t> encode_pieces(std::span<const AddedTokenSplitter::Piece> pieces, bool add_bos) const;
+  // One text piece through the prefix memo: the stored words of its settled prefix, the rest split
+  // and encoded, and the piece stored.
+  void encode_memoized(std::string_view text, size_t offset, std::vector<int32_t>& ids) const;
   void load(const nlohmann::json& j, const std::string& where);
   void load_decoder(const nlohmann::json& j, const std::string& where);
   void load_post_processor(const nlohmann::json& j);
@@ -36,6 +47,8 @@ class BpeTokenizer : public Tokenizer {
   AddedTokenSplitter added_{{}};
   TextNormalizer normalizer_;
   PreTokenizer pre_;
+  mutable PrefixEncodeMemo memo_;
+  bool memo_on_ = true;
 };
 
 }  // namespace exl

@@ -11,6 +11,22 @@ namespace {
 constexpr std::string_view kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+// Patterns every alternative of which ends a word on the first character that cannot extend it,
+// except whitespace runs (PrefixEncodeMemo's condition): GPT-2's, Llama 3's and Qwen2's.
+constexpr std::string_view kSettlingPatterns[] = {
+    kGpt2Pattern,
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
+bool settling(std::string_view pattern) {
+  for (std::string_view p : kSettlingPatterns)
+    if (p == pattern) return true;
+  return false;
+}
+
 std::string replace_spaces(std::string_view s, std::string_view by) {
   std::string out;
   out.reserve(s.size() + s.size() / 4);
@@ -28,6 +44,7 @@ std::string replace_spaces(std::string_view s, std::string_view by) {
 PreTokenizer PreTokenizer::from_json(const nlohmann::json& j, std::string_view where) {
   PreTokenizer p;
   if (j.is_null()) return p;
+  p.settles_ = true;
   if (j.at("type") == "Sequence") {
     const auto& list = j.at("pretokenizers");
     for (size_t i = 0; i < list.size(); ++i) p.add(list[i], where, i + 1 == list.size());
@@ -50,12 +67,14 @@ void PreTokenizer::add(const nlohmann::json& j, std::string_view where, bool las
     std::string rx = pat.contains("Regex") ? pat.at("Regex").get<std::string>()
                                            : RE2::QuoteMeta(pat.at("String").get<std::string>());
     splits_.emplace_back(rx);
+    settles_ = settles_ && settling(rx);
   } else if (type == "ByteLevel") {
     if (!last) unsupported("ByteLevel before other steps");
     byte_level_ = true;
     byte_level_prefix_space_ = j.value("add_prefix_space", false);
     if (byte_level_prefix_space_ && (!splits_.empty() || metaspace_)) unsupported("add_prefix_space after other steps");
     if (j.value("use_regex", true)) splits_.emplace_back(kGpt2Pattern);
+    settles_ = settles_ && !byte_level_prefix_space_ && !splits_.empty();
   } else if (type == "Metaspace") {
     if (metaspace_ || !splits_.empty()) unsupported("Metaspace after other steps");
     metaspace_ = true;

@@ -27,6 +27,11 @@ class PreTokenizer {
   // Whether BPE sees the words' bytes through the byte-level alphabet.
   bool byte_level() const { return byte_level_; }
 
+  // Whether the words of a text prefix are settled as PrefixEncodeMemo assumes: byte-level, no
+  // prefix space or Metaspace (the words view the text itself), and only split patterns known to
+  // end words on the first character that cannot extend them (GPT-2's, Llama 3's, Qwen2's).
+  bool settles_at_word_ends() const { return settles_ && byte_level_ && !metaspace_; }
+
   enum class Prepend { never, first, always };
   // The Metaspace prepend scheme (never when there is no Metaspace step).
   Prepend metaspace_prepend() const { return metaspace_ ? prepend_ : Prepend::never; }
@@ -35,6 +40,7 @@ class PreTokenizer {
   void add(const nlohmann::json& j, std::string_view where, bool last);
   std::vector<SplitRegex> splits_;
   bool byte_level_ = false;
+  bool settles_ = false;
   bool byte_level_prefix_space_ = false;
   bool metaspace_ = false;
   bool metaspace_split_ = false;
