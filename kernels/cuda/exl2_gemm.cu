@@ -1058,10 +1058,14 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  // The lane's slot in the ring's per-lane rows: by quad lane, then group, so that the eight lanes
-  // that copy one 128-byte run of a word row (same t) write 128 contiguous bytes (in lane order,
-  // every 16-byte copy of a warp landed in its own shared-memory wavefront: 8× the ideal).
-  const int slot = warp * 32 + t * 8 + g;
+  // The lane's slot in the ring's per-lane rows: by quad lane t, then group g rotated by 2t. The
+  // eight lanes that copy one 128-byte run of a word row (same t) write 128 bytes in distinct banks
+  // (in lane order, a warp's 16-byte copies took 8× the ideal shared-memory wavefronts), and so do
+  // the eight consecutive lanes (g = 2q, 2q + 1; every t) of each quarter of a warp's reads: g + 2t
+  // covers the even residues for one g and the odd ones for the other (unrotated, reads were 4×).
+  const int slot = warp * 32 + t * 8 + ((g + 2 * t) & 7);
+  // One scale-maximum pair per word row (t): copied by the lane with g = 0, read by all eight.
+  const int max_slot = warp * 32 + t * 8;
   const int nw = bx * k_exl2_gemv_cols_per_block + warp * 16 * MT, n4 = nw + 4 * g;
   const bool cols_on = n4 < w.Np;
   const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
@@ -1092,8 +1096,9 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
         for (int b = 0; b < 8; ++b)
           if (b < at.bits) cp_async16(wring + (st * wrows + b) * T + slot, src + size_t(b) * (np >> 2));
         cp_async4(sring + (3 * st) * T + slot, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
-        cp_async4(sring + (3 * st + 1) * T + slot,
-                  reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
+        if (g == 0)
+          cp_async4(sring + (3 * st + 1) * T + max_slot,
+                    reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
       }
       sring[(3 * st + 2) * T + slot] = on ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
     }
@@ -1132,7 +1137,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     float smax = 0.0f;
     if (bits) {
       scode = sring[(3 * st) * T + slot] >> (4 * (n4 & 7));
-      const uint32_t pair = sring[(3 * st + 1) * T + slot];
+      const uint32_t pair = sring[(3 * st + 1) * T + max_slot];
       smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) * (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
     }
     __half2 s2[4];
