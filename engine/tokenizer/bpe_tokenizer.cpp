@@ -167,12 +167,13 @@ std::vector<int32_t> BpeTokenizer::encode_pieces(std::span<const AddedTokenSplit
       ids.push_back(piece.id);
       continue;
     }
-    if (memo_on_ && normalizer_.is_identity() && pre_.settles_at_word_ends() &&
-        piece.text.size() >= PrefixEncodeMemo::kMinBytes) {
-      encode_memoized(piece.text, piece.offset, ids);
+    std::string normalized;
+    std::string_view norm = piece.text;
+    if (!normalizer_.is_identity()) norm = normalized = normalizer_.apply(piece.text);
+    if (memo_on_ && pre_.settles_at_word_ends() && norm.size() >= PrefixEncodeMemo::kMinBytes) {
+      encode_memoized(norm, piece.offset, ids);
       continue;
     }
-    std::string norm = normalizer_.is_identity() ? std::string(piece.text) : normalizer_.apply(piece.text);
     words.clear();
     pre_.run(norm, piece.offset, storage, words);
     for (auto w : words) model_->encode_word(w, pre_.byte_level(), ids);

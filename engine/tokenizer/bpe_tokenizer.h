@@ -29,15 +29,15 @@ class BpeTokenizer : public Tokenizer {
   std::optional<int32_t> piece_id(std::string_view piece) const override;
 
   // Encodings of long text pieces that reused a stored prefix's words (PrefixEncodeMemo: pieces of
-  // 1 KiB or more, for settling pre-tokenizers without a normalizer).
+  // 1 KiB or more after the normalizer, for settling pre-tokenizers).
   uint64_t prefix_memo_hits() const;
   // On by default; off, every piece is split whole (the reference the memo is tested against).
   void set_prefix_memo(bool on) { memo_on_ = on; }
 
  private:
   std::vector<int32_t> encode_pieces(std::span<const AddedTokenSplitter::Piece> pieces, bool add_bos) const;
-  // One text piece through the prefix memo: the stored words of its settled prefix, the rest split
-  // and encoded, and the piece stored.
+  // One normalized text piece through the prefix memo: the stored words of its settled prefix, the
+  // rest split and encoded, and the piece stored.
   void encode_memoized(std::string_view text, size_t offset, std::vector<int32_t>& ids) const;
   void load(const nlohmann::json& j, const std::string& where);
   void load_decoder(const nlohmann::json& j, const std::string& where);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "engine/tokenizer/bpe_tokenizer.h"
@@ -20,6 +21,7 @@ const std::vector<std::string> kFragments = {
     "the", " quick", " brown", "fox", " don't", "'s", " it'll", " 12345", "678", " 9", "   ", "  \n",
     "\n\n", "\t", " ...", "!?\n", " (x)", " héllo", "日本語", "\u00a0", "\u3000", " 🙂", " end", "A", "Z9",
     "  word", "\r\n", "-", " 42.5%", " über", "x", " ", "''", " ---\n", "\n   ", " ab1", "zz",
+    "e\u0301", "A\u030A", "\u0301",  // decomposed: NFC (Qwen3) composes them with what precedes
 };
 
 std::string random_text(std::mt19937& rng, size_t bytes) {
@@ -35,19 +37,21 @@ size_t char_boundary(const std::string& s, size_t n) {
   return n;
 }
 
-// The Llama 3 tokenizer twice: with the memo, and splitting every piece whole (the reference).
-class PrefixEncodeMemoLlama3 : public ::testing::Test {
+// A tokenizer twice: with the memo, and splitting every piece whole (the reference). Llama 3
+// (no normalizer) and Qwen3 (NFC: the memo sees normalized pieces).
+class PrefixEncodeMemoOn : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    EXL_REQUIRE_SHARED("models/llama3-tokenizer/tokenizer.json");
-    memo_ = std::make_unique<BpeTokenizer>(test::shared_dir() / "models/llama3-tokenizer/tokenizer.json");
-    whole_ = std::make_unique<BpeTokenizer>(test::shared_dir() / "models/llama3-tokenizer/tokenizer.json");
+    const std::string file = std::string(GetParam()) + "/tokenizer.json";
+    EXL_REQUIRE_SHARED(file);
+    memo_ = std::make_unique<BpeTokenizer>(test::shared_dir() / file);
+    whole_ = std::make_unique<BpeTokenizer>(test::shared_dir() / file);
     whole_->set_prefix_memo(false);
   }
   std::unique_ptr<BpeTokenizer> memo_, whole_;
 };
 
-TEST_F(PrefixEncodeMemoLlama3, EncodingsEqualWholeSplitsWhereverThePrefixEnds) {
+TEST_P(PrefixEncodeMemoOn, EncodingsEqualWholeSplitsWhereverThePrefixEnds) {
   BpeTokenizer& memo = *memo_;
   BpeTokenizer& whole = *whole_;
   std::mt19937 rng(26);
@@ -68,17 +72,24 @@ TEST_F(PrefixEncodeMemoLlama3, EncodingsEqualWholeSplitsWhereverThePrefixEnds) {
   EXPECT_EQ(whole.prefix_memo_hits(), 0u);
 }
 
-TEST_F(PrefixEncodeMemoLlama3, SpecialTokensAroundLongPiecesAndRepeats) {
+TEST_P(PrefixEncodeMemoOn, SpecialTokensAroundLongPiecesAndRepeats) {
   BpeTokenizer& memo = *memo_;
   BpeTokenizer& whole = *whole_;
   std::mt19937 rng(7);
   const std::string doc = random_text(rng, 5000);
-  const std::string turn1 = "<|start_header_id|>user<|end_header_id|>\n\n" + doc + "<|eot_id|>";
-  const std::string turn2 = turn1 + "<|start_header_id|>assistant<|end_header_id|>\n\n" + doc.substr(0, 2000) + " more";
+  const std::optional<int32_t> open = memo.piece_id("<|start_header_id|>");
+  const std::string start = open ? "<|start_header_id|>" : "<|im_start|>";
+  const std::string stop = open ? "<|eot_id|>" : "<|im_end|>";
+  ASSERT_TRUE(memo.piece_id(start) && memo.piece_id(stop)) << start << " " << stop;
+  const std::string turn1 = start + "user\n\n" + doc + stop;
+  const std::string turn2 = turn1 + start + "assistant\n\n" + doc.substr(0, 2000) + " more";
   for (const std::string& t : {turn1, turn2, turn1, turn2 + doc})
     EXPECT_EQ(memo.encode(t, true), whole.encode(t, true));
   EXPECT_GE(memo.prefix_memo_hits(), 3u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, PrefixEncodeMemoOn,
+                         ::testing::Values("models/llama3-tokenizer", "models/qwen3-tokenizer"));
 
 // The memo alone: word ends whose last byte is not alphanumeric, or that lie within 8 bytes of
 // where the texts part, are not reuse points.
