@@ -20,10 +20,12 @@ CudaContext::CudaContext(int device) : device_(device) {
   max_smem_optin_ = size_t(smem);
   int major = 0;
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  const char* pdl = std::getenv("EXL_CUDA_PDL");
-  overlapped_launches_ = major >= 9 && !(pdl && std::strcmp(pdl, "0") == 0);
-  const char* wgmma = std::getenv("EXL_CUDA_WGMMA");
-  wgmma_ = !(wgmma && std::strcmp(wgmma, "0") == 0) && exl2_wgmma_available(device);
+  const auto turned_off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, "0") == 0;
+  };
+  overlapped_launches_ = major >= 9 && !turned_off("EXL_CUDA_PDL");
+  wgmma_ = !turned_off("EXL_CUDA_WGMMA") && exl2_wgmma_available(device);
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

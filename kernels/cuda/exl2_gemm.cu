@@ -1356,7 +1356,8 @@ bool exl2_wgmma_available(int device) {
   if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) return false;
   int built = 0;
   wgmma_probe_kernel<<<1, 1>>>(static_cast<int*>(flag));
-  const bool ok = cudaMemcpy(&built, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+  const bool ok = cudaGetLastError() == cudaSuccess &&
+                  cudaMemcpy(&built, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
   cudaFree(flag);
   return ok && built == 1;
 }
