@@ -1,7 +1,9 @@
 // `exlagent generate`, `logits` and `bench`: the contract forms against the reference outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
@@ -81,6 +83,27 @@ TEST(CliBench, PrefixCaseReusesThePrefixForANewSuffix) {
   EXPECT_EQ(pc["prefix_tokens"].get<int>(), 128);
   EXPECT_EQ(pc["warm_cached_tokens"].get<int>(), 128);  // the prefix's two full pages, not the new suffix
   EXPECT_EQ(run(cli_bench, {"--model", "m", "--suffix-len", "0"}).code, 2);
+}
+
+TEST(CliSynth, ASmallShapeTakesTheTokenizersVocabulary) {
+  // The tiny shape's own vocabulary (512) is smaller than Llama 3's: the model written with that
+  // tokenizer must embed and predict every one of its ids, so that it serves Llama 3 prompts.
+  EXL_REQUIRE_SHARED("models/llama3-tokenizer/tokenizer.json");
+  const auto tok_dir = test::shared_dir() / "models/llama3-tokenizer";
+  const auto out = test::binary_dir() / "cli-synth-tiny-llama3";
+  std::filesystem::remove_all(out);
+  auto r = run(cli_synth, {out.string(), "--shape", "tiny", "--tokenizer", tok_dir.string()});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  const auto config = nlohmann::json::parse(test::read_file(out / "config.json"));
+  const auto tok = nlohmann::json::parse(test::read_file(tok_dir / "tokenizer.json"));
+  int64_t n_ids = 0;
+  for (const auto& [piece, id] : tok["model"]["vocab"].items()) n_ids = std::max<int64_t>(n_ids, id.get<int64_t>() + 1);
+  for (const auto& t : tok["added_tokens"]) n_ids = std::max<int64_t>(n_ids, t["id"].get<int64_t>() + 1);
+  EXPECT_EQ(config["vocab_size"].get<int64_t>(), n_ids);
+  r = run(cli_generate, {"--model", out.string(), "--prompt", "Hello, world. Tokenizers!", "--max-tokens", "2",
+                         "--temperature", "0"});
+  EXPECT_EQ(r.code, 0) << r.err << r.error;
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace cli_engine_test
