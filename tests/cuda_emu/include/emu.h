@@ -95,6 +95,16 @@ namespace emu {
   std::fprintf(stderr, "emu: %s is not emulated\n", what);
   std::abort();
 }
+// Dynamic shared memory accessed through its shared-window offsets (cp.async, ldmatrix) past the
+// launch's size: the kernel's own bug, caught rather than read from the next allocation.
+inline size_t dyn_smem_bytes = 0;
+inline void check_smem(unsigned offset, unsigned n, const char* what) {
+  if (size_t(offset) + n > dyn_smem_bytes) {
+    std::fprintf(stderr, "emu: %s at shared offset %u (+%u) past the launch's %zu bytes\n", what, offset, n,
+                 dyn_smem_bytes);
+    std::abort();
+  }
+}
 // v rounded once to the nearest fp16 (ties to even), subnormals and overflow to infinity included.
 inline unsigned short to_half(double v) {
   if (std::isnan(v)) return 0x7e00;
@@ -330,6 +340,7 @@ inline void run_grid(dim3 g, dim3 b, size_t smem, const std::function<void()>& f
   block_dim = b;
   body = f;
   smem_buf.assign(smem + 256, char(0xff));
+  dyn_smem_bytes = smem;
   dyn_smem = smem_buf.data() + (256 - reinterpret_cast<uintptr_t>(smem_buf.data()) % 256) % 256;
   for (unsigned z = 0; z < g.z; ++z)
     for (unsigned y = 0; y < g.y; ++y)
@@ -448,6 +459,7 @@ inline void asm_prefetch_global_L2(const void*) {}
 inline void asm_fence_proxy_async_shared__cta() {}
 // cp.async to dynamic shared memory only: __cvta_generic_to_shared gives the offset into it.
 inline void asm_cp_async_cg_shared_global(unsigned smem, const void* g, unsigned n) {
+  check_smem(smem, n, "cp.async");
   const char* src = static_cast<const char*>(g);
   cur->cp_open.push_back({smem, std::vector<char>(src, src + n)});
 }
@@ -478,6 +490,7 @@ inline void ldmatrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, 
   const unsigned t = cur->lin, w = t / 32, lane = t % 32;
   if (warp_live[w] != 32) unsupported("ldmatrix with fewer than 32 live threads in the warp");
   if (ldmatrix_addr.size() < warp_live.size() * 32) ldmatrix_addr.resize(warp_live.size() * 32);
+  check_smem(addr, 16, "ldmatrix");
   ldmatrix_addr[t] = addr;
   warp_sync();
   const unsigned g = lane / 4, tg = lane % 4;
