@@ -18,6 +18,8 @@ CudaContext::CudaContext(int device) : device_(device) {
   int smem = 0;
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   max_smem_optin_ = size_t(smem);
+  EXL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  smem_per_sm_ = size_t(smem);
   int major = 0;
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   const auto turned_off = [](const char* name) {
@@ -25,7 +27,8 @@ CudaContext::CudaContext(int device) : device_(device) {
     return v && std::strcmp(v, "0") == 0;
   };
   overlapped_launches_ = major >= 9 && !turned_off("EXL_CUDA_PDL");
-  wgmma_ = !turned_off("EXL_CUDA_WGMMA") && exl2_wgmma_available(device);
+  mma_form_ = {overlapped_launches_, !turned_off("EXL_CUDA_WGMMA") && exl2_wgmma_available(device),
+               !turned_off("EXL_CUDA_MMA_WIDE")};
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

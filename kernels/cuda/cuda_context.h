@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/exl2_gemm.h"
 
 namespace exl::cuda {
 
@@ -50,12 +51,14 @@ class CudaContext {
   cublasHandle_t cublas() const { return cublas_; }
   int sm_count() const { return sm_count_; }
   size_t max_shared_per_block() const { return max_smem_optin_; }
+  size_t shared_per_sm() const { return smem_per_sm_; }
   // Whether kernels written for it may be launched overlapped with the stream's previous kernel
   // (programmatic dependent launch: compute capability 9.0 or newer, unless EXL_CUDA_PDL=0).
   bool overlapped_launches() const { return overlapped_launches_; }
-  // Whether the tensor-core EXL2 kernel runs its wgmma form (exl2_wgmma_available: an sm_90a
-  // device and binary, unless EXL_CUDA_WGMMA=0).
-  bool wgmma() const { return wgmma_; }
+  // How the tensor-core EXL2 kernel runs (exl2_mma_set): overlapped as overlapped_launches(); its
+  // wgmma form where exl2_wgmma_available (an sm_90a device and binary) unless EXL_CUDA_WGMMA=0;
+  // wide blocks unless EXL_CUDA_MMA_WIDE=0.
+  Exl2MmaForm mma_form() const { return mma_form_; }
 
   void make_current() const;
   // Waits for everything queued on the stream (and frees staging buffers retired meanwhile).
@@ -127,8 +130,9 @@ class CudaContext {
   cublasHandle_t cublas_ = nullptr;
   int sm_count_ = 1;
   size_t max_smem_optin_ = 48 * 1024;
+  size_t smem_per_sm_ = 64 * 1024;
   bool overlapped_launches_ = false;
-  bool wgmma_ = false;
+  Exl2MmaForm mma_form_;
   Buffer areas_[int(Scratch::count)];
   Buffer ring_;           // device, at least as large as either host ring
   Buffer host_ring_[2];  // pinned

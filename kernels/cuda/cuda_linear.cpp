@@ -387,9 +387,11 @@ SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std
   bool mma = exl2_mma_enabled() && !in.exact && rows >= exl2_mma_min_rows(largest) &&
              rows <= exl2_mma_max_rows(largest) && !in.norm_w && !in.rope &&
              !(in.io && (in.io->x_in_order || in.io->inv_perm || in.io->ssq_out));
-  for (const auto* l : set) mma = mma && l->view().n_segs > 0;
+  int wrows = 0;
+  for (const auto* l : set) mma = mma && l->view().n_segs > 0, wrows = std::max(wrows, l->view().max_bits);
   r.mma = mma;
-  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx, rows))
+  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_cols_per_block(int(rows), ctx.mma_form().wide),
+                                       exl2_mma_target_blocks(ctx, rows, wrows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   r.k_slice = ks;
   const int64_t slices = ceil_div(K, ks);
@@ -422,8 +424,7 @@ void gemv_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::spa
   if (p.mma) {
     auto* staged = static_cast<uint16_t*>(
         ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-    EXL_CUDA_CHECK(exl2_mma_set(p.s, in.x, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.wgmma(),
-                                ctx.stream()));
+    EXL_CUDA_CHECK(exl2_mma_set(p.s, in.x, int(rows), p.k_slice, staged, ctx.mma_form(), ctx.stream()));
   } else {
     const int64_t mb = exl2_gemv_rows_per_block(int(rows));
     int64_t tiles = 0;
@@ -542,7 +543,7 @@ void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const
       static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
   EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, K, eps, staging_of(set, rows, staged), ctx.stream()));
   EXL_CUDA_CHECK(
-      exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.overlapped_launches(), ctx.wgmma(), ctx.stream()));
+      exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.mma_form(), ctx.stream()));
 }
 
 void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& up, const CudaLinear& down, float* x,
@@ -566,9 +567,9 @@ void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& 
   const bool chained = ceil_div(int64_t(H), int64_t(pg.k_slice)) > 1;  // the sums then stage the down input
   if (chained) s.swiglu_to = staging_of(dn, rows, staged), pd.s.x_up = nullptr;
   EXL_CUDA_CHECK(
-      exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.overlapped_launches(), ctx.wgmma(), ctx.stream()));
-  EXL_CUDA_CHECK(exl2_mma_set(pd.s, chained ? nullptr : g, int(rows), pd.k_slice, staged, ctx.overlapped_launches(),
-                              ctx.wgmma(), ctx.stream()));
+      exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.mma_form(), ctx.stream()));
+  EXL_CUDA_CHECK(exl2_mma_set(pd.s, chained ? nullptr : g, int(rows), pd.k_slice, staged, ctx.mma_form(),
+                              ctx.stream()));
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
@@ -589,9 +590,9 @@ int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   return int(std::min(ks, ceil_div(K, 32) * 32));
 }
 
-int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
+int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int target_blocks) {
   const int64_t mb = exl2_mma_rows_per_block(int(rows));
-  const int64_t base = ceil_div(N, k_exl2_gemv_cols_per_block) * ceil_div(rows, mb);
+  const int64_t base = ceil_div(N, int64_t(cols_per_block)) * ceil_div(rows, mb);
   const int64_t splits = std::max<int64_t>(1, target_blocks / base);
   const int64_t ks = std::clamp<int64_t>(ceil_div(ceil_div(K, splits), 128) * 128, 128, 4096);
   return int(std::min(ks, ceil_div(K, 128) * 128));
@@ -633,13 +634,14 @@ int64_t exl2_mma_max_rows(int64_t weights) {
   return exl2_mma_mode() == 1 ? k_exl2_mma_max_rows : k_exl2_mma_auto_max_rows;
 }
 
-int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows) {
+int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows, int wrows) {
   static const int n = [] {
     const char* e = std::getenv("EXL_CUDA_MMA_BLOCKS_PER_SM");
     const int v = e ? std::atoi(e) : 0;
     return v > 0 && v <= 64 ? v : 0;
   }();
-  return (n > 0 ? n : exl2_mma_blocks_per_sm(int(rows))) * ctx.sm_count();
+  return (n > 0 ? n : exl2_mma_resident_blocks(int(rows), wrows, ctx.mma_form(), ctx.shared_per_sm())) *
+         ctx.sm_count();
 }
 
 void gemv_walk_only_from_env() {

@@ -140,12 +140,14 @@ std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWe
 // K is smaller) in 128..1024 that gives at most about `target_blocks` blocks (one wave at b=1).
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 
-// K-slice of the tensor-core kernel (exl2_mma_set): a multiple of 128 that gives about
-// `target_blocks` blocks (at most 4096 rows: the activations stream through a ring of chunks).
-int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
-// Tensor-core blocks aimed for: exl2_mma_blocks_per_sm (as many as the kernel's registers allow),
-// or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64).
-int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows);
+// K-slice of the tensor-core kernel (exl2_mma_set) with blocks of `cols_per_block` columns
+// (exl2_mma_cols_per_block): a multiple of 128 that gives about `target_blocks` blocks (at most
+// 4096 rows: the activations stream through a ring of chunks).
+int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int target_blocks);
+// Tensor-core blocks aimed for, for a set whose widest group has `wrows` bits: one wave of
+// exl2_mma_resident_blocks (as many as the kernel's registers and the multiprocessors' shared
+// memory allow, in the context's form), or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64) per multiprocessor.
+int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows, int wrows);
 
 // EXL2 gemv blocks aimed for per multiprocessor: 8 for one or two activation rows, 4 for more
 // (fewer, longer K-slices: b=8 decode 557 → 601 tok/s on the H200, b=1 333 → 327 at 4), or

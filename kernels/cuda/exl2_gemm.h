@@ -163,31 +163,55 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // gathers every job's activations through its perm (silu(x)·x_up with x_up) once, as fp16
 // (saturated at ±65504) in fragment order, into `staged` (exl2_mma_staged_bytes; the caller's
 // scratch, overwritten). Then each block streams its K-slice of them, and each lane its own words,
-// through a double-buffered ring of shared memory (cp.async; exl2_mma_smem_bytes(rows, the widest
-// group's bits) per block); each lane of a quad decodes one 32-row block of a 128-row chunk for
-// four columns straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to fp16, as
-// exl2_reconstruct forms it), and m16n8k16 mma accumulate in fp32; K-slices (their partial sums in the jobs' `partials`, no
-// counters) are added in slice order by a third kernel (deterministic), a thread per output.
-// Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks).
+// through a double-buffered ring of shared memory (cp.async); each lane of a quad decodes one
+// 32-row block of a 128-row chunk for four columns, or for two runs of four 32 columns apart
+// (Exl2MmaForm::wide), straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to
+// fp16, as exl2_reconstruct forms it), and m16n8k16 mma accumulate in fp32; K-slices (their
+// partial sums in the jobs' `partials`, no counters) are added in slice order by a third kernel
+// (deterministic), a thread per output.
+// Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks) and
+// exl2_mma_cols_per_block columns of one job.
 // Needs streamed layouts (every job's n_segs > 0), k_slice a multiple of 128 and no norm, rope or
 // hand-off; x_up, residual and bias as in the gemv; `exact` is ignored (the results are at
 // fp16-input precision, like the cuBLAS path). The jobs' q_scale_max must hold an even number of
 // entries (the kernel copies them in aligned pairs). Compute capability 8.0 or newer.
 EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }
-// Resident blocks per multiprocessor the kernel's registers are bounded for.
-EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
-size_t exl2_mma_smem_bytes(int rows, int wrows, bool wgmma);
-size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
-// x null: `staged` already holds the input, written by its producer (Exl2MmaStaging); no staging
-// kernel runs.
+
+// How exl2_mma_set runs (CudaContext::mma_form).
 // overlapped: launch the three kernels overlapped (overlapped_launch.cuh): each may start during
 // the previous kernel's tail, the tensor-core kernel fetching its first weights meanwhile.
 // wgmma: 64-row blocks run their products as warpgroup mma while the lanes decode the next half
 // chunk (only where exl2_wgmma_available; the same results up to the order of fp32 additions
 // inside the tensor cores). Fewer rows keep mma.sync, measured faster there (BENCHMARKS.md,
 // session 26).
+// wide: blocks of up to 32 rows cover 256 columns, a lane 8 of them, so that a chunk's fixed costs
+// (its segment walk, copy addresses, scale maximum, barrier and activation fetch) are paid once
+// per 8 columns (64-row blocks keep 4 per lane: 128 accumulators would not fit beside the
+// fragments). Over the same K-slices, the same results as narrow blocks, bit for bit.
+struct Exl2MmaForm {
+  bool overlapped = false;
+  bool wgmma = false;
+  bool wide = false;
+};
+EXL_HD constexpr bool exl2_mma_wide(int rows, bool wide) { return wide && rows <= 32; }
+EXL_HD constexpr int exl2_mma_cols_per_block(int rows, bool wide) {
+  return exl2_mma_wide(rows, wide) ? 2 * k_exl2_gemv_cols_per_block : k_exl2_gemv_cols_per_block;
+}
+// Resident blocks per multiprocessor the kernel's registers are bounded for.
+EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows, bool wide) {
+  return exl2_mma_wide(rows, wide) ? (rows <= 16 ? 5 : 3) : rows <= 16 ? 6 : rows <= 32 ? 4 : 3;
+}
+// Dynamic shared memory of an exl2_mma_set block of `rows` rows whose set's widest group has
+// `wrows` bits.
+size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form);
+// Blocks of such a set that one multiprocessor holds at once: exl2_mma_blocks_per_sm, or fewer
+// where `smem_per_sm` bytes of shared memory hold fewer.
+int exl2_mma_resident_blocks(int rows, int wrows, Exl2MmaForm form, size_t smem_per_sm);
+size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
+// x null: `staged` already holds the input, written by its producer (Exl2MmaStaging); no staging
+// kernel runs.
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
-                         bool overlapped, bool wgmma, cudaStream_t stream);
+                         Exl2MmaForm form, cudaStream_t stream);
 // Whether `device` (the current one) runs exl2_mma_set's wgmma form: compute capability 9.0 and
 // this binary built with its sm_90a code (a probe kernel; call outside stream capture).
 bool exl2_wgmma_available(int device);

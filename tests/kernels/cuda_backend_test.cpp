@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -471,6 +473,39 @@ TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
     const auto refd = test::naive_linear(wd, w.m.bias, x, rows, 384, 100);
     const std::vector<float> ref(refd.begin(), refd.end());
     EXPECT_LT(rel_err(gpu_linear(w.m, x, rows), ref), exl2_tol(rows)) << rows;
+  }
+}
+
+TEST_F(CudaBackendTest, WideTensorCoreBlocksMatchNarrowOnesBitForBit) {
+  // 256-column blocks (a lane on two column quads) against 128-column ones (EXL_CUDA_MMA_WIDE=0,
+  // read when a backend is made): K = 1024 gives 128-row K-slices in both forms at these rows, so
+  // every output is the same sum in the same order. N = 200 leaves the second quad of the last
+  // lanes past the columns; every width and the bias are in play.
+  const auto backend_with = [](const char* wide) {
+    const char* before = std::getenv("EXL_CUDA_MMA_WIDE");
+    const std::string saved = before ? before : "";
+    ::setenv("EXL_CUDA_MMA_WIDE", wide, 1);
+    auto b = make_cuda_backend(0);
+    if (before) ::setenv("EXL_CUDA_MMA_WIDE", saved.c_str(), 1);
+    else ::unsetenv("EXL_CUDA_MMA_WIDE");
+    return b;
+  };
+  auto wide = backend_with("1"), narrow = backend_with("0");
+  auto w = test::random_exl2(1024, 200, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}, 91, true);
+  auto pw = wide->prepare_linear(w.m), pn = narrow->prepare_linear(w.m);
+  for (int64_t rows : {3, 8, 16, 32}) {
+    const auto x = test::random_floats(size_t(rows * 1024), 92 + uint32_t(rows));
+    std::vector<float> yw(size_t(rows * 200)), yn(yw.size());
+    for (auto [b, p, y] : {std::tuple{wide.get(), pw.get(), &yw}, std::tuple{narrow.get(), pn.get(), &yn}}) {
+      Buffer dx = b->alloc(x.size() * 4), dy = b->alloc(y->size() * 4);
+      b->upload(dx.data(), x.data(), x.size() * 4);
+      b->linear(*p, dx.f32(), dy.f32(), rows);
+      b->download(y->data(), dy.data(), y->size() * 4);
+    }
+    EXPECT_EQ(std::memcmp(yw.data(), yn.data(), yw.size() * 4), 0) << rows << " rows";
+    std::vector<float> ref(yw.size());
+    cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
+    EXPECT_LT(rel_err(yw, ref), exl2_tol(rows)) << rows << " rows";
   }
 }
 
@@ -1324,6 +1359,31 @@ TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
   const std::vector<G> c = {{2, 0, 16, 0}, {2, 16, 80, 1}};
   EXPECT_EQ(cuda::exl2_segments(c.data(), int(c.size()), 96, s), 0);
   EXPECT_EQ(cuda::exl2_segments(a.data(), int(a.size()), 640, s), 0);
+}
+
+TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
+  constexpr size_t h100 = 233472;  // shared memory per multiprocessor of sm_90
+  const cuda::Exl2MmaForm narrow{}, wide{false, false, true}, wgmma{false, true, false};
+  for (const cuda::Exl2MmaForm& f : {narrow, wide, wgmma})
+    for (int rows : {3, 8, 16, 20, 32, 64, 200})
+      for (int wrows = 2; wrows <= 8; ++wrows) {
+        const int n = cuda::exl2_mma_resident_blocks(rows, wrows, f, h100);
+        EXPECT_GE(n, 1);
+        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows, f.wide));
+        EXPECT_LE(size_t(n) * (cuda::exl2_mma_smem_bytes(rows, wrows, f) + 1024), h100) << rows << " " << wrows;
+        if (wrows > 2)
+          EXPECT_LE(cuda::exl2_mma_smem_bytes(rows, wrows, f), cuda::exl2_mma_smem_bytes(rows, wrows - 1, f) + 8192);
+      }
+  // A wide 8-row block of 8-bit words: 2 stages · 128 lanes · (2 quads · 8 · 16 + 16) bytes of
+  // ring and 4 KiB of activations, 73,728 bytes: three fit, where registers would allow five.
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 8, wide), 73728u);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 8, wide, h100), 3);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 4, wide, h100), 5);
+  // Past 32 rows blocks are narrow whatever the form: 64-row wgmma blocks of 4-bit words hold
+  // 3 · 64 · 256 + 2 · 128 · (64 + 12) bytes, 68,608.
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, {false, true, true}), 68608u);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, {false, true, true}, h100), 3);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 8, {false, true, true}, h100), 2);
 }
 
 TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {

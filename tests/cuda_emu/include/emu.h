@@ -71,6 +71,7 @@ enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
   cudaDevAttrComputeCapabilityMajor = 75,
   cudaDevAttrComputeCapabilityMinor = 76,
+  cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
@@ -593,6 +594,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   *v = a == cudaDevAttrMultiProcessorCount        ? 132
        : a == cudaDevAttrComputeCapabilityMajor ? 8
        : a == cudaDevAttrComputeCapabilityMinor ? 0
+       : a == cudaDevAttrMaxSharedMemoryPerMultiprocessor ? 233472
                                                 : 232448;
   return cudaSuccess;
 }
