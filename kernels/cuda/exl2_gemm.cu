@@ -230,7 +230,7 @@ __device__ void segment_dot(const Exl2DeviceView& w, const Exl2Segment& sg, int 
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const uint32_t q = (scode >> (4 * c)) & 15u;
-      const float s = float((q + 1) * (q + 1)) * smax;
+      const float s = q_minus((q + 1) * (q + 1), 8388608.0f) * smax;
 #pragma unroll
       for (int m = 0; m < MB; ++m) acc[m][c] = fmaf(bacc[m][c], s, acc[m][c]);
     }
@@ -1173,7 +1173,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 #pragma unroll
       for (int col = 0; col < 4; ++col) {
         const uint32_t code = (scode[q] >> (4 * col)) & 15u;
-        s2[q][col] = __float2half2_rn(float((code + 1) * (code + 1)) * sm);
+        s2[q][col] = __float2half2_rn(q_minus((code + 1) * (code + 1), 8388608.0f) * sm);  // no int→float unit
       }
     }
     const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + (c % SX) * kChunkVecs));
