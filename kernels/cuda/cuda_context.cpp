@@ -22,13 +22,13 @@ CudaContext::CudaContext(int device) : device_(device) {
   smem_per_sm_ = size_t(smem);
   int major = 0;
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  const auto turned_off = [](const char* name) {
+  const auto set_to = [](const char* name, const char* value) {
     const char* v = std::getenv(name);
-    return v && std::strcmp(v, "0") == 0;
+    return v && std::strcmp(v, value) == 0;
   };
-  overlapped_launches_ = major >= 9 && !turned_off("EXL_CUDA_PDL");
-  mma_form_ = {overlapped_launches_, !turned_off("EXL_CUDA_WGMMA") && exl2_wgmma_available(device),
-               !turned_off("EXL_CUDA_MMA_WIDE")};
+  overlapped_launches_ = major >= 9 && !set_to("EXL_CUDA_PDL", "0");
+  mma_form_ = {overlapped_launches_, !set_to("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device),
+               set_to("EXL_CUDA_MMA_WIDE", "1")};
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

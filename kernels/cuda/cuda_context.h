@@ -57,7 +57,8 @@ class CudaContext {
   bool overlapped_launches() const { return overlapped_launches_; }
   // How the tensor-core EXL2 kernel runs (exl2_mma_set): overlapped as overlapped_launches(); its
   // wgmma form where exl2_wgmma_available (an sm_90a device and binary) unless EXL_CUDA_WGMMA=0;
-  // wide blocks unless EXL_CUDA_MMA_WIDE=0.
+  // wide blocks where EXL_CUDA_MMA_WIDE=1 (not yet measured against narrow ones: BENCHMARKS.md,
+  // session 27).
   Exl2MmaForm mma_form() const { return mma_form_; }
 
   void make_current() const;

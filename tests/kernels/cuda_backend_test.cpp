@@ -353,7 +353,9 @@ TEST_F(CudaBackendTest, StagedNormsAndMlpMatchTheSeparateOpsBitForBit) {
       gpu().rms_norm_mlp_residual({pg.get(), pu.get(), pd.get(), dres2.f32(), dnw.f32(), dxn.f32(), dg2.f32(), du2.f32(),
                                    dtmp.f32(), rows, c.H, c.I, 1e-5f, false});
       const auto res_fused = from_gpu(dres2, x.size());
-      if (staged) EXPECT_EQ(res_fused, res_sep);
+      if (staged) {
+        EXPECT_EQ(res_fused, res_sep);
+      }
       EXPECT_LT(rel_err(res_fused, ref), exl2_tol(rows));
     }
   }
@@ -1371,8 +1373,9 @@ TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
         EXPECT_GE(n, 1);
         EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows, f.wide));
         EXPECT_LE(size_t(n) * (cuda::exl2_mma_smem_bytes(rows, wrows, f) + 1024), h100) << rows << " " << wrows;
-        if (wrows > 2)
+        if (wrows > 2) {
           EXPECT_LE(cuda::exl2_mma_smem_bytes(rows, wrows, f), cuda::exl2_mma_smem_bytes(rows, wrows - 1, f) + 8192);
+        }
       }
   // A wide 8-row block of 8-bit words: 2 stages · 128 lanes · (2 quads · 8 · 16 + 16) bytes of
   // ring and 4 KiB of activations, 73,728 bytes: three fit, where registers would allow five.

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Issue #21's measurements in one device call: the kernel tests, then `exlagent bench` on the
+# llama2-7b and llama3-8b shapes (synth, 4.0 bpw) under each tensor-core form named in FORMS, and
+# llama.cpp's bench on the same llama2-7b shape when PEER names a copy of ../shared/peers/llama.cpp
+# (built in the background while the tests run, then benchmarked alone, before exlagent).
+#
+#   source .gpu/env.sh; bash tests/gpu/issue21_bench.sh OUT_DIR
+#
+# Expects the programs of `gpu-bundle build/exlagent build/tests/exl_kernels_tests` on PATH (xz'd
+# ones are unpacked). Environment:
+#   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), default
+#           (neither); default "narrow wide"
+#   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
+#   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
+#   QUICK=1 llama3-8b only, no prefill and prefix cases (for sweeps)
+#   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
+# Writes OUT_DIR/log.txt (everything) and one JSON per bench run.
+set -uo pipefail
+out=${1:?OUT_DIR}
+mkdir -p "$out"
+exec > >(tee -a "$out/log.txt") 2>&1
+forms=${FORMS:-narrow wide}
+rounds=${ROUNDS:-2}
+work=${WORK:-/tmp/issue21}
+mkdir -p "$work"
+
+for f in "${GPU_DATA:-/nonexistent}"/../bin/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+command -v exlagent >/dev/null || { echo "issue21_bench: exlagent is not on PATH"; exit 2; }
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+echo "built from: $(cat "${GPU_DATA:-/nonexistent}/../BUILT_FROM" 2>/dev/null || echo unknown)"
+
+form_env() {
+  case "$1" in
+    narrow) echo EXL_CUDA_MMA_WIDE=0 ;;
+    wide) echo EXL_CUDA_MMA_WIDE=1 ;;
+    default) ;;
+    *) echo "issue21_bench: unknown form '$1'" >&2; exit 2 ;;
+  esac
+}
+
+# The peer's script builds, makes its GGUF, then benchmarks: the first run stops once its benchmark
+# starts (its output file appears), so that the measured run later has the GPU alone.
+peer_pid=""
+if [ -n "${PEER:-}" ]; then
+  (
+    setsid bash -c 'PEER_WORK=$0/peer bash "$1/bench.sh" "$0/peer-prebuild"' "$work" "$PEER" >"$work/peer-build.log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null && [ ! -e "$work/peer-prebuild/llama-bench.txt" ]; do sleep 2; done
+    kill -- -"$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  ) &
+  peer_pid=$!
+fi
+
+if command -v exl_kernels_tests >/dev/null; then
+  for f in $forms; do
+    echo "== kernel tests, $f"
+    env $(form_env "$f") exl_kernels_tests --gtest_filter='*Cuda*' 2>&1 | grep -E '^\[  (PASSED|FAILED) |FAILED  \]' 
+  done
+fi
+
+[ -d "$work/l2" ] || exlagent synth "$work/l2" --shape llama2-7b --bpw 4.0 >/dev/null
+[ -d "$work/l3" ] || exlagent synth "$work/l3" --shape llama3-8b --bpw 4.0 >/dev/null
+
+if [ -n "$peer_pid" ]; then
+  wait "$peer_pid"
+  echo "== llama.cpp c392e50 (Q4_0, llama2-7b shape)"
+  PEER_WORK=$work/peer bash "$PEER/bench.sh" "$out/peer"
+fi
+
+bench() {  # form name model batches extra...
+  local f=$1 name=$2 model=$3 batches=$4
+  shift 4
+  env $(form_env "$f") exlagent bench --model "$model" --backend cuda --batch "$batches" --context 128 \
+    --decode-steps 32 --repeat 2 "$@" --json >"$out/$name.json" 2>"$out/$name.err" ||
+    { echo "$name: failed"; tail -3 "$out/$name.err"; return; }
+  python3 - "$out/$name.json" "$name" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+parts = []
+for d in r.get("decode", []):
+    parts.append(f"b={d['batch']} {d['tokens_per_s']:.1f}")
+for p in r.get("prefill", []):
+    parts.append(f"pp{p['tokens']} {p['tokens_per_s']:.0f}")
+pc = r.get("prefix_cache")
+if pc:
+    parts.append(f"prefix TTFT warm {pc['warm_ttft_s'] * 1e3:.2f} ms")
+print(sys.argv[2] + ": " + ", ".join(parts) if parts else sys.argv[2] + ": " + json.dumps(r)[:400])
+PY
+}
+
+for round in $(seq 1 "$rounds"); do
+  for f in $forms; do
+    echo "== round $round, $f"
+    bench "$f" "l3-$f-$round" "$work/l3" 1,4,8,16,32,64 \
+      $([ "${QUICK:-0}" = 1 ] || echo --prefill 2048 --prefix-len 4096 --suffix-len 64)
+    [ "${QUICK:-0}" = 1 ] ||
+      bench "$f" "l2-$f-$round" "$work/l2" 1,8,32 --prefill 128,2048 --prefix-len 4096 --suffix-len 64
+  done
+done
+
+for n in ${SWEEP:-}; do
+  for f in $forms; do
+    echo "== EXL_CUDA_MMA_BLOCKS_PER_SM=$n, $f"
+    EXL_CUDA_MMA_BLOCKS_PER_SM=$n bench "$f" "l3-$f-bps$n" "$work/l3" 8,16,32,64
+  done
+done
