@@ -1052,8 +1052,9 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
 // lane decodes its block into scaled fp16 pairs, then the warp runs m16n8k16 mma with fp32
 // accumulation. With several K-slices each block writes its partial sums and exl2_mma_sum_kernel
 // adds them up.
-// Registers bounded for exl2_mma_blocks_per_sm (ptxas, sm_90a, narrow: 72, 80, 128 and 168
-// registers at 8, 16, 32 and 64 rows, no spills).
+// Registers bounded for exl2_mma_blocks_per_sm (ptxas 13, sm_90a: narrow 80, 80, 128 and 168
+// at 8, 16, 32 and 64 rows, spilling 4 bytes at 32 rows and, in the mma.sync form of 64 rows, 108;
+// wide 96, 96 and 167, no spills; wgmma 168, no spills).
 // ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
 // decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
