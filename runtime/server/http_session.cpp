@@ -2,8 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <optional>
@@ -18,6 +16,7 @@
 
 #include "runtime/openai/api_error.h"
 #include "runtime/openai/completion_writer.h"
+#include "runtime/server/http_request_reader.h"
 #include "runtime/server/router.h"
 #include "runtime/server/ws_rpc.h"
 #include "runtime/server/ws_session.h"
@@ -33,19 +32,6 @@ namespace {
 
 constexpr size_t kMaxPending = 8u << 20;
 constexpr size_t kMaxPipelined = 64u << 10;
-
-HttpRequest to_request(const http::request<http::string_body>& r) {
-  HttpRequest out;
-  out.method = std::string(r.method_string());
-  out.target = std::string(r.target());
-  for (const auto& f : r) {
-    std::string name(f.name_string());
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-    out.headers[name] = std::string(f.value());
-  }
-  out.body = r.body();
-  return out;
-}
 
 // Whether the peer closed the connection (EOF or a pending error), without consuming its bytes.
 bool http_peer_has_closed(int fd) {
@@ -79,8 +65,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void do_read() {
     if (state_->draining()) return do_close();
     parser_.emplace();
-    parser_->body_limit(state_->options().max_body_bytes);
-    parser_->header_limit(64 * 1024);
+    limit_request_parser(*parser_, state_->options().max_body_bytes);
     stream_.expires_after(state_->options().read_timeout);
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
   }
@@ -106,14 +91,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     keep_alive_ = req.keep_alive();
     version_ = req.version();
     if (beast::websocket::is_upgrade(req)) {
-      if (auto refused = check_ws_upgrade(to_request(req), *state_)) {
+      if (auto refused = check_ws_upgrade(to_http_request(req), *state_)) {
         state_->metrics().count_request(kWsPath, refused->status);
         return send(std::move(*refused), false);
       }
       state_->metrics().count_request(kWsPath, 101);
       return start_ws_session(stream_.release_socket(), parser_->release(), state_);
     }
-    HttpRequest request = to_request(req);
+    HttpRequest request = to_http_request(req);
     request.client_gone = [fd = stream_.socket().native_handle()] { return http_peer_has_closed(fd); };
     read_at_ = std::chrono::steady_clock::now();
     RouteResult r = route(request, *state_);
