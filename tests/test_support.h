@@ -57,6 +57,19 @@ inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / den);
 }
 
+// max |got − ref| / max |ref| (ref is the reference; max |got − ref| where ref is all zeros);
+// infinite where got has a non-finite value or another size.
+inline double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    scale = std::max(scale, std::fabs(double(ref[i])));
+    err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
 // Fraction of rows of [rows, vocab] logits whose argmax agree.
 inline double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
   const size_t rows = a.size() / size_t(vocab);

@@ -33,26 +33,6 @@ namespace gptq_device_test {
 #define EXL_GPTQ_REQUIRE_CUDA() \
   if (exl::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << exl::cuda_device_description()
 
-// x = z·M (random mixing, feature scales 0.1 to 3) with input feature `dead` all zero.
-std::vector<float> mixed_inputs(int64_t rows, int64_t k, uint32_t seed, int64_t dead) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> mix(size_t(k * k)), z(size_t(rows * k)), x(size_t(rows * k), 0.0f);
-  for (auto& v : mix) v = nd(rng) / std::sqrt(float(k));
-  for (int64_t i = 0; i < k; ++i) mix[size_t(i * k + i)] += 1.0f;
-  for (auto& v : z) v = nd(rng);
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t i = 0; i < k; ++i) {
-      const float a = z[size_t(t * k + i)];
-      for (int64_t j = 0; j < k; ++j) x[size_t(t * k + j)] += a * mix[size_t(i * k + j)];
-    }
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t j = 0; j < k; ++j)
-      x[size_t(t * k + j)] *= j == dead ? 0.0f : 0.1f + 2.9f * float((j * 37) % k) / float(k);
-  return x;
-}
-
-
 // Code of row j (within group g), column n: the inverse of exl2_writer's set_code.
 uint32_t code_at(const Exl2Tensors& t, size_t g, int64_t j, int64_t n) {
   const Exl2Group& gr = t.groups[g];
@@ -63,11 +43,10 @@ uint32_t code_at(const Exl2Tensors& t, size_t g, int64_t j, int64_t n) {
   return uint32_t(v >> shift) & ((1u << gr.bits) - 1u);
 }
 
-
 // The runner without a device is exactly the CPU reference (no GPU needed).
 TEST(GptqRunner, WithoutADeviceIsTheCpuReference) {
   const int64_t rows = 300, K = 64, N = 40;
-  const auto x = mixed_inputs(rows, K, 11, 3);
+  const auto x = test::correlated_inputs(rows, K, 11, 3);
   const auto w = test::normal_weights(N, K, 12);
   ThreadPool pool(2);
   Hessian h = make_hessian(K);
@@ -91,7 +70,7 @@ TEST(GptqRunner, WithoutADeviceIsTheCpuReference) {
 TEST(GptqDevice, HessianAndFactorMatchTheCpuReference) {
   EXL_GPTQ_REQUIRE_CUDA();
   const int64_t rows = 4100, K = 320;  // two full device chunks and a partial one
-  const auto x = mixed_inputs(rows, K, 21, 7);
+  const auto x = test::correlated_inputs(rows, K, 21, 7);
   ThreadPool pool(2);
   Hessian h = make_hessian(K);
   accumulate_hessian(h, x.data(), rows, &pool);
@@ -128,7 +107,7 @@ TEST(GptqDevice, HessianAndFactorMatchTheCpuReference) {
 TEST(GptqDevice, CodesAndOutputErrorMatchTheCpuReference) {
   EXL_GPTQ_REQUIRE_CUDA();
   const int64_t rows = 1200, K = 320, N = 200;  // N pads to 224: padding columns hold the zero point
-  const auto x = mixed_inputs(rows, K, 31, 100);
+  const auto x = test::correlated_inputs(rows, K, 31, 100);
   const auto w = test::normal_weights(N, K, 32);
   ThreadPool pool(2);
   const GptqRunner cpu(pool, nullptr);

@@ -19,24 +19,7 @@
 namespace exl {
 namespace gptq_test {
 
-// Correlated inputs: x = z·M with a random mixing M and feature scales from 0.1 to 3, so the
-// Hessian is far from diagonal and act-order matters.
-std::vector<float> correlated_inputs(int64_t rows, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> mix(size_t(k * k)), z(size_t(rows * k)), x(size_t(rows * k), 0.0f);
-  for (auto& v : mix) v = nd(rng) / std::sqrt(float(k));
-  for (int64_t i = 0; i < k; ++i) mix[size_t(i * k + i)] += 1.0f;
-  for (auto& v : z) v = nd(rng);
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t i = 0; i < k; ++i)
-      for (int64_t j = 0; j < k; ++j) x[size_t(t * k + j)] += z[size_t(t * k + i)] * mix[size_t(i * k + j)];
-  for (int64_t t = 0; t < rows; ++t)
-    for (int64_t j = 0; j < k; ++j) x[size_t(t * k + j)] *= 0.1f + 2.9f * float((j * 37) % k) / float(k);
-  return x;
-}
-
-
+using test::correlated_inputs;
 
 TEST(Gptq, HessianIsTwiceXtXInDouble) {
   const int64_t rows = 300, K = 40;  // more rows than one float chunk

@@ -13,17 +13,6 @@
 
 namespace exl::test {
 
-// max |a − b| / max |b| (b is the reference); sizes must match.
-inline double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::fabs(double(b[i])));
-  }
-  return m > 0 ? d / m : d;
-}
-
 // All logits of `ids` in chunks of `chunk` tokens (0: one prefill) into a fresh pool of `fmt`
 // (16-token pages) through a scrambled page table.
 inline std::vector<float> run_chunked(Model& m, const std::vector<int32_t>& ids, int64_t chunk,

@@ -92,12 +92,12 @@ TEST_P(ModelSplit, LogitsEqualTheSingleBackendModel) {
   for (int64_t chunk : {0, 1, 7}) {
     const auto want = test::run_chunked(single, ids, chunk, KvFormat::f32);
     const auto got = test::run_chunked(*split.model, ids, chunk, KvFormat::f32);
-    EXPECT_LE(test::max_rel_diff(got, want), 1e-5) << c.model << " chunk " << chunk;
+    EXPECT_LE(test::rel_err(got, want), 1e-5) << c.model << " chunk " << chunk;
   }
   const auto want_q8 = test::run_chunked(single, ids, 9, KvFormat::q8);
-  EXPECT_LE(test::max_rel_diff(test::run_chunked(*split.model, ids, 9, KvFormat::q8), want_q8), 1e-5)
+  EXPECT_LE(test::rel_err(test::run_chunked(*split.model, ids, 9, KvFormat::q8), want_q8), 1e-5)
       << c.model << " q8";
-  EXPECT_LE(test::max_rel_diff(run_batched(*split.model, ids), run_batched(single, ids)), 1e-5)
+  EXPECT_LE(test::rel_err(run_batched(*split.model, ids), run_batched(single, ids)), 1e-5)
       << c.model << " batched";
 }
 

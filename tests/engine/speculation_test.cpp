@@ -68,7 +68,9 @@ TEST(LookupClasses, AWordWithALeadingSpaceJoinsTheWordWithout) {
   }
   EXPECT_GT(pairs, 0) << "the vocabulary has some word both with and without a leading space";
   const int32_t space = id_of(" ");
-  if (space >= 0) EXPECT_EQ(classes[size_t(space)], space) << "a lone space stays itself";
+  if (space >= 0) {
+    EXPECT_EQ(classes[size_t(space)], space) << "a lone space stays itself";
+  }
 }
 
 TEST(DraftLength, GrowsOnFullAcceptanceAndHalvesOnImmediateRejection) {
@@ -263,7 +265,7 @@ TEST(Speculation, DraftsWalkTheGrammarTakingItsForcedTokensAndDroppingIllegalGue
   Stories s;
   // The story says "a little girl named Lily" twice; the grammar wants "big" and other names, so
   // prompt lookup guesses tokens the grammar forbids, and the grammar forces the words between.
-  const char* pattern = "( there was a big (dog|cat|boy) named [A-Z][a-z]{2,8}, and a (dog|cat|boy)\.){3}";
+  const char* pattern = "( there was a big (dog|cat|boy) named [A-Z][a-z]{2,8}, and a (dog|cat|boy)\\.){3}";
   Outcome plain, walked, blind;
   GenerationJob a = s.job(k_story, Speculation::none, &plain, 0, 120);
   a.mask = make_grammar_constraint(compile_regex_for(pattern, *s.tok), *s.tok);
@@ -447,7 +449,9 @@ TEST(DraftModelSpeculation, AQuantizedDraftLeavesTheTargetsTokensUnchanged) {
     EXPECT_EQ(other.tokens, plain.tokens) << temperature;
     EXPECT_GT(alone.stats.n_drafted, 0);
     EXPECT_EQ(other.stats.n_drafted, 0);
-    if (temperature == 0.0f) EXPECT_GT(alone.stats.n_accepted, 0) << "the quantized copy agrees sometimes";
+    if (temperature == 0.0f) {
+      EXPECT_GT(alone.stats.n_accepted, 0) << "the quantized copy agrees sometimes";
+    }
   }
 }
 

@@ -96,7 +96,7 @@ TEST(TensorParallelSlices, ColumnAndRowSlicesReassembleTheLinear) {
       const auto part = apply(*be, slice_linear_rows(down, s.down_row_begin, s.down_row_end, r == 0).weights, xr, rows);
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
     }
-    EXPECT_LE(test::max_rel_diff(sum, want), 1e-5) << model;
+    EXPECT_LE(test::rel_err(sum, want), 1e-5) << model;
     // gate_proj [384 → 1024]: an arbitrary column subset (the down rows' order) gives those columns.
     const LinearWeights gate = load_linear(dir, "model.layers.1.mlp.gate_proj", 384, 1024);
     const auto xg = random_rows(rows, 384, 9);
@@ -199,7 +199,7 @@ TEST_P(TpModels, LogitsMatchTheUnsplitModel) {
     auto pt = tp.alloc_kv_pool(KvFormat::f32, 16, 4);
     const auto want = run_chunks(model_fwd, &single, *p1, ids, chunk);
     const auto got = run_chunks(tp_fwd, &tp, *pt, ids, chunk);
-    EXPECT_LE(test::max_rel_diff(got, want), 1e-5) << c.model << " ranks " << c.ranks << " chunk " << chunk;
+    EXPECT_LE(test::rel_err(got, want), 1e-5) << c.model << " ranks " << c.ranks << " chunk " << chunk;
   }
   auto foreign = single.alloc_kv_pool(KvFormat::f32, 16, 4);
   const std::vector<int32_t> table{0};

@@ -75,15 +75,7 @@ double rel_err_of_sums(const std::vector<float>& got, const std::vector<float>& 
   return scale > 0 ? err / scale : err;
 }
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    scale = std::max(scale, std::fabs(double(ref[i])));
-    err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
-  }
-  return scale > 0 ? err / scale : err;
-}
+using test::rel_err;
 
 class CudaBackendTest : public ::testing::Test {
  protected:

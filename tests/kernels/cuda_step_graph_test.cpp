@@ -12,19 +12,12 @@
 #include "kernels/cuda_device.h"
 #include "kernels/error.h"
 #include "random_weights.h"
+#include "test_support.h"
 
 namespace exl {
 namespace cuda_step_graph_test {
 
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    scale = std::max(scale, std::fabs(double(ref[i])));
-    err = std::max(err, std::fabs(double(got[i]) - double(ref[i])));
-  }
-  return scale > 0 ? err / scale : err;
-}
+using test::rel_err;
 
 // A two-layer model with odd sizes (dim 96, 3 query heads over 1 kv head of 32, hidden 160,
 // vocab 77) whose every op goes through the Backend interface.

@@ -257,7 +257,7 @@ TEST_F(Router, ValidationNamesTheField) {
                "n");
   expect_error(route(req("POST", "/v1/completions", R"({"prompt":"x","n":2.5})"), *state_), 400, "invalid_request_error",
                "n");
-  for (const json bad : {json("draft"), json("medusa"), json(1)})
+  for (const json& bad : {json("draft"), json("medusa"), json(1)})
     expect_error(route(req("POST", "/v1/chat/completions", chat_body({{"speculate", bad}})), *state_), 400,
                  "invalid_request_error", "speculate");
 }
