@@ -7,7 +7,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "engine/generate/page_cache.h"
 #include "kernels/error.h"
+#include "safetensors_writer.h"
 #include "test_support.h"
 
 namespace exl {
@@ -53,12 +55,6 @@ TEST(ModelForward, Stories260kMatchesLlama2cLogits) {
   }
 }
 
-}  // namespace model_forward_test
-}  // namespace exl
-
-namespace exl {
-namespace model_forward_test {
-
 std::vector<int32_t> exl2_ref_ids() {
   auto j = nlohmann::json::parse(test::read_file(test::shared_dir() / "data/exl2-ref/input_ids.json"));
   return j["input_ids"].get<std::vector<int32_t>>();
@@ -66,32 +62,7 @@ std::vector<int32_t> exl2_ref_ids() {
 
 class Exl2RefModels : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(Exl2RefModels, Fp16ForwardMatchesTransformers) {
-  EXL_REQUIRE_SHARED("data/exl2-ref/input_ids.json");
-  const auto base = test::shared_dir() / "data/exl2-ref" / GetParam();
-  auto ids = exl2_ref_ids();
-  auto ref = test::read_f32(base / "hf_logits_f32.bin");
-  ModelDir dir(base / "hf");
-  auto be = make_cpu_backend(2);
-  Model m(dir, *be);
-  for (int64_t chunk : {0, 1, 7}) {
-    auto got = run_chunked(m, *be, ids, chunk);
-    ASSERT_EQ(got.size(), ref.size());
-    EXPECT_LT(test::rel_l2(got, ref), 1e-4) << GetParam() << " chunk " << chunk;
-    EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << GetParam() << " chunk " << chunk;
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(All, Exl2RefModels, ::testing::Values("llama-gqa", "qwen2-bias", "llama3-rope"));
-
-}  // namespace model_forward_test
-}  // namespace exl
-
-#include "engine/generate/page_cache.h"
-#include "safetensors_writer.h"
-
-namespace exl {
-namespace model_forward_test {
 
 // Prefix-cached run: a first sequence computes all ids; a second one gets the first 64 tokens
 // from the page cache and computes only the rest. Returns the second run's logits for the rows
@@ -116,6 +87,24 @@ std::vector<float> run_prefix_cached(Model& m, Backend& be, const std::vector<in
   la.resize(size_t(*n_cached * m.vocab_size()));
   la.insert(la.end(), lb.begin(), lb.end());
   return la;
+}
+
+// The logits of `ids` on the CPU backend — one prefill, chunks of 1 and of 7 tokens, and
+// prefix-cached — each within 1e-4 relative L2 of `ref` with every argmax the same.
+void expect_logits_match(const ModelDir& dir, const std::vector<int32_t>& ids, const std::vector<float>& ref) {
+  auto be = make_cpu_backend(2);
+  Model m(dir, *be);
+  for (int64_t chunk : {0, 1, 7}) {
+    auto got = run_chunked(m, *be, ids, chunk);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LT(test::rel_l2(got, ref), 1e-4) << "chunk " << chunk;
+    EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << "chunk " << chunk;
+  }
+  int64_t n_cached = 0;
+  auto got = run_prefix_cached(m, *be, ids, &n_cached);
+  EXPECT_EQ(n_cached, 64);
+  EXPECT_LT(test::rel_l2(got, ref), 1e-4) << "prefix-cached";
+  EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << "prefix-cached";
 }
 
 // qwen2-bias's reference_logits_f32.bin was computed without the q_proj biases (the file has them,
@@ -161,34 +150,13 @@ TEST_P(Exl2RefModels, Exl2ForwardMatchesFloat64Reference) {
   const auto base = exl2_dir_for_reference(GetParam());
   auto ids = exl2_ref_ids();
   auto ref = test::read_f32(test::shared_dir() / "data/exl2-ref" / GetParam() / "exl2-4.0bpw/reference_logits_f32.bin");
-  ModelDir dir(base);
-  auto be = make_cpu_backend(2);
-  Model m(dir, *be);
-  for (int64_t chunk : {0, 1, 7}) {
-    auto got = run_chunked(m, *be, ids, chunk);
-    EXPECT_LT(test::rel_l2(got, ref), 1e-4) << GetParam() << " chunk " << chunk;
-    EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << GetParam() << " chunk " << chunk;
-  }
-  int64_t n_cached = 0;
-  auto got = run_prefix_cached(m, *be, ids, &n_cached);
-  EXPECT_EQ(n_cached, 64);
-  EXPECT_LT(test::rel_l2(got, ref), 1e-4) << GetParam() << " prefix-cached";
-  EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0) << GetParam() << " prefix-cached";
+  expect_logits_match(ModelDir(base), ids, ref);
 }
 
-TEST_P(Exl2RefModels, Fp16ForwardWithPrefixCache) {
+TEST_P(Exl2RefModels, Fp16ForwardMatchesTransformers) {
   EXL_REQUIRE_SHARED("data/exl2-ref/input_ids.json");
   const auto base = test::shared_dir() / "data/exl2-ref" / GetParam();
-  auto ids = exl2_ref_ids();
-  auto ref = test::read_f32(base / "hf_logits_f32.bin");
-  ModelDir dir(base / "hf");
-  auto be = make_cpu_backend(2);
-  Model m(dir, *be);
-  int64_t n_cached = 0;
-  auto got = run_prefix_cached(m, *be, ids, &n_cached);
-  EXPECT_EQ(n_cached, 64);
-  EXPECT_LT(test::rel_l2(got, ref), 1e-4);
-  EXPECT_EQ(test::argmax_agreement(got, ref, 512), 1.0);
+  expect_logits_match(ModelDir(base / "hf"), exl2_ref_ids(), test::read_f32(base / "hf_logits_f32.bin"));
 }
 
 }  // namespace model_forward_test
