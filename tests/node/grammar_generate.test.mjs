@@ -9,18 +9,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
+import { bin, missing, shared } from './test_paths.mjs';
 
 const run = promisify(execFile);
-const here = path.dirname(fileURLToPath(import.meta.url));
-const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
-const shared = process.env.EXL_SHARED_DIR ?? path.join(here, '../../../shared');
 const models = {
   stories260K: path.join(shared, 'models/stories260K-hf'),
   'llama-gqa-exl2': path.join(shared, 'data/exl2-ref/llama-gqa/exl2-4.0bpw'),
@@ -73,8 +70,7 @@ async function generate(modelDir, schemaFile) {
 }
 
 for (const [modelName, modelDir] of Object.entries(models)) {
-  const skip = !existsSync(bin) || !existsSync(path.join(modelDir, 'config.json'))
-    ? `missing ${bin} or ${modelDir}` : false;
+  const skip = missing(path.join(modelDir, 'config.json'));
   test(`${modelName}: 20 schemas x 20 seeds validate with ajv`, { skip }, async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'exl-grammar-'));
     const failures = [];

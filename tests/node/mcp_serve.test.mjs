@@ -5,18 +5,14 @@
 // unknown tool is a JSON-RPC error, a bad schema an isError result.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import Ajv from 'ajv';
+import { bin, missing, sourceDir } from './test_paths.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
-const modelDir = path.join(here, '../../examples/demo-model/model');
-const skip = !existsSync(bin) || !existsSync(path.join(modelDir, 'config.json'))
-  ? `missing ${bin} or ${modelDir}` : false;
+const modelDir = path.join(sourceDir, 'examples/demo-model/model');
+const skip = missing(path.join(modelDir, 'config.json'));
 
 const SCHEMA = {
   type: 'object',

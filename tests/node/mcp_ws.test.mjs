@@ -4,23 +4,19 @@
 // JSON-RPC error. The server runs without an API key (loopback), as the transport sends no headers.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { WebSocketClientTransport } from '@modelcontextprotocol/sdk/client/websocket.js';
 import { startServe } from './serve.mjs';
+import { bin, missing, storiesModel } from './test_paths.mjs';
 
 globalThis.WebSocket ??= WebSocket;  // Node 20 has no global WebSocket; the transport uses it
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
-const shared = process.env.EXL_SHARED_DIR ?? path.join(here, '../../../shared');
-const modelDir = path.join(shared, 'models/stories260K-hf');
-const skip = !existsSync(bin) || !existsSync(path.join(modelDir, 'model.safetensors'))
-  ? `missing ${bin} or ${modelDir}` : false;
+const modelDir = storiesModel;
+const skip = missing(path.join(modelDir, 'model.safetensors'));
 
 let server;
 let client;

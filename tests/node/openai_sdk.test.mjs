@@ -4,20 +4,15 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { startServe } from './serve.mjs';
+import { bin, missing, storiesModel } from './test_paths.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
-const shared = process.env.EXL_SHARED_DIR ?? path.join(here, '../../../shared');
-const modelDir = path.join(shared, 'models/stories260K-hf');
-const skip = !existsSync(bin) || !existsSync(path.join(modelDir, 'model.safetensors'))
-  ? `missing ${bin} or ${modelDir}` : false;
+const modelDir = storiesModel;
+const skip = missing(path.join(modelDir, 'model.safetensors'));
 const KEY = 'node-test-key';
 
 let server;

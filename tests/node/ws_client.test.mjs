@@ -5,19 +5,15 @@
 // the server runs with --agent-script (a test-only flag that forces each turn's output).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { startServe } from './serve.mjs';
+import { bin, missing, storiesModel } from './test_paths.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const bin = process.env.EXLAGENT_BIN ?? path.join(here, '../../build/exlagent');
-const shared = process.env.EXL_SHARED_DIR ?? path.join(here, '../../../shared');
-const modelDir = path.join(shared, 'models/stories260K-hf');
-const skip = !existsSync(bin) || !existsSync(path.join(modelDir, 'model.safetensors'))
-  ? `missing ${bin} or ${modelDir}` : false;
+const modelDir = storiesModel;
+const skip = missing(path.join(modelDir, 'model.safetensors'));
 const KEY = 'node-ws-key';
 // Mistral's tool format is the most compact; stories260K's context is only 512 tokens.
 const CALL = '[TOOL_CALLS] [{"name": "lookup", "arguments": {"city": "Oslo"}}]';
