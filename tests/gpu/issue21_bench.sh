@@ -72,7 +72,7 @@ bench() {  # form name model batches extra...
   local f=$1 name=$2 model=$3 batches=$4
   shift 4
   env $(form_env "$f") exlagent bench --model "$model" --backend cuda --batch "$batches" --context 128 \
-    --decode-steps 32 --repeat 2 "$@" --json >"$out/$name.json" 2>"$out/$name.err" ||
+    --decode-steps 32 --repeat 3 "$@" --json >"$out/$name.json" 2>"$out/$name.err" ||
     { echo "$name: failed"; tail -3 "$out/$name.err"; return; }
   python3 - "$out/$name.json" "$name" <<'PY'
 import json, sys
@@ -84,7 +84,8 @@ for p in r.get("prefill", []):
     parts.append(f"pp{p['tokens']} {p['tokens_per_s']:.0f}")
 pc = r.get("prefix_cache")
 if pc:
-    parts.append(f"prefix TTFT warm {pc['warm_ttft_s'] * 1e3:.2f} ms")
+    parts.append(f"prefix TTFT warm {pc['warm_ttft_s'] * 1e3:.2f} ms (median of {pc['warm_runs']} "
+                 f"{pc['warm_ttft_median_s'] * 1e3:.2f}), cold {pc['cold_ttft_s'] * 1e3:.1f}")
 print(sys.argv[2] + ": " + ", ".join(parts) if parts else sys.argv[2] + ": " + json.dumps(r)[:400])
 PY
 }

@@ -82,6 +82,18 @@ TEST(CliBench, PrefixCaseReusesThePrefixForANewSuffix) {
   EXPECT_EQ(pc["prompt_tokens"].get<int>(), 138);
   EXPECT_EQ(pc["prefix_tokens"].get<int>(), 128);
   EXPECT_EQ(pc["warm_cached_tokens"].get<int>(), 128);  // the prefix's two full pages, not the new suffix
+  EXPECT_EQ(pc["warm_runs"].get<int>(), 1);
+  EXPECT_EQ(pc["warm_ttft_s"].get<double>(), pc["warm_ttft_median_s"].get<double>());
+  // More warm runs, each with a suffix of its own: none finds an earlier run's suffix cached.
+  r = run(cli_bench, {"--model", (test::shared_dir() / "models/stories260K-hf").string(), "--prefill", "8", "--batch", "1",
+                      "--context", "8", "--decode-steps", "1", "--repeat", "3", "--prefix-len", "64", "--suffix-len", "64",
+                      "--json"});
+  ASSERT_EQ(r.code, 0) << r.err << r.error;
+  const auto pc3 = nlohmann::json::parse(r.out)["prefix_cache"];
+  EXPECT_EQ(pc3["warm_runs"].get<int>(), 3);
+  EXPECT_EQ(pc3["warm_cached_tokens"].get<int>(), 64);
+  EXPECT_GT(pc3["warm_ttft_s"].get<double>(), 0.0);
+  EXPECT_LE(pc3["warm_ttft_s"].get<double>(), pc3["warm_ttft_median_s"].get<double>());
   EXPECT_EQ(run(cli_bench, {"--model", "m", "--suffix-len", "0"}).code, 2);
 }
 
