@@ -477,29 +477,29 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
       if (a.out_perm) a.out_perm[(orow / a.n_heads) * a.n_heads * k_dec_D + out_at[0]] = v;
     }
     cluster.sync();  // no block leaves while another reads its shared memory
-    return;
 #endif
-  }
-  for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += k_dec_threads, ++u) {
-    const int h = i / k_dec_D, d = i % k_dec_D;
-    float o = 0.0f;
+  } else {
+    for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += k_dec_threads, ++u) {
+      const int h = i / k_dec_D, d = i % k_dec_D;
+      float o = 0.0f;
 #pragma unroll
-    for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
-    const int64_t orow = qrow + h;
-    if (a.direct) {
-      const float v = o / Ms[8 + h];
-      a.out[orow * k_dec_D + d] = v;
-      if (a.out_perm) {
-        const int64_t t = orow / a.n_heads;
-        a.out_perm[t * a.n_heads * k_dec_D +
-                   (u == 0   ? out_at[0]
-                    : u == 1 ? out_at[1]
-                             : a.out_inv_perm[(orow - t * a.n_heads) * k_dec_D + d])] = v;
+      for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
+      const int64_t orow = qrow + h;
+      if (a.direct) {
+        const float v = o / Ms[8 + h];
+        a.out[orow * k_dec_D + d] = v;
+        if (a.out_perm) {
+          const int64_t t = orow / a.n_heads;
+          a.out_perm[t * a.n_heads * k_dec_D +
+                     (u == 0   ? out_at[0]
+                      : u == 1 ? out_at[1]
+                               : a.out_inv_perm[(orow - t * a.n_heads) * k_dec_D + d])] = v;
+        }
+      } else {
+        const int64_t pidx = orow * a.max_parts + part;
+        a.part_acc[pidx * k_dec_D + d] = o;
+        if (d == 0) a.part_max[pidx] = Ms[h], a.part_sum[pidx] = Ms[8 + h];
       }
-    } else {
-      const int64_t pidx = orow * a.max_parts + part;
-      a.part_acc[pidx * k_dec_D + d] = o;
-      if (d == 0) a.part_max[pidx] = Ms[h], a.part_sum[pidx] = Ms[8 + h];
     }
   }
 }
