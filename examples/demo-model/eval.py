@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_data  # noqa: E402
 import llama  # noqa: E402
 import tok  # noqa: E402
-from eval_common import TEST_SEED, same_value  # noqa: E402
+from eval_common import TEST_SEED, score  # noqa: E402
 
 
 def read_safetensors(path):
@@ -81,27 +81,16 @@ def prompt_ids(enc, messages, tools):
 
 def evaluate(model, enc, count, dev, log, batch=250, max_new=120):
     exs = list(gen_data.generate(TEST_SEED, count, tool_fraction=0.0))
-    fields = hits = valid = exact = 0
+    pairs = []
     shown = 0
     for i in range(0, len(exs), batch):
         part = exs[i:i + batch]
         outs = greedy(model, [prompt_ids(enc, ex["messages"][:-1], []) for ex in part], enc.im_end, max_new, dev)
         for ex, ids in zip(part, outs):
-            text = enc.decode(ids)
-            try:
-                pred = json.loads(text)
-            except ValueError:
-                pred = None
-            gold = ex["answer"]
-            ok = isinstance(pred, dict)
-            valid += ok
-            n_ok = sum(1 for k, v in gold.items() if ok and k in pred and same_value(pred[k], v))
-            fields += len(gold)
-            hits += n_ok
-            exact += ok and n_ok == len(gold) and len(pred) == len(gold)
-            if n_ok < len(gold) and shown < 8:
+            pairs.append((ex["answer"], enc.decode(ids)))
+            if score(pairs[-1:])["field_exact_match"] < 1 and shown < 8:
                 shown += 1
-                log(f"miss: {ex['messages'][1]['content']!r}\n  gold {json.dumps(gold)}\n  got  {text}")
+                log(f"miss: {ex['messages'][1]['content']!r}\n  gold {json.dumps(pairs[-1][0])}\n  got  {pairs[-1][1]}")
     tools = list(gen_data.generate(TEST_SEED + 1, max(20, count // 5), tool_fraction=1.0))
     outs = greedy(model, [prompt_ids(enc, ex["messages"][:2], ex["tools"]) for ex in tools], enc.im_end, max_new, dev)
     tool_ok = 0
@@ -109,9 +98,7 @@ def evaluate(model, enc, count, dev, log, batch=250, max_new=120):
         call = ex["messages"][2]["tool_calls"][0]
         want = "<tool_call>\n" + json.dumps({"name": call["name"], "arguments": call["arguments"]}) + "\n</tool_call>"
         tool_ok += enc.decode(ids) == want
-    res = {"test_seed": TEST_SEED, "documents": len(exs), "fields": fields,
-           "field_exact_match": round(hits / fields, 4), "json_valid": round(valid / len(exs), 4),
-           "object_exact_match": round(exact / len(exs), 4), "tool_calls": len(tools),
+    res = {"test_seed": TEST_SEED, **score(pairs), "tool_calls": len(tools),
            "tool_call_exact_match": round(tool_ok / len(tools), 4)}
     log("eval " + json.dumps(res))
     return res
