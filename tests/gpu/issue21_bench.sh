@@ -6,8 +6,8 @@
 #
 #   source .gpu/env.sh; bash tests/gpu/issue21_bench.sh OUT_DIR
 #
-# Expects the programs of `gpu-bundle build/exlagent build/tests/exl_kernels_tests` on PATH (xz'd
-# ones are unpacked). Environment:
+# Expects the bundle of tests/gpu/bundle.sh (its xz'd programs and shared assets are unpacked here)
+# or exlagent on PATH. Environment:
 #   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), default
 #           (neither); default "narrow wide"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
@@ -25,6 +25,10 @@ work=${WORK:-/tmp/issue21}
 mkdir -p "$work"
 
 for f in "${GPU_DATA:-/nonexistent}"/../bin/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
+if [ -z "${EXL_SHARED_DIR:-}" ] && [ -f "${GPU_DATA:-/nonexistent}/shared-min.tar.xz" ]; then
+  tar -C "$work" -xJf "$GPU_DATA/shared-min.tar.xz"
+  export EXL_SHARED_DIR=$work/shared-min
+fi
 command -v exlagent >/dev/null || { echo "issue21_bench: exlagent is not on PATH"; exit 2; }
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 echo "built from: $(cat "${GPU_DATA:-/nonexistent}/../BUILT_FROM" 2>/dev/null || echo unknown)"
@@ -52,12 +56,17 @@ if [ -n "${PEER:-}" ]; then
   peer_pid=$!
 fi
 
-if command -v exl_kernels_tests >/dev/null; then
-  for f in $forms; do
+for f in $forms; do
+  if command -v exl_kernels_tests >/dev/null; then
     echo "== kernel tests, $f"
-    env $(form_env "$f") exl_kernels_tests --gtest_filter='*Cuda*' 2>&1 | grep -E '^\[  (PASSED|FAILED) |FAILED  \]' 
-  done
-fi
+    env $(form_env "$f") exl_kernels_tests --gtest_filter='*Cuda*' 2>&1 | grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]'
+  fi
+  if command -v exl_engine_tests >/dev/null; then
+    echo "== engine GPU tests, $f"
+    env $(form_env "$f") exl_engine_tests --gtest_filter='*Cuda*:*KvPrecision*:*DeviceSampling*' 2>&1 |
+      grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]'
+  fi
+done
 
 [ -d "$work/l2" ] || exlagent synth "$work/l2" --shape llama2-7b --bpw 4.0 >/dev/null
 [ -d "$work/l3" ] || exlagent synth "$work/l3" --shape llama3-8b --bpw 4.0 >/dev/null
