@@ -359,7 +359,9 @@ TEST(Speculation, AutoDraftsOnlyWhileFewJobsDecode) {
     g.run_until_idle();
     int64_t drafted = 0;
     for (const auto& o : out) drafted += o.stats.n_drafted;
-    if (max_seqs == 2) EXPECT_EQ(drafted, 0) << "four jobs decode together";
+    if (max_seqs == 2) {
+      EXPECT_EQ(drafted, 0) << "four jobs decode together";
+    }
     else EXPECT_GT(drafted, 0);
   }
 }

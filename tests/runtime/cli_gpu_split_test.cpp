@@ -45,7 +45,9 @@ TEST(GpuSplitFlag, ParsesGigabytesPerDeviceOrAuto) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--gpu-split auto needs --backend cuda"), std::string::npos) << e.what();
   }
-  if (cuda_device_count() == 0) EXPECT_THROW(parse_gpu_split("auto", "cuda"), Error);
+  if (cuda_device_count() == 0) {
+    EXPECT_THROW(parse_gpu_split("auto", "cuda"), Error);
+  }
 }
 
 TEST(GpuSplitFlag, InfoShowsWhichLayersEachDeviceHolds) {
