@@ -6,11 +6,18 @@
 #
 #   source .gpu/env.sh; bash tests/gpu/issue21_bench.sh OUT_DIR
 #
+# Everything at once may not fit one call's 10 minutes; what finished is in OUT_DIR either way
+# (each section prints its start time in seconds). Two calls that do fit (peer beside exlagent in
+# the first, as issue #21 asks):
+#   TESTS=0 ROUNDS=1 PEER=.gpu/peer bash tests/gpu/issue21_bench.sh $OUT
+#   ROUNDS=1 SWEEP="2 3 4 6" bash tests/gpu/issue21_bench.sh $OUT
+#
 # Expects the bundle of tests/gpu/bundle.sh (its xz'd programs and shared assets are unpacked here)
 # or exlagent on PATH. Environment:
 #   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), default
 #           (neither); default "narrow wide"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
+#   TESTS=0 skip the kernel and engine GPU tests
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
 #   QUICK=1 llama3-8b only, no prefill and prefix cases (for sweeps)
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
@@ -56,24 +63,28 @@ if [ -n "${PEER:-}" ]; then
   peer_pid=$!
 fi
 
+section() { echo "== [${SECONDS}s] $*"; }
+
 for f in $forms; do
+  [ "${TESTS:-1}" = 0 ] && break
   if command -v exl_kernels_tests >/dev/null; then
-    echo "== kernel tests, $f"
+    section "kernel tests, $f"
     env $(form_env "$f") exl_kernels_tests --gtest_filter='*Cuda*' 2>&1 | grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]'
   fi
   if command -v exl_engine_tests >/dev/null; then
-    echo "== engine GPU tests, $f"
+    section "engine GPU tests, $f"
     env $(form_env "$f") exl_engine_tests --gtest_filter='*Cuda*:*KvPrecision*:*DeviceSampling*' 2>&1 |
       grep -E '^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]'
   fi
 done
 
+section "synth"
 [ -d "$work/l2" ] || exlagent synth "$work/l2" --shape llama2-7b --bpw 4.0 >/dev/null
 [ -d "$work/l3" ] || exlagent synth "$work/l3" --shape llama3-8b --bpw 4.0 >/dev/null
 
 if [ -n "$peer_pid" ]; then
   wait "$peer_pid"
-  echo "== llama.cpp c392e50 (Q4_0, llama2-7b shape)"
+  section "llama.cpp c392e50 (Q4_0, llama2-7b shape)"
   PEER_WORK=$work/peer bash "$PEER/bench.sh" "$out/peer"
 fi
 
@@ -101,7 +112,7 @@ PY
 
 for round in $(seq 1 "$rounds"); do
   for f in $forms; do
-    echo "== round $round, $f"
+    section "round $round, $f"
     bench "$f" "l3-$f-$round" "$work/l3" 1,4,8,16,32,64 \
       $([ "${QUICK:-0}" = 1 ] || echo --prefill 2048 --prefix-len 4096 --suffix-len 64)
     [ "${QUICK:-0}" = 1 ] ||
@@ -111,7 +122,8 @@ done
 
 for n in ${SWEEP:-}; do
   for f in $forms; do
-    echo "== EXL_CUDA_MMA_BLOCKS_PER_SM=$n, $f"
+    section "EXL_CUDA_MMA_BLOCKS_PER_SM=$n, $f"
     EXL_CUDA_MMA_BLOCKS_PER_SM=$n bench "$f" "l3-$f-bps$n" "$work/l3" 8,16,32,64
   done
 done
+section "done"
