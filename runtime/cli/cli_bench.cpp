@@ -1,11 +1,11 @@
 #include <algorithm>
 #include <chrono>
-#include <limits>
-#include <stdexcept>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #include "engine/generate/generator.h"
 #include "engine/generate/grammar_constraint.h"
@@ -232,6 +232,7 @@ int cli_bench(std::span<const std::string> args) {
       const auto prefix = random_ids(n_prefix);
       const int64_t n = n_prefix + suffix_len;
       std::vector<double> ttft;
+      std::string failed;
       int64_t warm_cached = std::numeric_limits<int64_t>::max();
       for (int64_t i = 0; i <= repeat; ++i) {
         GenerationJob job;
@@ -242,12 +243,14 @@ int cli_bench(std::span<const std::string> args) {
         job.max_new_tokens = 1;
         job.on_event = [&, i](const GenerationEvent& e) {
           if (e.type != GenerationEvent::Type::done) return;
+          if (e.reason == FinishReason::error) failed = e.error;
           ttft.push_back(e.stats.ttft_s);
           if (i > 0) warm_cached = std::min(warm_cached, e.stats.n_cached_tokens);
         };
         gen.submit(std::move(job));
         gen.run_until_idle();
       }
+      if (!failed.empty()) throw std::runtime_error(cat("bench: a prefix-cache job failed: ", failed));
       if (int64_t(ttft.size()) != repeat + 1) throw std::runtime_error("bench: a prefix-cache job did not finish");
       std::vector<double> warm(ttft.begin() + 1, ttft.end());
       std::sort(warm.begin(), warm.end());
