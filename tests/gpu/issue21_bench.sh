@@ -21,6 +21,8 @@
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
 #   QUICK=1 llama3-8b only, no prefill and prefix cases (for sweeps)
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
+#   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b, first form) of decode at
+#           b=8 and b=64 and of the 64-token suffix on a 4,096-token prefix (OUT_DIR/profile-*.txt)
 # Writes OUT_DIR/log.txt (everything) and one JSON per bench run.
 set -uo pipefail
 out=${1:?OUT_DIR}
@@ -119,6 +121,21 @@ for round in $(seq 1 "$rounds"); do
       bench "$f" "l2-$f-$round" "$work/l2" 1,8,32 --prefill 128,2048 --prefix-len 4096 --suffix-len 64
   done
 done
+
+profile() {  # name form args...
+  local name=$1 f=$2
+  shift 2
+  section "profile $name, $f"
+  env $(form_env "$f") EXL_CUDA_PROFILE=1 exlagent bench --model "$work/l3" --backend cuda --context 128 "$@" \
+    >"$out/profile-$name.json" 2>"$out/profile-$name.txt" || echo "profile $name: failed"
+  head -40 "$out/profile-$name.txt"
+}
+if [ "${PROFILE:-0}" = 1 ]; then
+  pf=${forms%% *}
+  profile b8 "$pf" --batch 8 --decode-steps 16 --repeat 1
+  profile b64 "$pf" --batch 64 --decode-steps 16 --repeat 1
+  profile prefix "$pf" --batch 1 --decode-steps 1 --repeat 2 --prefix-len 4096 --suffix-len 64
+fi
 
 for n in ${SWEEP:-}; do
   for f in $forms; do
