@@ -23,7 +23,7 @@
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
 #   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b, first form) of decode at
 #           b=8 and b=64 and of the 64-token suffix on a 4,096-token prefix (OUT_DIR/profile-*.txt)
-# Writes OUT_DIR/log.txt (everything) and one JSON per bench run.
+# Writes OUT_DIR/log.txt (everything) and OUT_DIR/results.tgz (each bench run's JSON and stderr).
 set -uo pipefail
 out=${1:?OUT_DIR}
 mkdir -p "$out"
@@ -32,6 +32,11 @@ forms=${FORMS:-narrow wide}
 rounds=${ROUNDS:-2}
 work=${WORK:-/tmp/issue21}
 mkdir -p "$work"
+# Each run's JSON and stderr go to $res, packed into OUT_DIR/results.tgz after every run (the
+# device returns only a few files per call).
+res=$work/results
+mkdir -p "$res"
+pack() { tar -C "$work" -czf "$out/results.tgz" results; }
 
 for f in "${GPU_DATA:-/nonexistent}"/../bin/*.xz; do [ -e "$f" ] && xz -d -f "$f"; done
 if [ -z "${EXL_SHARED_DIR:-}" ] && [ -f "${GPU_DATA:-/nonexistent}/shared-min.tar.xz" ]; then
@@ -81,8 +86,14 @@ for f in $forms; do
 done
 
 section "synth"
-[ -d "$work/l2" ] || exlagent synth "$work/l2" --shape llama2-7b --bpw 4.0 >/dev/null
-[ -d "$work/l3" ] || exlagent synth "$work/l3" --shape llama3-8b --bpw 4.0 >/dev/null
+# Both at once (each is mostly one thread); bench needs each shape's real tokenizer.
+tok=${EXL_SHARED_DIR:-$(dirname "$0")/../../../shared}/models
+synth_pids=()
+for m in "l2 llama2-7b llama2-tokenizer" "l3 llama3-8b llama3-tokenizer"; do
+  set -- $m
+  [ -d "$work/$1" ] || { exlagent synth "$work/$1" --shape "$2" --bpw 4.0 --tokenizer "$tok/$3" >/dev/null 2>&1 & synth_pids+=($!); }
+done
+for p in "${synth_pids[@]}"; do wait "$p" || echo "synth failed"; done
 
 if [ -n "$peer_pid" ]; then
   wait "$peer_pid"
@@ -94,9 +105,10 @@ bench() {  # form name model batches extra...
   local f=$1 name=$2 model=$3 batches=$4
   shift 4
   env $(form_env "$f") exlagent bench --model "$model" --backend cuda --batch "$batches" --context 128 \
-    --decode-steps 32 --repeat 3 "$@" --json >"$out/$name.json" 2>"$out/$name.err" ||
-    { echo "$name: failed"; tail -3 "$out/$name.err"; return; }
-  python3 - "$out/$name.json" "$name" <<'PY'
+    --decode-steps 32 --repeat 3 "$@" --json >"$res/$name.json" 2>"$res/$name.err" ||
+    { echo "$name: failed"; tail -3 "$res/$name.err"; pack; return; }
+  pack
+  python3 - "$res/$name.json" "$name" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 parts = []
@@ -127,8 +139,9 @@ profile() {  # name form args...
   shift 2
   section "profile $name, $f"
   env $(form_env "$f") EXL_CUDA_PROFILE=1 exlagent bench --model "$work/l3" --backend cuda --context 128 "$@" \
-    >"$out/profile-$name.json" 2>"$out/profile-$name.txt" || echo "profile $name: failed"
-  head -40 "$out/profile-$name.txt"
+    >"$res/profile-$name.json" 2>"$res/profile-$name.txt" || echo "profile $name: failed"
+  pack
+  head -40 "$res/profile-$name.txt"
 }
 if [ "${PROFILE:-0}" = 1 ]; then
   pf=${forms%% *}
