@@ -32,6 +32,11 @@ forms=${FORMS:-narrow wide}
 rounds=${ROUNDS:-2}
 work=${WORK:-/tmp/issue21}
 mkdir -p "$work"
+# The synthetic models (~4 GB each) in memory where it can: written to the device's disk, the two
+# took ~4 minutes of a call.
+shm_gb=$(df --output=avail -BG /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)
+models=${MODELS:-$([ "${shm_gb:-0}" -ge 12 ] && echo /dev/shm/issue21 || echo "$work")}
+mkdir -p "$models"
 # Each run's JSON and stderr go to $res, packed into OUT_DIR/results.tgz after every run (the
 # device returns only a few files per call).
 res=$work/results
@@ -91,7 +96,7 @@ tok=${EXL_SHARED_DIR:-$(dirname "$0")/../../../shared}/models
 synth_pids=()
 for m in "l2 llama2-7b llama2-tokenizer" "l3 llama3-8b llama3-tokenizer"; do
   set -- $m
-  [ -d "$work/$1" ] || { exlagent synth "$work/$1" --shape "$2" --bpw 4.0 --tokenizer "$tok/$3" >/dev/null 2>&1 & synth_pids+=($!); }
+  [ -d "$models/$1" ] || { exlagent synth "$models/$1" --shape "$2" --bpw 4.0 --tokenizer "$tok/$3" >/dev/null 2>&1 & synth_pids+=($!); }
 done
 for p in "${synth_pids[@]}"; do wait "$p" || echo "synth failed"; done
 
@@ -127,10 +132,10 @@ PY
 for round in $(seq 1 "$rounds"); do
   for f in $forms; do
     section "round $round, $f"
-    bench "$f" "l3-$f-$round" "$work/l3" 1,4,8,16,32,64 \
+    bench "$f" "l3-$f-$round" "$models/l3" 1,4,8,16,32,64 \
       $([ "${QUICK:-0}" = 1 ] || echo --prefill 2048 --prefix-len 4096 --suffix-len 64)
     [ "${QUICK:-0}" = 1 ] ||
-      bench "$f" "l2-$f-$round" "$work/l2" 1,8,32 --prefill 128,2048 --prefix-len 4096 --suffix-len 64
+      bench "$f" "l2-$f-$round" "$models/l2" 1,8,32 --prefill 128,2048 --prefix-len 4096 --suffix-len 64
   done
 done
 
@@ -138,7 +143,7 @@ profile() {  # name form args...
   local name=$1 f=$2
   shift 2
   section "profile $name, $f"
-  env $(form_env "$f") EXL_CUDA_PROFILE=1 exlagent bench --model "$work/l3" --backend cuda --context 128 "$@" \
+  env $(form_env "$f") EXL_CUDA_PROFILE=1 exlagent bench --model "$models/l3" --backend cuda --context 128 "$@" \
     >"$res/profile-$name.json" 2>"$res/profile-$name.txt" || echo "profile $name: failed"
   pack
   head -40 "$res/profile-$name.txt"
@@ -153,7 +158,7 @@ fi
 for n in ${SWEEP:-}; do
   for f in $forms; do
     section "EXL_CUDA_MMA_BLOCKS_PER_SM=$n, $f"
-    EXL_CUDA_MMA_BLOCKS_PER_SM=$n bench "$f" "l3-$f-bps$n" "$work/l3" 8,16,32,64
+    EXL_CUDA_MMA_BLOCKS_PER_SM=$n bench "$f" "l3-$f-bps$n" "$models/l3" 8,16,32,64
   done
 done
 section "done"
