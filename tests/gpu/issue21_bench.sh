@@ -19,7 +19,7 @@
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
 #   TESTS=0 skip the kernel and engine GPU tests
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
-#   QUICK=1 llama3-8b only, no prefill and prefix cases (for sweeps)
+#   QUICK=1 decode only (no prefill and prefix cases)
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
 #   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b, first form) of decode at
 #           b=8 and b=64 and of the 64-token suffix on a 4,096-token prefix (OUT_DIR/profile-*.txt)
@@ -134,8 +134,8 @@ for round in $(seq 1 "$rounds"); do
     section "round $round, $f"
     bench "$f" "l3-$f-$round" "$models/l3" 1,4,8,16,32,64 \
       $([ "${QUICK:-0}" = 1 ] || echo --prefill 2048 --prefix-len 4096 --suffix-len 64)
-    [ "${QUICK:-0}" = 1 ] ||
-      bench "$f" "l2-$f-$round" "$models/l2" 1,8,32 --prefill 128,2048 --prefix-len 4096 --suffix-len 64
+    bench "$f" "l2-$f-$round" "$models/l2" 1,8,32 \
+      $([ "${QUICK:-0}" = 1 ] || echo --prefill 128,2048 --prefix-len 4096 --suffix-len 64)
   done
 done
 
