@@ -8,8 +8,8 @@
 #
 # Everything at once may not fit one call's 10 minutes; what finished is in OUT_DIR either way
 # (each section prints its start time in seconds). Two calls that do fit (peer beside exlagent in
-# the first, as issue #21 asks):
-#   TESTS=0 ROUNDS=1 PEER=.gpu/peer bash tests/gpu/issue21_bench.sh $OUT
+# the first, as issue #21 asks; with less device time left, QUICK=1 and no PEER first):
+#   TESTS=0 ROUNDS=1 PROFILE=1 PEER=.gpu/peer bash tests/gpu/issue21_bench.sh $OUT
 #   ROUNDS=1 SWEEP="2 3 4 6" bash tests/gpu/issue21_bench.sh $OUT
 #
 # Expects the bundle of tests/gpu/bundle.sh (its xz'd programs and shared assets are unpacked here)
