@@ -22,7 +22,7 @@
 #   QUICK=1 decode only (no prefill and prefix cases)
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
 #   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b, first form) of decode at
-#           b=8 and b=64 and of the 64-token suffix on a 4,096-token prefix (OUT_DIR/profile-*.txt)
+#           b=8 and b=64 and of the 64-token suffix on a 4,096-token prefix (profile-*.txt in results.tgz)
 # Writes OUT_DIR/log.txt (everything) and OUT_DIR/results.tgz (each bench run's JSON and stderr).
 set -uo pipefail
 out=${1:?OUT_DIR}
@@ -95,10 +95,11 @@ section "synth"
 tok=${EXL_SHARED_DIR:-$(dirname "$0")/../../../shared}/models
 synth_pids=()
 for m in "l2 llama2-7b llama2-tokenizer" "l3 llama3-8b llama3-tokenizer"; do
-  set -- $m
-  [ -d "$models/$1" ] || { exlagent synth "$models/$1" --shape "$2" --bpw 4.0 --tokenizer "$tok/$3" >/dev/null 2>&1 & synth_pids+=($!); }
+  read -r dir shape tk <<<"$m"
+  [ -d "$models/$dir" ] ||
+    { exlagent synth "$models/$dir" --shape "$shape" --bpw 4.0 --tokenizer "$tok/$tk" >"$res/synth-$dir.log" 2>&1 & synth_pids+=("$!:$dir"); }
 done
-for p in "${synth_pids[@]}"; do wait "$p" || echo "synth failed"; done
+for p in "${synth_pids[@]}"; do wait "${p%%:*}" || { echo "synth ${p#*:} failed:"; tail -3 "$res/synth-${p#*:}.log"; }; done
 
 if [ -n "$peer_pid" ]; then
   wait "$peer_pid"
@@ -106,11 +107,16 @@ if [ -n "$peer_pid" ]; then
   PEER_WORK=$work/peer bash "$PEER/bench.sh" "$out/peer"
 fi
 
+exl_bench() {  # form model args...: exlagent bench on the device under the form's environment
+  local f=$1 model=$2
+  shift 2
+  env $(form_env "$f") exlagent bench --model "$model" --backend cuda --context 128 "$@"
+}
+
 bench() {  # form name model batches extra...
   local f=$1 name=$2 model=$3 batches=$4
   shift 4
-  env $(form_env "$f") exlagent bench --model "$model" --backend cuda --batch "$batches" --context 128 \
-    --decode-steps 32 --repeat 3 "$@" --json >"$res/$name.json" 2>"$res/$name.err" ||
+  exl_bench "$f" "$model" --batch "$batches" --decode-steps 32 --repeat 3 "$@" --json >"$res/$name.json" 2>"$res/$name.err" ||
     { echo "$name: failed"; tail -3 "$res/$name.err"; pack; return; }
   pack
   python3 - "$res/$name.json" "$name" <<'PY'
@@ -143,8 +149,7 @@ profile() {  # name form args...
   local name=$1 f=$2
   shift 2
   section "profile $name, $f"
-  env $(form_env "$f") EXL_CUDA_PROFILE=1 exlagent bench --model "$models/l3" --backend cuda --context 128 "$@" \
-    >"$res/profile-$name.json" 2>"$res/profile-$name.txt" || echo "profile $name: failed"
+  EXL_CUDA_PROFILE=1 exl_bench "$f" "$models/l3" "$@" >"$res/profile-$name.json" 2>"$res/profile-$name.txt" || echo "profile $name: failed"
   pack
   head -40 "$res/profile-$name.txt"
 }
