@@ -337,14 +337,24 @@ void Model::run_part(size_t part, const Step& st, KvPool& whole_pool) {
   // (one gemv each on the GPU at one or two rows, the norm writing the tensor-core kernel's input
   // beyond), exact with a q8/q4 cache. Longer prefill chunks keep them apart: there
   // add_rms_norm's single pass over the rows is what counts.
-  auto layer_fused = [&](const Layer& L, int l) {
+  // The MLP op also runs the o projection, and learns the next layer's attention inputs (on this
+  // backend), so that a backend may chain them (MlpInputs).
+  auto layer_fused = [&](const Layer& L, int l, const Layer* next) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
     be.attention_inputs({qkv, x.f32(), L.attn_norm.f32(), xn.f32(), q.f32(), k.f32(), v.f32(), T, H, eps, NH, NKV,
                          int(D), positions, &rope_, &pool, l, slots, exact});
     be.attention(pool, l, q.f32(), att.f32(), seqs, NH, scale, window);
-    be.linear_residual(*L.o, att.f32(), x.f32(), tmp.f32(), T, exact);
-    be.rms_norm_mlp_residual({L.gate.get(), L.up.get(), L.down.get(), x.f32(), L.mlp_norm.f32(), xn.f32(), g.f32(),
-                              u.f32(), tmp.f32(), T, H, I, eps, exact});
+    MlpInputs m{L.gate.get(), L.up.get(), L.down.get(), x.f32(), L.mlp_norm.f32(), xn.f32(), g.f32(), u.f32(), tmp.f32(),
+                T, H, I, eps, exact};
+    m.o = L.o.get();
+    m.att = att.f32();
+    const PreparedLinear* next_qkv[3] = {};
+    if (next) {
+      next_qkv[0] = next->q.get(), next_qkv[1] = next->k.get(), next_qkv[2] = next->v.get();
+      m.next_qkv = next_qkv;
+      m.next_norm_w = next->attn_norm.f32();
+    }
+    be.rms_norm_mlp_residual(m);
   };
   auto layer_apart = [&](const Layer& L, int l, const Buffer* next_norm) {
     const PreparedLinear* qkv[3] = {L.q.get(), L.k.get(), L.v.get()};
@@ -369,7 +379,7 @@ void Model::run_part(size_t part, const Step& st, KvPool& whole_pool) {
   if (!st.fused) be.rms_norm(x.f32(), layers_[size_t(P.begin)].attn_norm.f32(), xn.f32(), T, H, eps);
   for (int64_t l = P.begin; l < P.end; ++l) {
     const int local = int(l - P.begin);
-    if (st.fused) layer_fused(layers_[size_t(l)], local);
+    if (st.fused) layer_fused(layers_[size_t(l)], local, l + 1 < P.end ? &layers_[size_t(l + 1)] : nullptr);
     else layer_apart(layers_[size_t(l)], local, l + 1 < P.end ? &layers_[size_t(l + 1)].attn_norm : nullptr);
   }
   if (part + 1 < parts_.size()) return;

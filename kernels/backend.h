@@ -128,6 +128,10 @@ struct AttnInputs {
 // The operands of Backend::rms_norm_mlp_residual, a layer's MLP block: x [rows, dim] (the residual
 // stream, added to), the gate/up projections (dim → k) and down (k → dim); xn [rows, dim], g and u
 // [rows, k] and tmp [rows, dim] are scratch.
+// o (optional): the attention output projection, run first as linear_residual(o, att, x, tmp).
+// next_qkv, next_norm_w (optional): a promise that the next op on this backend is attention_inputs
+// on x with these q/k/v projections, norm weights and eps, at the same rows, and that nothing
+// writes x in between, so that a backend may prepare that op's input while it ends this one.
 struct MlpInputs {
   const PreparedLinear* gate = nullptr;
   const PreparedLinear* up = nullptr;
@@ -139,6 +143,10 @@ struct MlpInputs {
   int64_t rows = 0, dim = 0, k = 0;
   float eps = 0.0f;
   bool exact = false;  // the projections as linears_exact (a q8/q4 cache)
+  const PreparedLinear* o = nullptr;
+  const float* att = nullptr;  // o's input [rows, o.in_features]
+  std::span<const PreparedLinear* const> next_qkv{};
+  const float* next_norm_w = nullptr;
 };
 
 // What a backend can do beyond the op set every backend implements. It depends only on the
@@ -242,8 +250,10 @@ class Backend {
     rope_qk_kv_write(a.q, a.k, a.v, a.rows, a.n_heads, a.n_kv_heads, a.head_dim, a.positions, *a.rope, *a.pool,
                      a.layer, a.slots);
   }
-  // x += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ norm_w) · W_{gate,up}ᵀ. See MlpInputs.
+  // x += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ norm_w) · W_{gate,up}ᵀ, after x += att ·
+  // W_oᵀ with o. See MlpInputs.
   virtual void rms_norm_mlp_residual(const MlpInputs& m) {
+    if (m.o) linear_residual(*m.o, m.att, m.x, m.tmp, m.rows, m.exact);
     const PreparedLinear* gate_up[2] = {m.gate, m.up};
     float* gate_up_out[2] = {m.g, m.u};
     rms_norm_linears(gate_up, m.x, m.norm_w, m.xn, gate_up_out, m.rows, m.dim, m.eps, m.exact);

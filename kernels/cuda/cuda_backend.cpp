@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <unordered_set>
 #include <utility>
 
 #include "kernels/cuda/attention_plan.h"
@@ -284,12 +286,15 @@ class CudaBackend final : public Backend {
     for (const auto* w : a.qkv) ls.push_back(static_cast<const cuda::CudaLinear*>(w));
     auto& p = checked_pool(*a.pool);
     constexpr int D = cuda::k_exl2_gemv_cols_per_block;
-    const bool fits = a.rows > 0 && ls.size() == 3 && cuda::fuse_norm(ls, a.rows) && ls[0]->in_features == a.dim &&
-                      a.head_dim == D && ls[0]->out_features == int64_t(a.n_heads) * D &&
-                      ls[1]->out_features == int64_t(a.n_kv_heads) * D && ls[2]->out_features == ls[1]->out_features &&
-                      int64_t(a.slots.size()) == a.rows && p.layout.n_kv_heads == a.n_kv_heads &&
-                      p.layout.head_dim == a.head_dim;
-    if (!fits) return Backend::attention_inputs(a);
+    const bool shape = a.rows > 0 && ls.size() == 3 && ls[0]->in_features == a.dim && a.head_dim == D &&
+                       ls[0]->out_features == int64_t(a.n_heads) * D &&
+                       ls[1]->out_features == int64_t(a.n_kv_heads) * D && ls[2]->out_features == ls[1]->out_features &&
+                       int64_t(a.slots.size()) == a.rows && p.layout.n_kv_heads == a.n_kv_heads &&
+                       p.layout.head_dim == a.head_dim;
+    if (shape && !cuda::fuse_norm(ls, a.rows) && !a.exact && staged_inputs_ && layer_chains_ &&
+        cuda::mma_serves(ls, a.rows))
+      return attention_inputs_staged(a, ls, p);
+    if (!shape || !cuda::fuse_norm(ls, a.rows)) return Backend::attention_inputs(a);
     const cuda::Handoff::In in = handoff_.read(ls, a.x, nullptr, a.norm_w, a.rows);
     check_slots(p, a.layer, a.slots);
     const auto [d_pos, d_freq] = rope_inputs(a.rows, a.head_dim, a.positions, *a.rope);
@@ -305,6 +310,34 @@ class CudaBackend final : public Backend {
     cuda::run_linears_normed(ctx_, ls, in.ok ? in.x : a.x, in.ok ? in.norm_w : a.norm_w, a.eps, outs, a.rows, &r,
                              &in.io);
     if (prof_.enabled()) prof_.end(ctx_.stream(), cat("rms_norm + q/k/v + rope + kv_write rows ", a.rows), set_bytes(ls));
+  }
+
+  // attention_inputs for a q/k/v tensor-core set: the norm stages its input, and its K-slice sums
+  // rotate and store (cuda::run_linears_norm_staged with rope). The same values as the separate
+  // ops (rms_norm_linears, rope_qk_kv_write), bit for bit.
+  void attention_inputs_staged(const AttnInputs& a, std::span<const cuda::CudaLinear* const> ls, CudaKvPool& p) {
+    const void* reader[3] = {ls[0], ls[1], ls[2]};
+    const bool prestaged =
+        handoff_.read_staged(a.x, a.norm_w, reader, a.rows, cuda::exl2_mma_staged_bytes(int(a.rows), int(a.dim), 3));
+    forget_if_freed();
+    staged_attention_.insert(ls[0]);
+    check_slots(p, a.layer, a.slots);
+    const auto [d_pos, d_freq] = rope_inputs(a.rows, a.head_dim, a.positions, *a.rope);
+    const auto* d_slots = static_cast<const int32_t*>(ctx_.stage(a.slots.data(), a.slots.size_bytes()));
+    steps_.note(StepOp::attention_inputs_staged, a.x, a.norm_w, a.q, a.k, a.v, a.rows, a.dim, a.eps, a.n_heads,
+                a.n_kv_heads, d_pos, d_freq, a.rope->attn_factor, p.mem.data(), a.layer, d_slots, ls[0], ls[1], ls[2],
+                prestaged);
+    if (steps_.recording()) return;
+    ctx_.make_current();
+    prof_.begin(ctx_.stream());
+    const cuda::Exl2RopeKv r{d_pos, d_freq, a.rope->attn_factor, static_cast<uint8_t*>(p.mem.data()),
+                             device_layout(p.layout, a.layer), d_slots};
+    float* outs[3] = {a.q, a.k, a.v};
+    cuda::run_linears_norm_staged(ctx_, ls, a.x, a.norm_w, a.eps, outs, a.rows, &r, prestaged);
+    if (prof_.enabled())
+      prof_.end(ctx_.stream(), cat(prestaged ? "q/k/v (prestaged)" : "rms_norm (staged) + q/k/v", " + rope + kv_write rows ",
+                                   a.rows),
+                set_bytes(ls));
   }
 
   void add_rms_norm(float* x, const float* y, const float* w, float* out, int64_t rows, int64_t dim,
@@ -412,8 +445,11 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The MLP block as three tensor-core launches and their sums, each writing the next one's staged
-  // input (cuda::run_mlp_staged), where gate/up and down are tensor-core sets at m.rows.
+  // The layer's output block (the o projection when given, the MLP) as a chain of tensor-core
+  // launches, each writing the next one's staged input (cuda::run_layer_output_staged), where
+  // gate/up and down are tensor-core sets at m.rows; o joins the chain where it is one too (else
+  // its own pass runs first), and so do the next layer's q/k/v: the next attention_inputs then
+  // finds its input staged (Handoff::read_staged).
   void rms_norm_mlp_residual(const MlpInputs& m) override {
     if (m.rows == 0) return;
     const auto& gate = static_cast<const cuda::CudaLinear&>(*m.gate);
@@ -425,15 +461,50 @@ class CudaBackend final : public Backend {
         up.out_features != m.k || down.in_features != m.k || down.out_features != m.dim ||
         !cuda::mma_serves(gu, m.rows) || !cuda::mma_serves(dn, m.rows))
       return Backend::rms_norm_mlp_residual(m);
+    const auto* o = static_cast<const cuda::CudaLinear*>(m.o);
+    const cuda::CudaLinear* os[1] = {o};
+    if (o && (!layer_chains_ || o->out_features != m.dim || !cuda::mma_serves(os, m.rows))) {
+      linear_residual(*o, m.att, m.x, m.tmp, m.rows, m.exact);
+      o = nullptr;
+    }
+    forget_if_freed();
+    std::vector<const cuda::CudaLinear*> next;
+    for (const auto* w : m.next_qkv) next.push_back(static_cast<const cuda::CudaLinear*>(w));
+    if (!layer_chains_ || next.size() != 3 || !m.next_norm_w || next[0]->in_features != m.dim ||
+        !staged_attention_.count(next[0]) ||
+        !cuda::mma_serves(next, m.rows))
+      next.clear();
+    cuda::StagedLayerOutput chain{o, m.att, &gate, &up, &down, m.x, m.norm_w, m.eps, m.g, m.u, m.rows, next,
+                                  next.empty() ? nullptr : m.next_norm_w};
+    if (o) {  // the attention that wrote att learns to stage it for o from the next step on
+      const cuda::Handoff::Key key = handoff_.producer_of(m.att, m.rows);
+      if (key.first) {
+        OutputChain& learned = att_readers_[key];
+        learned = {o, &gate, &up, &down, {}, next.size()};
+        std::copy(next.begin(), next.end(), learned.next);
+      }
+      const void* reader[1] = {o};
+      chain.att_staged = handoff_.read_staged(m.att, nullptr, reader, m.rows, cuda::layer_output_staged_bytes(chain));
+    }
     handoff_.other();
-    steps_.note(StepOp::rms_norm_mlp_residual, m.x, m.norm_w, m.g, m.u, m.rows, m.dim, m.k, m.eps, &gate, &up, &down);
+    steps_.note(StepOp::rms_norm_mlp_residual, m.x, m.norm_w, m.g, m.u, m.rows, m.dim, m.k, m.eps, &gate, &up, &down, o,
+                o ? m.att : nullptr, next.size(), m.next_norm_w, chain.att_staged);
+    for (const auto* l : next) steps_.note(l);
+    if (!next.empty()) {
+      const void* reader[3] = {next[0], next[1], next[2]};
+      handoff_.produce_staged({}, m.x, m.next_norm_w, reader, m.rows, cuda::layer_output_staged_bytes(chain));
+    }
     if (steps_.recording()) return;
     ctx_.make_current();
     prof_.begin(ctx_.stream());
-    cuda::run_mlp_staged(ctx_, gate, up, down, m.x, m.norm_w, m.eps, m.g, m.u, m.rows);
+    cuda::run_layer_output_staged(ctx_, chain);
     if (prof_.enabled()) {
-      const cuda::CudaLinear* all[3] = {&gate, &up, &down};
-      prof_.end(ctx_.stream(), cat("rms_norm + mlp (staged) ", m.dim, "x", m.k, " rows ", m.rows), set_bytes(all));
+      std::vector<const cuda::CudaLinear*> all = {&gate, &up, &down};
+      if (o) all.push_back(o);
+      prof_.end(ctx_.stream(),
+                cat(o ? (chain.att_staged ? "o (prestaged) + " : "o + ") : "", "rms_norm + mlp (staged) ", m.dim, "x", m.k, next.empty() ? "" : " + next norm",
+                    " rows ", m.rows),
+                set_bytes(all));
     }
   }
 
@@ -604,6 +675,28 @@ class CudaBackend final : public Backend {
                           }()};
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
+  // The q projections of attention_inputs that took attention_inputs_staged: an MLP op whose next
+  // q/k/v start with one stages their input (a pointer reused by other weights only costs a
+  // staging the next op does not read).
+  std::unordered_set<const void*> staged_attention_;
+  // A layer's output chain (rms_norm_mlp_residual with o) as learned from the op that wrote its
+  // att: decode attention of that layer stages att for o where the chain would take o at its
+  // rows, in a scratch as large as the chain asks for.
+  struct OutputChain {
+    const cuda::CudaLinear *o = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr;
+    const cuda::CudaLinear* next[3] = {};
+    size_t n_next = 0;
+  };
+  std::map<cuda::Handoff::Key, OutputChain> att_readers_;
+  uint64_t learned_frees_ = 0;  // CudaContext::frees() when the two above were last known current
+  // Drops what was learned about linears (staged_attention_, att_readers_) once a device buffer was
+  // freed: an address may now name other weights, or none.
+  void forget_if_freed() {
+    if (ctx_.frees() == learned_frees_) return;
+    staged_attention_.clear();
+    att_readers_.clear();
+    learned_frees_ = ctx_.frees();
+  }
   static cuda::Handoff::Key key_of(const void* linear) { return {linear, -1}; }
   // What a step graph's launches depend on in a hand-off.
   void note_handoff(const cuda::Handoff::In& in, const cuda::Handoff::Out& out) {
@@ -635,6 +728,13 @@ class CudaBackend final : public Backend {
   // (a staging kernel per set instead, for comparisons).
   bool staged_inputs_ = [] {
     const char* e = std::getenv("EXL_CUDA_STAGED_INPUTS");
+    return !(e && std::string(e) == "0");
+  }();
+  // EXL_CUDA_LAYER_CHAINS=0: a layer's ops at tensor-core sizes do not hand on their staged inputs
+  // across ops (attention → o, o → gate/up's norm, down → the next layer's norm, q/k/v sums →
+  // rope and cache store); each op stages its own, as before (for comparisons).
+  bool layer_chains_ = [] {
+    const char* e = std::getenv("EXL_CUDA_LAYER_CHAINS");
     return !(e && std::string(e) == "0");
   }();
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
@@ -804,6 +904,21 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                                                    plan.n_tokens, plan.decode);
   a.out_perm = hout.x;
   a.out_inv_perm = hout.inv_perm;
+  // The o projection's staged input, where the layer's output chain (learned) reads it.
+  const cuda::CudaLinear* stage_o = nullptr;
+  size_t stage_bytes = 0;
+  forget_if_freed();
+  if (const auto it = att_readers_.find({&pool, layer}); plan.decode && staged_inputs_ && it != att_readers_.end()) {
+    const OutputChain& c = it->second;
+    const cuda::CudaLinear* os[1] = {c.o};
+    if (!hout.x && c.o->in_features == int64_t(n_heads) * L.head_dim && cuda::mma_serves(os, plan.n_tokens)) {
+      stage_o = c.o;
+      stage_bytes = cuda::layer_output_staged_bytes({c.o, out, c.gate, c.up, c.down, nullptr, nullptr, 0.0f, nullptr,
+                                                     nullptr, plan.n_tokens, std::span(c.next, c.n_next)});
+      const void* reader[1] = {stage_o};
+      handoff_.produce_staged({&pool, layer}, out, nullptr, reader, plan.n_tokens, stage_bytes);
+    }
+  }
   // Clusters while the grid stays small (b = 8 at 128 positions lost 2.6% with them, H200).
   a.cluster = attn_clusters_ && int64_t(L.n_kv_heads) * int64_t(plan.seqs.size()) *
                                         (plan.part_size / cuda::k_attn_decode_cluster_part) <=
@@ -811,8 +926,12 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   note_handoff({}, hout);
   steps_.note(StepOp::attention, a.pool, layer, d_meta, st.meta_size, st.o_seqs, st.o_pages, st.o_works, st.o_pos,
               a.n_works, q, out, n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens,
-              a.part_max, plan.decode, a.cluster);
+              a.part_max, plan.decode, a.cluster, stage_o, stage_bytes);
   if (steps_.recording()) return;
+  if (stage_o) {
+    const cuda::Exl2MmaStaging st = cuda::mma_staging_of(ctx_, *stage_o, plan.n_tokens, stage_bytes);
+    a.stage = st.staged, a.stage_at = st.at[0], a.stage_rows = st.rows;
+  }
   prof_.begin(ctx_.stream());
   if (plan.decode)
     EXL_CUDA_CHECK(cuda::attention_decode(a, int(plan.seqs.size()), ctx_.stream()));

@@ -77,8 +77,10 @@ class CudaContext {
   Buffer upload_new(const std::vector<T>& v) const {
     return upload_new(v.data(), v.size() * sizeof(T));
   }
-  // At least `bytes` bytes of scratch area `which`, valid until the next call for the same area.
-  // Growing waits for the stream, so that no queued kernel still reads the old area.
+  // At least `bytes` bytes of scratch area `which`, valid until the next call for the same area
+  // that must grow it; a call that need not returns the same area, contents kept (a chain of ops
+  // hands data on through it: cuda_linear.h, run_layer_output_staged). Growing waits for the
+  // stream, so that no queued kernel still reads the old area.
   void* scratch(Scratch which, size_t bytes);
   // At least `n` zeroed unsigned counters (for kernels that leave them zero again when they
   // finish); growing waits for the stream.

@@ -532,44 +532,92 @@ bool mma_serves(std::span<const CudaLinear* const> ls, int64_t rows) {
 }
 
 void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x,
-                             const float* norm_w, float eps, std::span<float* const> ys, int64_t rows) {
+                             const float* norm_w, float eps, std::span<float* const> ys, int64_t rows,
+                             const Exl2RopeKv* rope, bool prestaged) {
   EXL_CHECK(mma_serves(ls, rows) && ls.size() == ys.size(), "kernels: cuda: normed linears: ", ls.size(),
             " matrices at ", rows, " rows are not one tensor-core set");
+  constexpr int D = k_exl2_gemv_cols_per_block;
+  EXL_CHECK(!rope || (ls.size() == 3 && ls[0]->out_features % D == 0 && ls[1]->out_features == ls[2]->out_features &&
+                      rope->layout.head_dim == D && ls[1]->out_features == int64_t(rope->layout.n_kv_heads) * D),
+            "kernels: cuda: normed linears: rope and cache store need q, k, v of ", D, "-wide heads");
   const std::vector<const Exl2Linear*> set = exl2_set(ls);
   const int K = set[0]->view().K;
-  const SetLaunch p = plan_set(ctx, set, ys, rows, {nullptr, nullptr, nullptr, 0.0f, false, nullptr, nullptr, false});
+  SetLaunch p = plan_set(ctx, set, ys, rows, {nullptr, nullptr, nullptr, 0.0f, false, nullptr, nullptr, false});
   EXL_CHECK(p.mma, "kernels: cuda: normed linears: the tensor-core kernel does not take ", rows, " rows");
   auto* staged =
       static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
-  EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, K, eps, staging_of(set, rows, staged), ctx.stream()));
-  EXL_CUDA_CHECK(
-      exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.mma_form(), ctx.stream()));
+  if (!prestaged) EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, K, eps, staging_of(set, rows, staged), ctx.stream()));
+  const bool summed = K > p.k_slice;  // the K-slice sums rotate and store
+  if (rope && summed) p.s.rope = *rope;
+  EXL_CUDA_CHECK(exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.mma_form(), ctx.stream()));
+  if (rope && !summed)
+    EXL_CUDA_CHECK(rope_qk_store(ys[0], ys[1], ys[2], rows, int(ls[0]->out_features / D), rope->layout.n_kv_heads, D,
+                                 rope->positions, rope->inv_freq, rope->attn_factor, rope->pool, rope->layout,
+                                 rope->slots, ctx.stream()));
 }
 
-void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& up, const CudaLinear& down, float* x,
-                    const float* norm_w, float eps, float* g, float* u, int64_t rows) {
-  const CudaLinear* gu_ls[2] = {&gate, &up};
-  const CudaLinear* down_ls[1] = {&down};
-  EXL_CHECK(mma_serves(gu_ls, rows) && mma_serves(down_ls, rows) && gate.out_features == up.out_features &&
-                down.in_features == gate.out_features && down.out_features == gate.in_features,
-            "kernels: cuda: mlp: gate/up and down at ", rows, " rows are not tensor-core sets of matching shapes");
-  const std::vector<const Exl2Linear*> gu = exl2_set(gu_ls), dn = exl2_set(down_ls);
-  const int H = gu[0]->view().K, I = dn[0]->view().K;
-  float* gu_y[2] = {g, u};
-  float* down_y[1] = {x};
+Exl2MmaStaging mma_staging_of(CudaContext& ctx, const CudaLinear& l, int64_t rows, size_t bytes) {
+  const CudaLinear* ls[1] = {&l};
+  const std::vector<const Exl2Linear*> set = exl2_set(ls);
+  EXL_CHECK(mma_serves(ls, rows), "kernels: cuda: staging: a ", l.out_features, "x", l.in_features,
+            " linear at ", rows, " rows is not a tensor-core set");
+  return staging_of(set, rows, static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, bytes)));
+}
+
+size_t layer_output_staged_bytes(const StagedLayerOutput& a) {
+  const int rows = int(a.rows), H = int(a.gate->in_features), I = int(a.down->in_features);
+  size_t bytes = std::max(exl2_mma_staged_bytes(rows, H, 2), exl2_mma_staged_bytes(rows, I, 1));
+  if (a.o) bytes = std::max(bytes, exl2_mma_staged_bytes(rows, int(a.o->in_features), 1));
+  if (!a.next.empty()) bytes = std::max(bytes, exl2_mma_staged_bytes(rows, H, int(a.next.size())));
+  return bytes;
+}
+
+void run_layer_output_staged(CudaContext& ctx, const StagedLayerOutput& a) {
+  const CudaLinear* o_ls[1] = {a.o};
+  const CudaLinear* gu_ls[2] = {a.gate, a.up};
+  const CudaLinear* down_ls[1] = {a.down};
+  const int64_t rows = a.rows, H = a.gate->in_features;
+  EXL_CHECK(mma_serves(gu_ls, rows) && mma_serves(down_ls, rows) && a.gate->out_features == a.up->out_features &&
+                a.down->in_features == a.gate->out_features && a.down->out_features == H &&
+                (!a.o || (mma_serves(o_ls, rows) && a.o->out_features == H && a.att)) &&
+                (a.next.empty() || (mma_serves(a.next, rows) && a.next[0]->in_features == H && a.next_norm_w)),
+            "kernels: cuda: layer output: o, gate/up, down and next at ", rows,
+            " rows are not tensor-core sets of matching shapes");
+  const std::vector<const Exl2Linear*> os = a.o ? exl2_set(o_ls) : std::vector<const Exl2Linear*>{},
+                                       gu = exl2_set(gu_ls), dn = exl2_set(down_ls), nx = exl2_set(a.next);
+  auto* staged = static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, layer_output_staged_bytes(a)));
+  cudaStream_t stream = ctx.stream();
+  // A residual set ending the chain's step: its sums stage rms_norm(x) ⊙ norm_w for `reader`, or a
+  // norm kernel does after it where it has one K-slice.
+  const auto residual_then_norm = [&](SetLaunch p, const float* in, const float* norm_w,
+                                      std::span<const Exl2Linear* const> reader) {
+    const int K = p.s.jobs[0].w.K;
+    const Exl2MmaStaging to = staging_of(reader, rows, staged);
+    const bool summed = K > p.k_slice;
+    if (summed)
+      p.s.norm_to = to, p.s.norm_to_w = norm_w, p.s.norm_to_eps = a.eps, p.s.norm_to_counters = ctx.gemv_counters(size_t(rows));
+    EXL_CUDA_CHECK(exl2_mma_set(p.s, in, int(rows), p.k_slice, staged, ctx.mma_form(), stream));
+    if (!summed) EXL_CUDA_CHECK(rms_norm_stage(a.x, norm_w, rows, H, a.eps, to, stream));
+  };
+  float* x_y[1] = {a.x};
+  if (a.o)
+    residual_then_norm(plan_set(ctx, os, x_y, rows, {a.att, nullptr, nullptr, 0.0f, true, nullptr, nullptr, false}),
+                       a.att_staged ? nullptr : a.att, a.norm_w, gu);
+  else
+    EXL_CUDA_CHECK(rms_norm_stage(a.x, a.norm_w, rows, H, a.eps, staging_of(gu, rows, staged), stream));
+  float* gu_y[2] = {a.g, a.u};
   const SetLaunch pg = plan_set(ctx, gu, gu_y, rows, {nullptr, nullptr, nullptr, 0.0f, false, nullptr, nullptr, false});
-  SetLaunch pd = plan_set(ctx, dn, down_y, rows, {g, u, nullptr, 0.0f, true, nullptr, nullptr, false});
+  SetLaunch pd = plan_set(ctx, dn, x_y, rows, {a.g, a.u, nullptr, 0.0f, true, nullptr, nullptr, false});
   EXL_CHECK(pg.mma && pd.mma, "kernels: cuda: mlp: the tensor-core kernel does not take ", rows, " rows");
-  auto* staged = static_cast<uint16_t*>(ctx.scratch(
-      Scratch::mma_staged, std::max(exl2_mma_staged_bytes(int(rows), H, 2), exl2_mma_staged_bytes(int(rows), I, 1))));
-  EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, H, eps, staging_of(gu, rows, staged), ctx.stream()));
   Exl2GemvSet s = pg.s;
-  const bool chained = ceil_div(int64_t(H), int64_t(pg.k_slice)) > 1;  // the sums then stage the down input
+  const bool chained = ceil_div(H, int64_t(pg.k_slice)) > 1;  // the sums then stage the down input
   if (chained) s.swiglu_to = staging_of(dn, rows, staged), pd.s.x_up = nullptr;
-  EXL_CUDA_CHECK(
-      exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.mma_form(), ctx.stream()));
-  EXL_CUDA_CHECK(exl2_mma_set(pd.s, chained ? nullptr : g, int(rows), pd.k_slice, staged, ctx.mma_form(),
-                              ctx.stream()));
+  EXL_CUDA_CHECK(exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.mma_form(), stream));
+  const float* down_in = chained ? nullptr : a.g;
+  if (nx.empty())
+    EXL_CUDA_CHECK(exl2_mma_set(pd.s, down_in, int(rows), pd.k_slice, staged, ctx.mma_form(), stream));
+  else
+    residual_then_norm(pd, down_in, a.next_norm_w, nx);
 }
 
 int gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {

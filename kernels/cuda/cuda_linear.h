@@ -111,16 +111,46 @@ void run_linears_normed(CudaContext& ctx, std::span<const CudaLinear* const> ls,
 // (not exact) as one tensor-core set.
 bool mma_serves(std::span<const CudaLinear* const> ls, int64_t rows);
 // ys[i] = (rms_norm(x) ⊙ norm_w) · W_iᵀ where mma_serves(ls, rows): the norm kernel writes the set's
-// input. The same values as rms_norm, then run_linears, bit for bit.
+// input, or, `prestaged`, the op before did (run_layer_output_staged's next). The same values as
+// rms_norm, then run_linears, bit for bit. With `rope` (ls = q, k, v of
+// k_exl2_gemv_cols_per_block-wide heads): then rope_qk_store's rotation and cache store, bit for
+// bit, done by the set's K-slice sums where it has several.
 void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const> ls, const float* x,
-                             const float* norm_w, float eps, std::span<float* const> ys, int64_t rows);
-// A layer's MLP block, x[rows, H] += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ norm_w) ·
-// W_{gate,up}ᵀ, where gate/up and down are tensor-core sets at `rows` (mma_serves): the norm
-// kernel stages gate/up's input and, when gate/up run in several K-slices, their sum kernel
-// stages down's (g and u [rows, I] are then not written). The same values as rms_norm, run_linears
-// and the swiglu + linear + residual pass, bit for bit.
-void run_mlp_staged(CudaContext& ctx, const CudaLinear& gate, const CudaLinear& up, const CudaLinear& down, float* x,
-                    const float* norm_w, float eps, float* g, float* u, int64_t rows);
+                             const float* norm_w, float eps, std::span<float* const> ys, int64_t rows,
+                             const Exl2RopeKv* rope = nullptr, bool prestaged = false);
+// A layer's output block as a chain of tensor-core sets at `rows` (each mma_serves), every op
+// writing the next one's staged input:
+//   - with o: x[rows, H] += att · W_oᵀ (att gathered by the staging kernel, or, att_staged, already
+//     staged by the op before: decode attention, AttnArgs::stage), its K-slice sums then
+//     staging gate/up's normed input (Exl2GemvSet::norm_to; a norm kernel where o has one slice);
+//     without: the norm kernel stages it;
+//   - the MLP, x += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ norm_w) · W_{gate,up}ᵀ: when
+//     gate/up run in several K-slices, their sums stage down's input (g and u [rows, I] are then not
+//     written);
+//   - with next (1..3 matrices reading x, e.g. the next layer's q/k/v): down's sums end by staging
+//     rms_norm(x) ⊙ next_norm_w (the same eps) for them, for run_linears_norm_staged(…, prestaged).
+// The same values as the separate ops (the o projection's pass with residual, rms_norm,
+// run_linears, the swiglu + linear + residual pass, rms_norm), bit for bit.
+struct StagedLayerOutput {
+  const CudaLinear* o = nullptr;
+  const float* att = nullptr;
+  const CudaLinear *gate = nullptr, *up = nullptr, *down = nullptr;
+  float* x = nullptr;
+  const float* norm_w = nullptr;
+  float eps = 0.0f;
+  float *g = nullptr, *u = nullptr;
+  int64_t rows = 0;
+  std::span<const CudaLinear* const> next;
+  const float* next_norm_w = nullptr;
+  bool att_staged = false;
+};
+void run_layer_output_staged(CudaContext& ctx, const StagedLayerOutput& a);
+// Where the input of the one-matrix tensor-core set {l} (mma_serves at `rows`) goes when an op
+// stages it beforehand, in the mma scratch made `bytes` large.
+Exl2MmaStaging mma_staging_of(CudaContext& ctx, const CudaLinear& l, int64_t rows, size_t bytes);
+// The mma scratch (Scratch::mma_staged) bytes that run_layer_output_staged asks for: an op that
+// stages its input beforehand makes the scratch that large, so that the chain finds it in place.
+size_t layer_output_staged_bytes(const StagedLayerOutput& a);
 
 // A gemv set that can read its input in act-order (Exl2GemvHandoff): EXL2 matrices that share one
 // permutation, of a K divisible by 4 (16-byte rows), at up to k_handoff_max_rows rows (the 1- and 2-row gemv blocks: the 4-row block

@@ -8,6 +8,7 @@
 #include "kernels/cuda/mma_ptx.cuh"
 #include "kernels/cuda/mma_staging.cuh"
 #include "kernels/cuda/rope_math.cuh"
+#include "kernels/cuda/row_norm.cuh"
 
 namespace exl::cuda {
 namespace {
@@ -1285,6 +1286,64 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   out = set.residual ? out + sum : sum;
 }
 
+// Block (part p of k_row_threads outputs, row m): exl2_mma_sum_kernel's sums of those outputs
+// added into the residual stream (the set's one job's y); the row's last block to finish then does
+// rms_norm_stage_kernel's work on the whole row, staging it for the next set
+// (Exl2GemvSet::norm_to): it reads the row back as that kernel would and forms the same double
+// squares in the same order (row_norm.cuh), so the bits of the two kernels. A counter per row
+// (norm_to_counters, left zero) finds the last block, as the gemv's tiles do.
+__global__ void __launch_bounds__(k_row_threads)
+    exl2_mma_sum_norm_kernel(const Exl2GemvSet set, int rows, int slices) {
+  allow_dependents();
+  wait_for_inputs();
+  const int m = int(blockIdx.y), d = int(blockIdx.x) * k_row_threads + int(threadIdx.x);
+  const Exl2GemvJob& jb = set.jobs[0];
+  const int N = jb.w.N;
+  float* const xr = jb.y + size_t(m) * N;
+  if (d < N) xr[d] += mma_slice_sum(set, 0, rows, slices, m, d);
+  // The barrier orders the block's stores before thread 0's release; its acquire and the second
+  // barrier order the last block's loads after every other block's release.
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned prev;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(prev)
+                 : "l"(set.norm_to_counters + m)
+                 : "memory");
+    last = prev == gridDim.x - 1;
+    if (last) set.norm_to_counters[m] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  double ss = 0;
+#pragma unroll 4
+  for (int i = int(threadIdx.x); i < N; i += k_row_threads) {
+    const float v = __ldcg(xr + i);
+    ss += double(v) * double(v);
+  }
+  const float inv = block_inv_rms(ss, N, set.norm_to_eps);
+  const Exl2MmaStaging& s = set.norm_to;
+#pragma unroll 4
+  for (int i = int(threadIdx.x); i < N; i += k_row_threads) mma_stage_store(s, m, i, set.norm_to_w[i] * (__ldcg(xr + i) * inv));
+  for (int k = N + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += k_row_threads) mma_stage_pad(s, m, k);
+}
+
+// Block (column tile of q, k or v: one head, row): exl2_mma_sum_kernel's sums of the head, then
+// rotated (q, k) and stored into the cache (k, v) as the gemv's last block does (rope_store_head),
+// so that no rope kernel follows the set.
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_mma_sum_rope_kernel(const Exl2GemvSet set, int rows, int slices) {
+  __shared__ float head[k_exl2_gemv_cols_per_block];
+  allow_dependents();
+  wait_for_inputs();
+  const auto [w, bias, y, part, job, bx] = block_job(set);
+  const int m = int(blockIdx.y), nb = bx * k_exl2_gemv_cols_per_block;
+  float* const yr = y + size_t(m) * w.N + nb;
+  yr[threadIdx.x] = mma_slice_sum(set, job, rows, slices, m, nb + int(threadIdx.x));
+  rope_store_head(set.rope, job, bx, yr, w.N, m, 1, head);
+}
+
 // Block (column tile of gate, row): thread i sums gate's and up's column nb + i as
 // exl2_mma_sum_kernel does and stores silu(gate) · up (as exl2_mma_stage_kernel forms it from
 // them) staged for the next set; the threads past N write its padding rows.
@@ -1417,11 +1476,23 @@ size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
                          Exl2MmaForm form, cudaStream_t stream) {
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
-      set.rope.pool || set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
+      set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
     return cudaErrorInvalidValue;
   const Exl2MmaStaging& to = set.swiglu_to;
   if (to.n_jobs > 0 && (set.n_jobs != 2 || set.residual || set.jobs[1].w.N != set.jobs[0].w.N ||
                         to.K != set.jobs[0].w.N || to.rows != rows || set.jobs[0].w.K <= k_slice))
+    return cudaErrorInvalidValue;
+  const Exl2MmaStaging& norm_to = set.norm_to;
+  if (norm_to.n_jobs > 0 && (set.n_jobs != 1 || !set.residual || to.n_jobs > 0 || set.rope.pool || !set.norm_to_w ||
+                             !set.norm_to_counters ||
+                             norm_to.K != set.jobs[0].w.N || norm_to.rows != rows || !norm_to.staged ||
+                             set.jobs[0].w.K <= k_slice))
+    return cudaErrorInvalidValue;
+  const bool rope = set.rope.pool != nullptr;
+  if (rope && (set.n_jobs != 3 || set.residual || to.n_jobs > 0 || set.jobs[0].w.K <= k_slice ||
+               set.rope.layout.head_dim != k_exl2_gemv_cols_per_block ||
+               set.jobs[1].w.N != set.rope.layout.n_kv_heads * k_exl2_gemv_cols_per_block ||
+               set.jobs[2].w.N != set.jobs[1].w.N || set.jobs[0].w.N % k_exl2_gemv_cols_per_block != 0))
     return cudaErrorInvalidValue;
   const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
   const bool wide = exl2_mma_wide(mb, form.wide), wgmma = form.wgmma && mb == 64;
@@ -1449,21 +1520,26 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (e != cudaSuccess) return e;
     }
     __half* const st16 = reinterpret_cast<__half*>(staged);
-    const bool swiglu = to.n_jobs > 0;
-    const dim3 sum_grid(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : unsigned(tiles), unsigned(rows));
-    const auto sum = swiglu ? exl2_mma_sum_swiglu_kernel : exl2_mma_sum_kernel;
+    const bool swiglu = to.n_jobs > 0, norm = norm_to.n_jobs > 0;
+    const dim3 sum_grid = norm ? dim3(unsigned((set.jobs[0].w.N + k_row_threads - 1) / k_row_threads), unsigned(rows))
+                               : dim3(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : unsigned(tiles), unsigned(rows));
+    const dim3 sum_block(norm ? k_row_threads : T);
+    const auto sum = swiglu ? exl2_mma_sum_swiglu_kernel
+                     : rope ? exl2_mma_sum_rope_kernel
+                     : norm ? exl2_mma_sum_norm_kernel
+                            : exl2_mma_sum_kernel;
     if (form.overlapped) {
       cudaError_t e = cudaSuccess;
       if (x) e = launch_overlapped(stage, stage_grid, dim3(k_mma_chunk), 0, stream, set, x, rows, st16);
       if (e == cudaSuccess)
         e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
                               wrows);
-      if (e == cudaSuccess && grid.z > 1) e = launch_overlapped(sum, sum_grid, dim3(T), 0, stream, set, rows, int(grid.z));
+      if (e == cudaSuccess && grid.z > 1) e = launch_overlapped(sum, sum_grid, sum_block, 0, stream, set, rows, int(grid.z));
       return e;
     }
     if (x) stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
     kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
-    if (grid.z > 1) sum<<<sum_grid, T, 0, stream>>>(set, rows, int(grid.z));
+    if (grid.z > 1) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, int(grid.z));
     return cudaGetLastError();
   };
   switch (mb) {

@@ -152,6 +152,14 @@ struct Exl2GemvSet {
   // residual): the sums go on as silu(gate) ⊙ up staged for the set that reads them (its K = N),
   // and y is not written.
   Exl2MmaStaging swiglu_to;
+  // exl2_mma_set only, one job with residual and several K-slices (y: the residual stream, rows of
+  // N): the sums go on as rms_norm(y) ⊙ norm_to_w (eps norm_to_eps) staged for the set that reads
+  // it (its K = N): the values of the sums and then rms_norm_stage, bit for bit. norm_to_counters:
+  // one zeroed counter per row, left zero.
+  Exl2MmaStaging norm_to;
+  const float* norm_to_w = nullptr;
+  float norm_to_eps = 0.0f;
+  unsigned* norm_to_counters = nullptr;
 };
 // Column tiles of an N-column matrix in one gemv launch (kernel and host alike).
 EXL_HD int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
@@ -171,8 +179,10 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // (deterministic), a thread per output.
 // Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks) and
 // exl2_mma_cols_per_block columns of one job.
-// Needs streamed layouts (every job's n_segs > 0), k_slice a multiple of 128 and no norm, rope or
-// hand-off; x_up, residual and bias as in the gemv; `exact` is ignored (the results are at
+// Needs streamed layouts (every job's n_segs > 0), k_slice a multiple of 128 and no norm or
+// hand-off; x_up, residual and bias as in the gemv. With several K-slices the sums may go on:
+// rope (jobs q, k, v, no residual) rotates and stores each head as the gemv does; swiglu_to and
+// norm_to stage the next set's input (Exl2GemvSet). `exact` is ignored (the results are at
 // fp16-input precision, like the cuBLAS path). The jobs' q_scale_max must hold an even number of
 // entries (the kernel copies them in aligned pairs). Compute capability 8.0 or newer.
 EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : rows <= 16 ? 16 : rows <= 32 ? 32 : 64; }

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -47,7 +48,7 @@ Handoff::In Handoff::read(std::span<const CudaLinear* const> set, const float* x
   const Last prev = std::exchange(last_, {});
   reading_ = 0;
   In in;
-  if (!prev.key.first || prev.x != x || prev.up != up || prev.rows != rows || set.empty()) return in;
+  if (!prev.key.first || prev.staged || prev.x != x || prev.up != up || prev.rows != rows || set.empty()) return in;
   const HandoffPerm hp = handoff_perm(set, rows);
   if (!hp.inv_perm || set[0]->in_features != prev.n) return in;
   const Reader want{hp, prev.n, norm_w != nullptr};
@@ -107,6 +108,38 @@ Handoff::Out Handoff::produce(Key key, const float* x, const float* up, int64_t 
   last_ = l;
   reading_ = 0;
   return l.out;
+}
+
+void Handoff::produce_staged(Key key, const float* x, const float* norm_w, std::span<const void* const> reader,
+                             int64_t rows, size_t bytes) {
+  last_ = {};
+  reading_ = 0;
+  if (reader.empty() || reader.size() > size_t(k_exl2_gemv_max_jobs)) return;
+  last_.key = key;
+  last_.x = x;
+  last_.rows = rows;
+  last_.staged = true;
+  last_.staged_norm_w = norm_w;
+  std::copy(reader.begin(), reader.end(), last_.staged_reader);
+  last_.staged_bytes = bytes;
+}
+
+bool Handoff::read_staged(const float* x, const float* norm_w, std::span<const void* const> reader, int64_t rows,
+                          size_t need) {
+  const Last prev = std::exchange(last_, {});
+  reading_ = 0;
+  if (!prev.staged || prev.x != x || prev.staged_norm_w != norm_w || prev.rows != rows || prev.staged_bytes < need ||
+      reader.size() > size_t(k_exl2_gemv_max_jobs))
+    return false;
+  for (size_t j = 0; j < size_t(k_exl2_gemv_max_jobs); ++j)
+    if (prev.staged_reader[j] != (j < reader.size() ? reader[j] : nullptr)) return false;
+  ++reads_;
+  return true;
+}
+
+Handoff::Key Handoff::producer_of(const float* x, int64_t rows) const {
+  if (last_.x != x || last_.rows != rows) return {nullptr, 0};
+  return last_.key;
 }
 
 }  // namespace exl::cuda

@@ -57,7 +57,21 @@ class Handoff {
   Out produce(Key key, const float* x, const float* up, int64_t n, int64_t rows, bool able);
   // Any other op: nothing is handed on.
   void other() { last_ = {}; }
-  // Reader ops so far that read a hand-off (ops recorded for a step graph included).
+  // Staged hand-off: op `key` (null: none to learn) staged x at `rows` (rms_norm(x) ⊙ norm_w with
+  // norm_w) for the tensor-core set `reader` in the mma scratch (Scratch::mma_staged), which it
+  // made at least `bytes` large; nothing else pending. Producers: decode attention for the o
+  // projection, cuda::run_layer_output_staged's next for the next layer's q/k/v.
+  void produce_staged(Key key, const float* x, const float* norm_w, std::span<const void* const> reader, int64_t rows,
+                      size_t bytes);
+  // Whether the previous op staged exactly that for this reader in a scratch of at least `need`
+  // bytes (so that the reader's own scratch call keeps it); consumes the previous op's output.
+  bool read_staged(const float* x, const float* norm_w, std::span<const void* const> reader, int64_t rows,
+                   size_t need);
+  // The key of the previous op if it wrote x at `rows` (a producer of either kind), else nulls;
+  // consumes nothing.
+  Key producer_of(const float* x, int64_t rows) const;
+  // Reader ops so far that read a hand-off, staged ones included (ops recorded for a step graph
+  // included).
   int64_t reads() const { return reads_; }
 
  private:
@@ -80,6 +94,10 @@ class Handoff {
     int64_t n = 0, rows = 0;
     Out out;
     Scratch area_x{}, area_up{};
+    bool staged = false;  // a staged hand-off (produce_staged), with x, rows
+    const float* staged_norm_w = nullptr;
+    const void* staged_reader[k_exl2_gemv_max_jobs] = {};
+    size_t staged_bytes = 0;
   };
 
   CudaContext& ctx_;

@@ -6,41 +6,13 @@
 #include "kernels/cuda/norm_rope_act.h"
 #include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/rope_math.cuh"
+#include "kernels/cuda/row_norm.cuh"
 
 namespace exl::cuda {
 namespace {
 
-constexpr int k_row_threads = 1024;  // a 4096-wide row: 4 loads per thread, all in flight
-
 // The norm and rope kernels allow the next kernel to launch at once (overlapped_launch.cuh): the
 // EXL2 tensor-core products that follow them in a batched decode step wait for their inputs.
-
-// 1 / sqrt(mean square + eps) of a row of `dim` values whose sum of squares the block's
-// k_row_threads threads hold in parts (`ss`: double, reduced in a fixed order); every thread of
-// the block calls it and gets the same value.
-__device__ __forceinline__ float block_inv_rms(double ss, int64_t dim, float eps) {
-  __shared__ double partial[k_row_threads / 32];
-  __shared__ float inv_s;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0;
-    for (int i = 0; i < k_row_threads / 32; ++i) t += partial[i];
-    inv_s = float(1.0 / sqrt(t / double(dim) + double(eps)));
-  }
-  __syncthreads();
-  return inv_s;
-}
-
-// The thread's part of a row's sum of squares (rms_norm_kernel and rms_norm_stage_kernel alike).
-__device__ __forceinline__ double row_sum_squares(const float* xr, int64_t dim) {
-  double ss = 0;
-#pragma unroll 4
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) ss += double(xr[d]) * double(xr[d]);
-  return ss;
-}
 
 __global__ void __launch_bounds__(k_row_threads)
     rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t dim, float eps) {

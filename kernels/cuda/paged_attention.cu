@@ -4,18 +4,33 @@
 #include <cstdint>
 
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/mma_staging.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace exl::cuda {
 namespace {
 
-// Stores output element d of query row orow, and its copy in AttnArgs::out_perm.
+// Stores output element d of query row orow staged for the set that reads it (AttnArgs::stage).
+__device__ __forceinline__ void store_staged(const AttnArgs& a, int64_t orow, int d, int D, float v) {
+  if (!a.stage) return;
+  Exl2MmaStaging s;
+  s.staged = a.stage;
+  s.at[0] = a.stage_at;
+  s.n_jobs = 1;
+  s.K = a.n_heads * D;
+  s.rows = a.stage_rows;
+  const int64_t t = orow / a.n_heads;
+  mma_stage_store(s, int(t), int((orow - t * a.n_heads) * D + d), v);
+}
+
+// Stores output element d of query row orow, and its copies in AttnArgs::out_perm and ::stage.
 __device__ __forceinline__ void store_out(const AttnArgs& a, int64_t orow, int d, int D, float v) {
   a.out[orow * D + d] = v;
   if (a.out_perm) {
     const int64_t t = orow / a.n_heads;
     a.out_perm[t * a.n_heads * D + a.out_inv_perm[(orow - t * a.n_heads) * D + d]] = v;
   }
+  store_staged(a, orow, d, D, v);
 }
 
 constexpr int k_warps = 4;
@@ -475,6 +490,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
       const int64_t orow = qrow + h;
       a.out[orow * k_dec_D + i % k_dec_D] = v;
       if (a.out_perm) a.out_perm[(orow / a.n_heads) * a.n_heads * k_dec_D + out_at[0]] = v;
+      store_staged(a, orow, i % k_dec_D, k_dec_D, v);
     }
     cluster.sync();  // no block leaves while another reads its shared memory
 #endif
@@ -495,6 +511,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
                       : u == 1 ? out_at[1]
                                : a.out_inv_perm[(orow - t * a.n_heads) * k_dec_D + d])] = v;
         }
+        store_staged(a, orow, d, k_dec_D, v);
       } else {
         const int64_t pidx = orow * a.max_parts + part;
         a.part_acc[pidx * k_dec_D + d] = o;

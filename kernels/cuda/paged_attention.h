@@ -76,6 +76,12 @@ struct AttnArgs {
   // Exl2GemvHandoff). Null: no copy.
   float* out_perm = nullptr;
   const int32_t* out_inv_perm = nullptr;
+  // attention_decode and attention_combine: each output is also stored as the fp16 input of the
+  // tensor-core set that reads it (one job, K = n_heads·D, stage_rows rows; Exl2MmaStaging in
+  // exl2_gemm.h, at[0] = stage_at). Null stage: none.
+  uint16_t* stage = nullptr;
+  const int32_t* stage_at = nullptr;
+  int stage_rows = 0;
   bool cluster = false;  // attention_decode may split a direct partition over a cluster (sm_90)
 };
 

@@ -27,6 +27,7 @@ enum class StepOp : uint8_t {
   attention_inputs = 18,
   rms_norm_linears_staged = 19,
   rms_norm_mlp_residual = 20,
+  attention_inputs_staged = 21,
   embedding_of_samples = 31,
 };
 

@@ -14,8 +14,9 @@
 #
 # Expects the bundle of tests/gpu/bundle.sh (its xz'd programs and shared assets are unpacked here)
 # or exlagent on PATH. Environment:
-#   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), default
-#           (neither); default "narrow wide"
+#   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), unchained
+#           (narrow with EXL_CUDA_LAYER_CHAINS=0: each op stages its own tensor-core input, the
+#           code before session 30), default (none of them); default "narrow unchained wide"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
 #   TESTS=0 skip the kernel and engine GPU tests
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
@@ -28,7 +29,7 @@ set -uo pipefail
 out=${1:?OUT_DIR}
 mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
-forms=${FORMS:-narrow wide}
+forms=${FORMS:-narrow unchained wide}
 rounds=${ROUNDS:-2}
 work=${WORK:-/tmp/issue21}
 mkdir -p "$work"
@@ -56,6 +57,7 @@ form_env() {
   case "$1" in
     narrow) echo EXL_CUDA_MMA_WIDE=0 ;;
     wide) echo EXL_CUDA_MMA_WIDE=1 ;;
+    unchained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=0 ;;
     default) ;;
     *) echo "issue21_bench: unknown form '$1'" >&2; exit 2 ;;
   esac

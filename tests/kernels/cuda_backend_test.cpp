@@ -851,6 +851,23 @@ TEST_F(CudaBackendTest, RopeQkKvWriteFusedMatchesCpu) {
     }
 }
 
+// The CPU's attention inputs: q, k, v = (rms_norm(x) ⊙ nw, eps 1e-6) · W_{q,k,v}ᵀ, q and k rotated.
+std::array<std::vector<float>, 3> cpu_attention_inputs(ThreadPool& tp, const Exl2Matrix& wq, const Exl2Matrix& wk,
+                                                       const Exl2Matrix& wv, const std::vector<float>& x,
+                                                       const std::vector<float>& nw, int64_t rows,
+                                                       std::span<const int32_t> pos, const RopeTable& table) {
+  const int64_t dim = wq.in_features, D = int64_t(table.inv_freq.size()) * 2;
+  std::vector<float> xn(x.size()), q(size_t(rows * wq.out_features)), k(size_t(rows * wk.out_features)),
+      v(size_t(rows * wv.out_features));
+  cpu::rms_norm(tp, x.data(), nw.data(), xn.data(), rows, dim, 1e-6f);
+  cpu::linear_exl2(tp, wq, xn.data(), q.data(), rows);
+  cpu::linear_exl2(tp, wk, xn.data(), k.data(), rows);
+  cpu::linear_exl2(tp, wv, xn.data(), v.data(), rows);
+  cpu::rope(q.data(), rows, int(wq.out_features / D), int(D), pos, table);
+  cpu::rope(k.data(), rows, int(wk.out_features / D), int(D), pos, table);
+  return {std::move(q), std::move(k), std::move(v)};
+}
+
 TEST_F(CudaBackendTest, AttentionInputsFusedMatchesTheSeparateOps) {
   // Norm, q/k/v projections (with bias), rope and the cache store in one gemv launch (head_dim 128,
   // rows ≤ 2) against the CPU's ops; 5 rows take the separate GPU ops. Cache bytes compared as
@@ -873,13 +890,7 @@ TEST_F(CudaBackendTest, AttentionInputsFusedMatchesTheSeparateOps) {
       slots.resize(size_t(rows)), pos.resize(size_t(rows));
       const auto x = test::random_floats(size_t(rows * dim), 1510 + uint32_t(rows), 2.0f);
       const auto nw = test::random_floats(size_t(dim), 1520);
-      std::vector<float> xn(x.size()), q(size_t(rows * NH * D)), k(size_t(rows * KVH * D)), v(k.size());
-      cpu::rms_norm(tp_, x.data(), nw.data(), xn.data(), rows, dim, 1e-6f);
-      cpu::linear_exl2(tp_, wq.m, xn.data(), q.data(), rows);
-      cpu::linear_exl2(tp_, wk.m, xn.data(), k.data(), rows);
-      cpu::linear_exl2(tp_, wv.m, xn.data(), v.data(), rows);
-      cpu::rope(q.data(), rows, NH, D, pos, table);
-      cpu::rope(k.data(), rows, KVH, D, pos, table);
+      const auto [q, k, v] = cpu_attention_inputs(tp_, wq.m, wk.m, wv.m, x, nw, rows, pos, table);
       auto pool = gpu().alloc_kv_pool(L, num_pages);
       Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dq = gpu().alloc(q.size() * 4),
              dk = gpu().alloc(k.size() * 4), dv = gpu().alloc(v.size() * 4);
@@ -895,26 +906,173 @@ TEST_F(CudaBackendTest, AttentionInputsFusedMatchesTheSeparateOps) {
     }
 }
 
+TEST_F(CudaBackendTest, AttentionInputsAtTensorCoreSizesMatchTheSeparateOpsBitForBit) {
+  // Beyond two rows the norm stages the q/k/v tensor-core set's input and the set's K-slice sums
+  // rotate q and k and store k and v (dim 512: four 128-row slices on the emulator's and the H200's
+  // multiprocessor counts), or, with one slice (dim 128), a rope kernel follows the set. Either way
+  // q, k, v and every cache byte equal those of rms_norm_linears then rope_qk_kv_write on the
+  // same backend; against the CPU at tensor-core precision.
+  constexpr int D = 128, NH = 4, KVH = 2, layer = 1;
+  RopeTable table;
+  for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
+  table.attn_factor = 0.75f;
+  for (int dim : {512, 128}) {
+    auto wq = test::random_exl2(dim, NH * D, {{4, dim / 2}, {6, dim / 2}}, 1530 + uint32_t(dim), true);
+    auto wk = test::random_exl2(dim, KVH * D, {{3, dim / 2}, {4, dim / 2}}, 1531 + uint32_t(dim), true);
+    auto wv = test::random_exl2(dim, KVH * D, {{5, dim / 2}, {8, dim / 2}}, 1532 + uint32_t(dim), false);
+    auto pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m), pv = gpu().prepare_linear(wv.m);
+    const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
+    for (KvFormat fmt : {KvFormat::fp16, KvFormat::f32, KvFormat::q8, KvFormat::q4})
+      for (int64_t rows : {4, 9, 33}) {
+        SCOPED_TRACE(to_string(fmt) + " dim=" + std::to_string(dim) + " rows=" + std::to_string(rows));
+        const KvLayout L{2, KVH, D, 16, fmt};
+        const int num_pages = 4;
+        std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(slots.size());
+        for (int64_t r = 0; r < rows; ++r) slots[size_t(r)] = int32_t((r * 37 + 5) % 64), pos[size_t(r)] = int32_t(r * 997 % 5000);
+        const auto x = test::random_floats(size_t(rows * dim), 1540 + uint32_t(rows), 2.0f);
+        const auto nw = test::random_floats(size_t(dim), 1541);
+        const auto [q, k, v] = cpu_attention_inputs(tp_, wq.m, wk.m, wv.m, x, nw, rows, pos, table);
+        const std::vector<std::byte> zeros(L.page_bytes() * num_pages);
+        std::vector<float> got[2][3];
+        std::vector<std::byte> pools[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          auto pool = gpu().alloc_kv_pool(L, num_pages);
+          gpu().upload(cuda_kv_pool_data(*pool), zeros.data(), zeros.size());
+          Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dq = gpu().alloc(q.size() * 4),
+                 dk = gpu().alloc(k.size() * 4), dv = gpu().alloc(v.size() * 4);
+          if (fused) {
+            gpu().attention_inputs({ws, dx.f32(), dnw.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, dim, 1e-6f,
+                                    NH, KVH, D, pos, &table, pool.get(), layer, slots});
+          } else {
+            float* outs[3] = {dq.f32(), dk.f32(), dv.f32()};
+            gpu().rms_norm_linears(ws, dx.f32(), dnw.f32(), dxn.f32(), outs, rows, dim, 1e-6f, false);
+            gpu().rope_qk_kv_write(dq.f32(), dk.f32(), dv.f32(), rows, NH, KVH, D, pos, table, *pool, layer, slots);
+          }
+          got[fused][0] = from_gpu(dq, q.size()), got[fused][1] = from_gpu(dk, k.size()),
+          got[fused][2] = from_gpu(dv, v.size());
+          pools[fused] = download_pool(gpu(), *pool);
+        }
+        for (int j = 0; j < 3; ++j)
+          EXPECT_EQ(std::memcmp(got[0][j].data(), got[1][j].data(), got[0][j].size() * 4), 0) << "output " << j;
+        EXPECT_TRUE(pools[0] == pools[1]);
+        EXPECT_LT(rel_err(got[1][0], q), k_tol_f16);
+        EXPECT_LT(rel_err(got[1][1], k), k_tol_f16);
+        EXPECT_LT(rel_err(got[1][2], v), k_tol_f16);
+      }
+  }
+}
+
+TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
+  // rms_norm_mlp_residual with the o projection and the next layer's q/k/v (MlpInputs::o, next_qkv)
+  // beyond two rows: o's K-slice sums add into x and stage gate/up's normed input (a norm kernel
+  // where o has one slice: 128 inputs), down's sums stage the next q/k/v's, and the next
+  // attention_inputs reads that (a staged hand-off, once the backend has seen that op take the
+  // tensor-core path). x, q, k, v and every cache byte equal the separate ops' (linear_residual,
+  // rms_norm_mlp_residual, attention_inputs) bit for bit; x also the CPU's at fp16 tolerance. A
+  // 2,304-wide residual stream spans three blocks of the sums per row (the last one finishing
+  // stages the row).
+  constexpr int D = 128, KVH = 2, layer = 0;
+  constexpr int64_t I = 384;
+  RopeTable table;
+  for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
+  uint32_t seed = 2300;
+  for (auto [NH, H] : {std::pair<int, int64_t>{4, 512}, {1, 512}, {2, 2304}}) {
+    const int64_t QD = int64_t(NH) * D;
+    auto o = test::random_exl2(QD, H, {{4, QD / 2}, {5, QD / 2}}, seed++, true);
+    auto gate = test::random_exl2(H, I, {{4, H / 2}, {6, H / 2}}, seed++, true), up = test::random_exl2(H, I, {{4, H}}, seed++);
+    up.m.perm = gate.m.perm;
+    auto down = test::random_exl2(I, H, {{3, 128}, {4, 256}}, seed++);
+    auto wq = test::random_exl2(H, QD, {{4, H}}, seed++), wk = test::random_exl2(H, KVH * D, {{6, H}}, seed++),
+         wv = test::random_exl2(H, KVH * D, {{2, H / 2}, {8, H / 2}}, seed++);
+    auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
+         pd = gpu().prepare_linear(down.m), pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m),
+         pv = gpu().prepare_linear(wv.m);
+    const PreparedLinear* qkv[3] = {pq.get(), pk.get(), pv.get()};
+    for (int64_t rows : {2, 4, 9, 33}) {
+      SCOPED_TRACE("NH=" + std::to_string(NH) + " H=" + std::to_string(H) + " rows=" + std::to_string(rows));
+      const KvLayout L{1, KVH, D, 16, KvFormat::fp16};
+      std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(slots.size());
+      for (int64_t r = 0; r < rows; ++r) slots[size_t(r)] = int32_t((r * 29 + 3) % 48), pos[size_t(r)] = int32_t(r * 13);
+      const auto x0 = test::random_floats(size_t(rows * H), seed++, 3.0f), att = test::random_floats(size_t(rows * QD), seed++);
+      const auto nw = test::random_floats(size_t(H), seed++, 0.1f), nw_next = test::random_floats(size_t(H), seed++);
+      std::vector<float> got_x[3], got_q[3], got_k[3];
+      std::vector<std::byte> pools[3];
+      // One set of buffers for every run: a freed device buffer makes the backend forget what it
+      // learned about the linears (a scratch area that grows too: the second chained run is the
+      // one that must read the staged hand-off).
+      auto pool = gpu().alloc_kv_pool(L, 3);
+      const std::vector<std::byte> zeros(L.page_bytes() * 3);
+      Buffer dx = to_gpu(x0), datt = to_gpu(att), dnw = to_gpu(nw), dnn = to_gpu(nw_next),
+             dxn = gpu().alloc(x0.size() * 4), dtmp = gpu().alloc(x0.size() * 4), dg = gpu().alloc(size_t(rows * I) * 4),
+             du = gpu().alloc(size_t(rows * I) * 4), dq = gpu().alloc(size_t(rows * QD) * 4),
+             dk = gpu().alloc(size_t(rows * KVH * D) * 4), dv = gpu().alloc(size_t(rows * KVH * D) * 4);
+      for (int run = 0; run < 3; ++run) {
+        gpu().upload(cuda_kv_pool_data(*pool), zeros.data(), zeros.size());
+        gpu().upload(dx.data(), x0.data(), x0.size() * 4);
+        MlpInputs m{pg.get(), pu.get(), pd.get(), dx.f32(), dnw.f32(), dxn.f32(), dg.f32(), du.f32(), dtmp.f32(),
+                    rows, H, I, 1e-5f, false};
+        const int64_t before = cuda_step_stats(gpu()).handoffs;
+        if (run > 0) {
+          m.o = po.get(), m.att = datt.f32(), m.next_qkv = qkv, m.next_norm_w = dnn.f32();
+        } else {
+          gpu().linear_residual(*po, datt.f32(), dx.f32(), dtmp.f32(), rows, false);
+        }
+        gpu().rms_norm_mlp_residual(m);
+        gpu().attention_inputs({qkv, dx.f32(), dnn.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, H, 1e-5f, NH,
+                                KVH, D, pos, &table, pool.get(), layer, slots});
+        if (run == 2 && rows >= cuda_exl2_mma_min_rows) {
+          EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, 1);
+        }
+        got_x[run] = from_gpu(dx, x0.size()), got_q[run] = from_gpu(dq, size_t(rows * QD)),
+        got_k[run] = from_gpu(dk, size_t(rows * KVH * D));
+        pools[run] = download_pool(gpu(), *pool);
+      }
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(got_x[run], got_x[0]) << "run " << run;
+        EXPECT_EQ(got_q[run], got_q[0]) << "run " << run;
+        EXPECT_EQ(got_k[run], got_k[0]) << "run " << run;
+        EXPECT_TRUE(pools[run] == pools[0]) << "run " << run;
+      }
+
+      std::vector<float> ref = x0, t(x0.size()), xn(x0.size()), g(size_t(rows * I)), u(g.size()), act(g.size());
+      cpu::linear_exl2(tp_, o.m, att.data(), t.data(), rows);
+      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
+      cpu::rms_norm(tp_, ref.data(), nw.data(), xn.data(), rows, H, 1e-5f);
+      cpu::linear_exl2(tp_, gate.m, xn.data(), g.data(), rows);
+      cpu::linear_exl2(tp_, up.m, xn.data(), u.data(), rows);
+      cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
+      cpu::linear_exl2(tp_, down.m, act.data(), t.data(), rows);
+      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
+      EXPECT_LT(rel_err(got_x[2], ref), exl2_tol(rows));
+    }
+  }
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 
 struct AttnSeqSpec {
   int64_t n_past, n_new;
 };
 
-// Fills a CPU pool with random K/V for every sequence (pages drawn from a shuffled pool), copies
-// its bytes into a GPU pool, and compares GPU attention with the CPU's over the same bytes.
-void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, int KVH, int window,
-                    const std::vector<AttnSeqSpec>& specs, int page_size, uint32_t seed, double tol = k_tol_f32) {
-  const KvLayout L{2, KVH, D, page_size, fmt};
-  const int layer = 1;
+// A CPU pool holding random K/V at `layer` for every sequence of `specs` (pages drawn from a
+// shuffled pool), and the batch that reads it: each sequence's n_new rows after its n_past.
+struct RandomKv {
+  int num_pages = 0;
+  std::vector<std::byte> host_pool;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<SeqAttn> batch;  // spans into tables
+  int64_t rows = 0;
+};
+RandomKv random_kv(const KvLayout& L, int layer, const std::vector<AttnSeqSpec>& specs, uint32_t& seed) {
+  RandomKv r;
+  const int page_size = L.page_size, KVH = L.n_kv_heads, D = L.head_dim;
   int64_t pages_needed = 0;
   for (const auto& s : specs) pages_needed += (s.n_past + s.n_new + page_size - 1) / page_size;
-  const int num_pages = int(pages_needed) + 3;
-  std::vector<int32_t> free_pages(static_cast<size_t>(num_pages));
+  r.num_pages = int(pages_needed) + 3;
+  std::vector<int32_t> free_pages(static_cast<size_t>(r.num_pages));
   std::iota(free_pages.begin(), free_pages.end(), 0);
   std::shuffle(free_pages.begin(), free_pages.end(), std::mt19937(seed));
-  std::vector<std::byte> host_pool(L.page_bytes() * size_t(num_pages));
-  std::vector<std::vector<int32_t>> tables;
+  r.host_pool.resize(L.page_bytes() * size_t(r.num_pages));
   size_t next = 0;
   for (const auto& s : specs) {
     const int64_t total = s.n_past + s.n_new;
@@ -924,15 +1082,27 @@ void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, i
     auto v = test::random_floats(size_t(total * KVH * D), seed++);
     std::vector<int32_t> slots;
     for (int64_t p = 0; p < total; ++p) slots.push_back(table[size_t(p / page_size)] * page_size + int32_t(p % page_size));
-    cpu::kv_write(L, host_pool.data(), layer, k.data(), v.data(), slots);
-    tables.push_back(std::move(table));
+    cpu::kv_write(L, r.host_pool.data(), layer, k.data(), v.data(), slots);
+    r.tables.push_back(std::move(table));
   }
-  std::vector<SeqAttn> batch;
-  int64_t rows = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    batch.push_back({rows, specs[i].n_new, specs[i].n_past, tables[i]});
-    rows += specs[i].n_new;
+    r.batch.push_back({r.rows, specs[i].n_new, specs[i].n_past, r.tables[i]});
+    r.rows += specs[i].n_new;
   }
+  return r;
+}
+
+// Random K/V for every sequence (random_kv) copied into a GPU pool; GPU attention against the
+// CPU's over the same bytes.
+void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, int KVH, int window,
+                    const std::vector<AttnSeqSpec>& specs, int page_size, uint32_t seed, double tol = k_tol_f32) {
+  const KvLayout L{2, KVH, D, page_size, fmt};
+  const int layer = 1;
+  const RandomKv kv = random_kv(L, layer, specs, seed);
+  const int num_pages = kv.num_pages;
+  const std::vector<std::byte>& host_pool = kv.host_pool;
+  const std::vector<SeqAttn>& batch = kv.batch;
+  const int64_t rows = kv.rows;
   auto q = test::random_floats(size_t(rows * NH * D), seed++);
   const float scale = 1.0f / std::sqrt(float(D));
   std::vector<float> ref(q.size());
@@ -947,6 +1117,55 @@ void attention_case(Backend& gpu, ThreadPool& tp, KvFormat fmt, int D, int NH, i
   gpu.download(got.data(), dout.data(), got.size() * 4);
   EXPECT_LT(rel_err(got, ref), tol) << to_string(fmt) << " D=" << D << " heads " << NH << "/" << KVH
                                           << " window " << window << " page " << page_size;
+}
+
+TEST_F(CudaBackendTest, DecodeAttentionStagesTheOutputProjectionsInput) {
+  // Decode attention followed by the layer's output op with the o projection (MlpInputs::o) at
+  // tensor-core sizes: from the second such pair on, attention stores its output as o's staged
+  // input too (AttnArgs::stage; a staged hand-off, no staging kernel for o), written by the decode
+  // kernel (short contexts) or by attention_combine (a context over several partitions). x equals
+  // what attention, linear_residual and rms_norm_mlp_residual give as separate ops, bit for bit.
+  constexpr int D = 128, NH = 4, KVH = 2, layer = 0;
+  constexpr int64_t H = 256, I = 384, QD = int64_t(NH) * D;
+  uint32_t seed = 2500;
+  auto o = test::random_exl2(QD, H, {{4, 256}, {6, 256}}, seed++, true);
+  auto gate = test::random_exl2(H, I, {{4, 256}}, seed++), up = test::random_exl2(H, I, {{5, 128}, {3, 128}}, seed++);
+  up.m.perm = gate.m.perm;
+  auto down = test::random_exl2(I, H, {{4, 384}}, seed++);
+  auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
+       pd = gpu().prepare_linear(down.m);
+  for (const auto& specs : std::vector<std::vector<AttnSeqSpec>>{{{30, 1}, {5, 1}, {47, 1}, {12, 1}},
+                                                                {{700, 1}, {3, 1}, {260, 1}, {90, 1}, {0, 1}}}) {
+    SCOPED_TRACE("context of sequence 0: " + std::to_string(specs[0].n_past));
+    const KvLayout L{1, KVH, D, 16, KvFormat::fp16};
+    const RandomKv kv = random_kv(L, layer, specs, seed);
+    auto pool = gpu().alloc_kv_pool(L, kv.num_pages);
+    gpu().upload(cuda_kv_pool_data(*pool), kv.host_pool.data(), kv.host_pool.size());
+    const int64_t rows = kv.rows;
+    const auto q = test::random_floats(size_t(rows * QD), seed++), x0 = test::random_floats(size_t(rows * H), seed++);
+    const auto nw = test::random_floats(size_t(H), seed++, 0.2f);
+    Buffer dq = to_gpu(q), datt = gpu().alloc(q.size() * 4), dnw = to_gpu(nw), dxn = gpu().alloc(x0.size() * 4),
+           dtmp = gpu().alloc(x0.size() * 4), dg = gpu().alloc(size_t(rows * I) * 4), du = gpu().alloc(size_t(rows * I) * 4);
+    Buffer dx = gpu().alloc(x0.size() * 4);  // one buffer throughout: a free makes the backend forget
+    const auto layer_output = [&](bool with_o) {
+      gpu().upload(dx.data(), x0.data(), x0.size() * 4);
+      gpu().attention(*pool, layer, dq.f32(), datt.f32(), kv.batch, NH, 0.1f, 0);
+      MlpInputs m{pg.get(), pu.get(), pd.get(), dx.f32(), dnw.f32(), dxn.f32(), dg.f32(), du.f32(), dtmp.f32(),
+                  rows, H, I, 1e-5f, false};
+      if (with_o) m.o = po.get(), m.att = datt.f32();
+      else gpu().linear_residual(*po, datt.f32(), dx.f32(), dtmp.f32(), rows, false);
+      gpu().rms_norm_mlp_residual(m);
+      return from_gpu(dx, x0.size());
+    };
+    const auto separate = layer_output(false);
+    for (int round = 0; round < 3; ++round) {
+      const int64_t before = cuda_step_stats(gpu()).handoffs;
+      EXPECT_EQ(layer_output(true), separate) << "round " << round;
+      // The first round teaches attention where o reads (what the backend learned was forgotten
+      // when the last case's buffers were freed); the later rounds stage for it.
+      EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, round == 0 ? 0 : 1) << "round " << round;
+    }
+  }
 }
 
 TEST_F(CudaBackendTest, AttentionPrefillAndDecodeEveryFormat) {
