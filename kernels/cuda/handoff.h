@@ -6,8 +6,10 @@
 // ops of one step (a reader whose input the previous op wrote) and take effect from the next
 // step (decode steps repeat their ops); until then, and whenever the previous op is not the
 // learned producer with the same buffers, the reader gathers through its permutation as before.
-// EXL_CUDA_HANDOFF=0 turns it off (for comparisons). Host code; owned and used by the CUDA
-// backend's thread.
+// EXL_CUDA_HANDOFF=0 turns it off (for comparisons). Beyond two rows a producer may instead have
+// staged the reader's tensor-core input (produce_staged / read_staged: the reader then runs no
+// norm or staging kernel; EXL_CUDA_LAYER_CHAINS=0 in the backend turns those off). Host code;
+// owned and used by the CUDA backend's thread.
 #pragma once
 #include <cstdint>
 #include <map>
