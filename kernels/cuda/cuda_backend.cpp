@@ -476,6 +476,7 @@ class CudaBackend final : public Backend {
       next.clear();
     cuda::StagedLayerOutput chain{o, m.att, &gate, &up, &down, m.x, m.norm_w, m.eps, m.g, m.u, m.rows, next,
                                   next.empty() ? nullptr : m.next_norm_w};
+    const size_t chain_bytes = cuda::layer_output_staged_bytes(chain);
     if (o) {  // the attention that wrote att learns to stage it for o from the next step on
       const cuda::Handoff::Key key = handoff_.producer_of(m.att, m.rows);
       if (key.first) {
@@ -484,7 +485,7 @@ class CudaBackend final : public Backend {
         std::copy(next.begin(), next.end(), learned.next);
       }
       const void* reader[1] = {o};
-      chain.att_staged = handoff_.read_staged(m.att, nullptr, reader, m.rows, cuda::layer_output_staged_bytes(chain));
+      chain.att_staged = handoff_.read_staged(m.att, nullptr, reader, m.rows, chain_bytes);
     }
     handoff_.other();
     steps_.note(StepOp::rms_norm_mlp_residual, m.x, m.norm_w, m.g, m.u, m.rows, m.dim, m.k, m.eps, &gate, &up, &down, o,
@@ -492,7 +493,7 @@ class CudaBackend final : public Backend {
     for (const auto* l : next) steps_.note(l);
     if (!next.empty()) {
       const void* reader[3] = {next[0], next[1], next[2]};
-      handoff_.produce_staged({}, m.x, m.next_norm_w, reader, m.rows, cuda::layer_output_staged_bytes(chain));
+      handoff_.produce_staged({}, m.x, m.next_norm_w, reader, m.rows, chain_bytes);
     }
     if (steps_.recording()) return;
     ctx_.make_current();

@@ -353,6 +353,23 @@ TEST_F(CudaBackendTest, StagedNormsAndMlpMatchTheSeparateOpsBitForBit) {
   }
 }
 
+// The CPU's layer output block on the residual stream x [rows, H] (eps 1e-5): x += att · W_oᵀ,
+// then x += (silu(g) ⊙ u) · W_downᵀ with g, u = (rms_norm(x) ⊙ nw) · W_{gate,up}ᵀ.
+void cpu_layer_output(ThreadPool& tp, const Exl2Matrix& o, const std::vector<float>& att, const Exl2Matrix& gate,
+                      const Exl2Matrix& up, const Exl2Matrix& down, const std::vector<float>& nw, std::vector<float>& x,
+                      int64_t rows) {
+  const int64_t H = o.out_features, I = gate.out_features;
+  std::vector<float> t(x.size()), xn(x.size()), g(size_t(rows * I)), u(g.size()), act(g.size());
+  cpu::linear_exl2(tp, o, att.data(), t.data(), rows);
+  cpu::add(x.data(), t.data(), int64_t(x.size()));
+  cpu::rms_norm(tp, x.data(), nw.data(), xn.data(), rows, H, 1e-5f);
+  cpu::linear_exl2(tp, gate, xn.data(), g.data(), rows);
+  cpu::linear_exl2(tp, up, xn.data(), u.data(), rows);
+  cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
+  cpu::linear_exl2(tp, down, act.data(), t.data(), rows);
+  cpu::add(x.data(), t.data(), int64_t(x.size()));
+}
+
 TEST_F(CudaBackendTest, DecodeStepHandoffsMatchCpu) {
   // Inside decode steps each op hands its output to the gemv that reads it next in that gemv's
   // act-order (cuda/handoff.h): o projection → gate/up (with the sums of squares the norm needs),
@@ -373,16 +390,8 @@ TEST_F(CudaBackendTest, DecodeStepHandoffsMatchCpu) {
     SCOPED_TRACE("rows=" + std::to_string(rows));
     const auto x0 = test::random_floats(size_t(rows * H), seed++, 2.0f), a = test::random_floats(x0.size(), seed++);
     const auto nw1 = test::random_floats(size_t(H), seed++), nw2 = test::random_floats(size_t(H), seed++);
-    std::vector<float> x = x0, t(x0.size()), xn(x0.size()), g(size_t(rows * I)), u(g.size()), act(g.size()),
-                       yq(size_t(rows * 256));
-    cpu::linear_exl2(tp_, o.m, a.data(), t.data(), rows);
-    cpu::add(x.data(), t.data(), int64_t(x.size()));
-    cpu::rms_norm(tp_, x.data(), nw1.data(), xn.data(), rows, H, 1e-5f);
-    cpu::linear_exl2(tp_, gate.m, xn.data(), g.data(), rows);
-    cpu::linear_exl2(tp_, up.m, xn.data(), u.data(), rows);
-    cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
-    cpu::linear_exl2(tp_, down.m, act.data(), t.data(), rows);
-    cpu::add(x.data(), t.data(), int64_t(x.size()));
+    std::vector<float> x = x0, xn(x0.size()), g(size_t(rows * I)), yq(size_t(rows * 256));
+    cpu_layer_output(tp_, o.m, a, gate.m, up.m, down.m, nw1, x, rows);
     cpu::rms_norm(tp_, x.data(), nw2.data(), xn.data(), rows, H, 1e-5f);
     cpu::linear_exl2(tp_, q.m, xn.data(), yq.data(), rows);
 
@@ -1034,15 +1043,8 @@ TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
         EXPECT_TRUE(pools[run] == pools[0]) << "run " << run;
       }
 
-      std::vector<float> ref = x0, t(x0.size()), xn(x0.size()), g(size_t(rows * I)), u(g.size()), act(g.size());
-      cpu::linear_exl2(tp_, o.m, att.data(), t.data(), rows);
-      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
-      cpu::rms_norm(tp_, ref.data(), nw.data(), xn.data(), rows, H, 1e-5f);
-      cpu::linear_exl2(tp_, gate.m, xn.data(), g.data(), rows);
-      cpu::linear_exl2(tp_, up.m, xn.data(), u.data(), rows);
-      cpu::swiglu(g.data(), u.data(), act.data(), int64_t(g.size()));
-      cpu::linear_exl2(tp_, down.m, act.data(), t.data(), rows);
-      cpu::add(ref.data(), t.data(), int64_t(ref.size()));
+      std::vector<float> ref = x0;
+      cpu_layer_output(tp_, o.m, att, gate.m, up.m, down.m, nw, ref, rows);
       EXPECT_LT(rel_err(got_x[2], ref), exl2_tol(rows));
     }
   }
