@@ -19,6 +19,7 @@
 #           code before session 30), default (none of them); default "narrow unchained wide"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
 #   TESTS=0 skip the kernel and engine GPU tests
+#   TEST_FORMS  the forms the tests run under (default: FORMS)
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
 #   QUICK=1 decode only (no prefill and prefix cases)
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
@@ -79,7 +80,17 @@ fi
 
 section() { echo "== [${SECONDS}s] $*"; }
 
-for f in $forms; do
+section "synth (in the background)"
+# Both at once (each is mostly one thread), beside the tests; bench needs each shape's real tokenizer.
+tok=${EXL_SHARED_DIR:-$(dirname "$0")/../../../shared}/models
+synth_pids=()
+for m in "l2 llama2-7b llama2-tokenizer" "l3 llama3-8b llama3-tokenizer"; do
+  read -r dir shape tk <<<"$m"
+  [ -d "$models/$dir" ] ||
+    { exlagent synth "$models/$dir" --shape "$shape" --bpw 4.0 --tokenizer "$tok/$tk" >"$res/synth-$dir.log" 2>&1 & synth_pids+=("$!:$dir"); }
+done
+
+for f in ${TEST_FORMS:-$forms}; do
   [ "${TESTS:-1}" = 0 ] && break
   if command -v exl_kernels_tests >/dev/null; then
     section "kernel tests, $f"
@@ -92,16 +103,8 @@ for f in $forms; do
   fi
 done
 
-section "synth"
-# Both at once (each is mostly one thread); bench needs each shape's real tokenizer.
-tok=${EXL_SHARED_DIR:-$(dirname "$0")/../../../shared}/models
-synth_pids=()
-for m in "l2 llama2-7b llama2-tokenizer" "l3 llama3-8b llama3-tokenizer"; do
-  read -r dir shape tk <<<"$m"
-  [ -d "$models/$dir" ] ||
-    { exlagent synth "$models/$dir" --shape "$shape" --bpw 4.0 --tokenizer "$tok/$tk" >"$res/synth-$dir.log" 2>&1 & synth_pids+=("$!:$dir"); }
-done
 for p in "${synth_pids[@]}"; do wait "${p%%:*}" || { echo "synth ${p#*:} failed:"; tail -3 "$res/synth-${p#*:}.log"; }; done
+section "synth done"
 
 if [ -n "$peer_pid" ]; then
   wait "$peer_pid"
