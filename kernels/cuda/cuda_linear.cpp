@@ -375,6 +375,9 @@ struct SetLaunch {
   bool mma = false;
   int k_slice = 0;
   Exl2GemvSet s;
+  // Whether a tensor-core set's K-slice sums run (several slices or stream-K): they can then rotate
+  // and store (rope) or stage the next set's input (swiglu_to, norm_to).
+  bool summed() const { return s.stream_blocks > 0 || s.jobs[0].w.K > k_slice; }
 };
 
 SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std::span<float* const> ys, int64_t rows,
@@ -394,9 +397,19 @@ SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std
                                        exl2_mma_target_blocks(ctx, rows, wrows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   r.k_slice = ks;
-  const int64_t slices = ceil_div(K, ks);
+  int64_t slices = ceil_div(K, ks);
+  if (mma) {
+    int tiles = 0;
+    for (const auto* l : set) tiles += exl2_gemv_tiles(l->view().N);
+    const Exl2MmaForm form = ctx.mma_form();
+    const bool narrow = !exl2_mma_wide(exl2_mma_rows_per_block(int(rows)), form.wide);
+    r.s.stream_blocks =
+        exl2_mma_stream_blocks(K, tiles, rows, ks, exl2_mma_target_blocks(ctx, rows, wrows), narrow, form.stream_k);
+    if (r.s.stream_blocks) slices = exl2_mma_stream_slots(tiles, int(ceil_div(K, 128)), r.s.stream_blocks);
+  }
+  const bool split = slices > 1 || r.s.stream_blocks;  // sums written as partials (stream-K: always)
   float* partials =
-      slices > 1 ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
+      split ? static_cast<float*>(ctx.scratch(Scratch::gemv_partials, size_t(slices * rows * n_total) * 4)) : nullptr;
   Exl2GemvSet& s = r.s;
   int tile = 0;
   int64_t part_off = 0;
@@ -547,7 +560,7 @@ void run_linears_norm_staged(CudaContext& ctx, std::span<const CudaLinear* const
   auto* staged =
       static_cast<uint16_t*>(ctx.scratch(Scratch::mma_staged, exl2_mma_staged_bytes(int(rows), K, int(set.size()))));
   if (!prestaged) EXL_CUDA_CHECK(rms_norm_stage(x, norm_w, rows, K, eps, staging_of(set, rows, staged), ctx.stream()));
-  const bool summed = K > p.k_slice;  // the K-slice sums rotate and store
+  const bool summed = p.summed();  // the K-slice sums rotate and store
   if (rope && summed) p.s.rope = *rope;
   EXL_CUDA_CHECK(exl2_mma_set(p.s, nullptr, int(rows), p.k_slice, staged, ctx.mma_form(), ctx.stream()));
   if (rope && !summed)
@@ -591,9 +604,8 @@ void run_layer_output_staged(CudaContext& ctx, const StagedLayerOutput& a) {
   // norm kernel does after it where it has one K-slice.
   const auto residual_then_norm = [&](SetLaunch p, const float* in, const float* norm_w,
                                       std::span<const Exl2Linear* const> reader) {
-    const int K = p.s.jobs[0].w.K;
     const Exl2MmaStaging to = staging_of(reader, rows, staged);
-    const bool summed = K > p.k_slice;
+    const bool summed = p.summed();
     if (summed)
       p.s.norm_to = to, p.s.norm_to_w = norm_w, p.s.norm_to_eps = a.eps, p.s.norm_to_counters = ctx.gemv_counters(size_t(rows));
     EXL_CUDA_CHECK(exl2_mma_set(p.s, in, int(rows), p.k_slice, staged, ctx.mma_form(), stream));
@@ -610,7 +622,7 @@ void run_layer_output_staged(CudaContext& ctx, const StagedLayerOutput& a) {
   SetLaunch pd = plan_set(ctx, dn, x_y, rows, {a.g, a.u, nullptr, 0.0f, true, nullptr, nullptr, false});
   EXL_CHECK(pg.mma && pd.mma, "kernels: cuda: mlp: the tensor-core kernel does not take ", rows, " rows");
   Exl2GemvSet s = pg.s;
-  const bool chained = ceil_div(H, int64_t(pg.k_slice)) > 1;  // the sums then stage the down input
+  const bool chained = pg.summed();  // the sums then stage the down input
   if (chained) s.swiglu_to = staging_of(dn, rows, staged), pd.s.x_up = nullptr;
   EXL_CUDA_CHECK(exl2_mma_set(s, nullptr, int(rows), pg.k_slice, staged, ctx.mma_form(), stream));
   const float* down_in = chained ? nullptr : a.g;
@@ -644,6 +656,16 @@ int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int
   const int64_t splits = std::max<int64_t>(1, target_blocks / base);
   const int64_t ks = std::clamp<int64_t>(ceil_div(ceil_div(K, splits), 128) * 128, 128, 4096);
   return int(std::min(ks, ceil_div(K, 128) * 128));
+}
+
+int exl2_mma_stream_blocks(int64_t K, int64_t tiles, int64_t rows, int k_slice, int target_blocks, bool narrow,
+                           int mode) {
+  if (mode <= 0 || rows > 64) return 0;
+  const int64_t units = tiles * ceil_div(K, 128);
+  if (mode > 1) return int(std::min<int64_t>(mode, units));
+  const int64_t blocks = tiles * ceil_div(K, k_slice), waves = ceil_div(blocks, target_blocks);
+  if (!narrow || 5 * blocks >= 4 * waves * target_blocks || units < 2 * target_blocks) return 0;
+  return target_blocks;
 }
 
 namespace {

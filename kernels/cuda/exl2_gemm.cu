@@ -522,6 +522,16 @@ __device__ __forceinline__ BlockJob block_job(const Exl2GemvSet& set, int tile =
   return r;
 }
 
+// Column tiles of a stream-K set (Exl2GemvSet::stream_blocks, narrow blocks: k_exl2_gemv_cols_per_block
+// columns each), over all jobs.
+__device__ __forceinline__ int mma_stream_tiles(const Exl2GemvSet& set) {
+  int tiles = 0;
+#pragma unroll
+  for (int j = 0; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < set.n_jobs) tiles += exl2_gemv_tiles(set.jobs[j].w.N);
+  return tiles;
+}
+
 constexpr int k_perm_regs = 8;  // permutation entries per thread read ahead (K-slices up to 1024 rows)
 
 // Block: 4 warps on the same 128 columns (4 per lane), each warp on a quarter of the block's K-slice;
@@ -1059,10 +1069,10 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
 // ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
 // decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
-template <int NT, int HC, bool ASYNC>
+template <int NT, int HC, bool ASYNC, bool STREAM>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT, HC == 2))
     exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
-  static_assert(HC == 1 || (HC == 2 && !ASYNC), "wgmma blocks have one column quad per lane");
+  static_assert(HC == 1 || (HC == 2 && !ASYNC && !STREAM), "wgmma and stream-K blocks have one column quad per lane");
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads, S = k_mma_stages;
   constexpr int SX = ASYNC ? k_wgmma_x_stages : S;
   constexpr int kCols = HC * k_exl2_gemv_cols_per_block, kOutStride = mma_out_stride(HC);
@@ -1070,184 +1080,207 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   extern __shared__ uint4 xs_raw[];
   uint4* const wring = xs_raw + SX * kChunkVecs;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * HC * T);  // [S][SR][T]
-  const auto [w, bias, y, part, job, bx] = block_job<HC>(set, int(blockIdx.y));
-  const int k0 = blockIdx.z * k_slice, k1 = min(w.K, k0 + k_slice);
-  const int chunks = (k1 - k0 + k_mma_chunk - 1) / k_mma_chunk;
-  const int m0 = blockIdx.x * MB, mc = min(MB, rows - m0);
   __shared__ Exl2Segment segs[k_exl2_max_segments];
-  if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
-  __syncthreads();
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  // The lane's slot in the ring's per-lane rows: by quad lane t, then group g rotated by 2t. The
-  // eight lanes that copy one 128-byte run of a word row (same t) write 128 bytes in distinct banks
-  // (in lane order, a warp's 16-byte copies took 8× the ideal shared-memory wavefronts), and so do
-  // the eight consecutive lanes (g = 2q, 2q + 1; every t) of each quarter of a warp's reads: g + 2t
-  // covers the even residues for one g and the odd ones for the other (unrotated, reads were 4×).
-  const int slot = warp * 32 + t * 8 + ((g + 2 * t) & 7);
-  // One scale-maximum pair per word row (t): copied by the lane with g = 0, read by all eight.
-  const int max_slot = warp * 32 + t * 8;
-  const int nw = bx * kCols + warp * 32 * HC, n4 = nw + 4 * g;  // quad q: columns n4 + 32q .. + 3
-  const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
-  const uint4* tile = reinterpret_cast<const uint4*>(staged) +
-                      (size_t(job * gridDim.x + blockIdx.x) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
-  const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
-  int s_fetch = 0;
-  // A lane's stage: words [wrows][HC][T] in wring; in sring [SR][T]: the quads' scale codes, the
-  // scale-maximum pair, and the block's width | (group parity << 4) | (quads in the columns << 5)
-  // (0: nothing to add), so the consumer walks no segments.
-  // The chunk's activations (written by exl2_mma_stage_kernel: after wait_for_inputs) and the
-  // lane's weights (before it: the prologue's overlap the previous kernel when launched overlapped).
-  const auto fetch_x = [&](int c) {
-    if (c < chunks) {
-      const int st = c % SX;
-#pragma unroll
-      for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
-        cp_async16(xs_raw + st * kChunkVecs + r * T + threadIdx.x, tile + size_t(c) * kChunkVecs + r * T + threadIdx.x);
-    }
-  };
-  const auto fetch_w = [&](int c) {
-    if (c < chunks) {
-      const int st = c % S;
-      const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
-      uint32_t quads = 0;
-#pragma unroll
-      for (int q = 0; q < HC; ++q)
-        if (at.bits && n4 + 32 * q < view.Np) {
-          const uint4* src = reinterpret_cast<const uint4*>(view.q_weight + size_t(at.qrow) * np + n4 + 32 * q);
-#pragma unroll
-          for (int b = 0; b < 8; ++b)
-            if (b < at.bits) cp_async16(wring + ((st * wrows + b) * HC + q) * T + slot, src + size_t(b) * (np >> 2));
-          cp_async4(sring + (SR * st + q) * T + slot, view.q_scale + size_t(at.grp) * sstride + ((n4 + 32 * q) >> 3));
-          quads |= 1u << q;
-        }
-      if (g == 0 && quads)  // lane g = 0 has quad 0 in the columns whenever any lane of its row has one
-        cp_async4(sring + (SR * st + HC) * T + max_slot,
-                  reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
-      sring[(SR * st + HC + 1) * T + slot] = quads ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 | quads << 5 : 0u;
-    }
-  };
-#pragma unroll
-  for (int c = 0; c < S - 1; ++c) fetch_w(c);
-  wait_for_inputs();
-#pragma unroll
-  for (int c = 0; c < S - 1; ++c) {
-    fetch_x(c);
-    cp_async_commit();
-  }
-
-  float acc[HC][MT][NT][4];
-#pragma unroll
-  for (int q = 0; q < HC; ++q)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[q][mt][j][e] = 0.0f;
-  const unsigned lane_ld = mma_ldmatrix_offset(NT, lane);
-#pragma unroll 1
-  for (int c = 0; c < chunks; ++c) {
-    cp_async_wait<S - 2>();
-    if constexpr (ASYNC) fence_proxy_async_shared();
-    // Chunk c is in; every warp is done with chunk c − 1 (ASYNC: its wgmma with chunk c − 2), whose
-    // stage is refilled.
+  // One K-slice [c_begin, c_end) (in 128-row chunks) of block tile `tile_index`, its sums written
+  // to y or (split) to partials slot `part_slot`.
+  const auto run = [&](const int tile_index, const int c_begin, const int c_end, const int part_slot) {
+    const auto [w, bias, y, part, job, bx] = block_job<HC>(set, tile_index);
+    const int k0 = c_begin * k_mma_chunk, k1 = min(w.K, c_end * k_mma_chunk);
+    const int chunks = c_end - c_begin;
+    const int m0 = blockIdx.x * MB, mc = min(MB, rows - m0);
+    if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
     __syncthreads();
-    fetch_w(c + S - 1);
-    fetch_x(c + S - 1);
-    cp_async_commit();
-    const int st = c % S;
-    const uint32_t meta = sring[(SR * st + HC + 1) * T + slot];
-    const int bits = int(meta & 15u);
-    float smax = 0.0f;
-    uint32_t scode[HC] = {};
-    if (bits) {
-      const uint32_t pair = sring[(SR * st + HC) * T + max_slot];
-      smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) * (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
-#pragma unroll
-      for (int q = 0; q < HC; ++q) scode[q] = sring[(SR * st + q) * T + slot] >> (4 * (n4 & 7));
-    }
-    __half2 s2[HC][4];
-#pragma unroll
-    for (int q = 0; q < HC; ++q) {
-      // A quad past the columns (its code and words whatever the ring held) gets the scale 0.
-      const float sm = HC == 1 || ((meta >> (5 + q)) & 1u) ? smax : 0.0f;
-#pragma unroll
-      for (int col = 0; col < 4; ++col) {
-        const uint32_t code = (scode[q] >> (4 * col)) & 15u;
-        s2[q][col] = __float2half2_rn(q_minus((code + 1) * (code + 1), 8388608.0f) * sm);  // no int→float unit
-      }
-    }
-    const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + (c % SX) * kChunkVecs));
-    const uint4* wl = wring + st * wrows * HC * T + slot;
-    if constexpr (ASYNC) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-      wgmma_chunk<NT>(bits, wl, s2[0], xs, acc[0]);
-#endif
-    } else {
-      mma_chunk(bits, wl, s2, xs, lane_ld, acc);
-    }
-  }
-  allow_dependents();
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (ASYNC) {
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc[0]);
-  }
-#endif
-  cp_async_wait<0>();
-  __syncthreads();  // every warp is done with the ring: it now holds the block's results
 
-  // The block's [mc, kCols] results meet in shared memory (rows of kOutStride floats; see
-  // exl2_mma_smem_bytes), then leave as whole rows: one float4 per lane, where the
-  // fragments' own layout would touch four sectors per 128 useful bytes.
-  float* out_tile = reinterpret_cast<float*>(xs_raw);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    // The lane's slot in the ring's per-lane rows: by quad lane t, then group g rotated by 2t. The
+    // eight lanes that copy one 128-byte run of a word row (same t) write 128 bytes in distinct banks
+    // (in lane order, a warp's 16-byte copies took 8× the ideal shared-memory wavefronts), and so do
+    // the eight consecutive lanes (g = 2q, 2q + 1; every t) of each quarter of a warp's reads: g + 2t
+    // covers the even residues for one g and the odd ones for the other (unrotated, reads were 4×).
+    const int slot = warp * 32 + t * 8 + ((g + 2 * t) & 7);
+    // One scale-maximum pair per word row (t): copied by the lane with g = 0, read by all eight.
+    const int max_slot = warp * 32 + t * 8;
+    const int nw = bx * kCols + warp * 32 * HC, n4 = nw + 4 * g;  // quad q: columns n4 + 32q .. + 3
+    const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
+    const uint4* tile = reinterpret_cast<const uint4*>(staged) +
+                        (size_t(job * gridDim.x + blockIdx.x) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
+    const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
+    int s_fetch = 0;
+    // A lane's stage: words [wrows][HC][T] in wring; in sring [SR][T]: the quads' scale codes, the
+    // scale-maximum pair, and the block's width | (group parity << 4) | (quads in the columns << 5)
+    // (0: nothing to add), so the consumer walks no segments.
+    // The chunk's activations (written by exl2_mma_stage_kernel: after wait_for_inputs) and the
+    // lane's weights (before it: the prologue's overlap the previous kernel when launched overlapped).
+    const auto fetch_x = [&](int c) {
+      if (c < chunks) {
+        const int st = c % SX;
 #pragma unroll
-  for (int q = 0; q < HC; ++q)
+        for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
+          cp_async16(xs_raw + st * kChunkVecs + r * T + threadIdx.x,
+                     tile + size_t(c) * kChunkVecs + r * T + threadIdx.x);
+      }
+    };
+    const auto fetch_w = [&](int c) {
+      if (c < chunks) {
+        const int st = c % S;
+        const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
+        uint32_t quads = 0;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+        for (int q = 0; q < HC; ++q)
+          if (at.bits && n4 + 32 * q < view.Np) {
+            const uint4* src = reinterpret_cast<const uint4*>(view.q_weight + size_t(at.qrow) * np + n4 + 32 * q);
 #pragma unroll
-      for (int cc = 0; cc < 2; ++cc)
+            for (int b = 0; b < 8; ++b)
+              if (b < at.bits) cp_async16(wring + ((st * wrows + b) * HC + q) * T + slot, src + size_t(b) * (np >> 2));
+            cp_async4(sring + (SR * st + q) * T + slot, view.q_scale + size_t(at.grp) * sstride + ((n4 + 32 * q) >> 3));
+            quads |= 1u << q;
+          }
+        if (g == 0 && quads)  // lane g = 0 has quad 0 in the columns whenever any lane of its row has one
+          cp_async4(sring + (SR * st + HC) * T + max_slot,
+                    reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
+        sring[(SR * st + HC + 1) * T + slot] = quads ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 | quads << 5 : 0u;
+      }
+    };
+#pragma unroll
+    for (int c = 0; c < S - 1; ++c) fetch_w(c);
+    wait_for_inputs();
+#pragma unroll
+    for (int c = 0; c < S - 1; ++c) {
+      fetch_x(c);
+      cp_async_commit();
+    }
+
+    float acc[HC][MT][NT][4];
+#pragma unroll
+    for (int q = 0; q < HC; ++q)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            out_tile[(8 * j + 2 * t + e) * kOutStride + warp * 32 * HC + 32 * q + 4 * g + 2 * mt + cc] =
-                acc[q][mt][j][2 * cc + e];
-  __syncthreads();
-  const bool split = gridDim.z > 1;
-  const int nb = bx * kCols, ncols = min(kCols, w.N - nb);
-  // Whole float4 only where every row starts 16-byte aligned (a set's later jobs' partials follow
-  // earlier jobs of any width).
-  const bool vec = (w.N & 3) == 0 && (reinterpret_cast<uintptr_t>(split ? part : y) & 15) == 0;
-  for (int i = threadIdx.x; i < mc * (kCols / 4); i += T) {
-    const int m = i / (kCols / 4), c4 = i % (kCols / 4) * 4;
-    if (c4 >= ncols) continue;
-    const float4 v = *reinterpret_cast<const float4*>(out_tile + m * kOutStride + c4);
-    float r[4] = {v.x, v.y, v.z, v.w};
-    float* dst = split ? part + (size_t(blockIdx.z) * rows + m0 + m) * w.N + nb + c4 : y + size_t(m0 + m) * w.N + nb + c4;
-    if (!split) {
+          for (int e = 0; e < 4; ++e) acc[q][mt][j][e] = 0.0f;
+    const unsigned lane_ld = mma_ldmatrix_offset(NT, lane);
+#pragma unroll 1
+    for (int c = 0; c < chunks; ++c) {
+      cp_async_wait<S - 2>();
+      if constexpr (ASYNC) fence_proxy_async_shared();
+      // Chunk c is in; every warp is done with chunk c − 1 (ASYNC: its wgmma with chunk c − 2), whose
+      // stage is refilled.
+      __syncthreads();
+      fetch_w(c + S - 1);
+      fetch_x(c + S - 1);
+      cp_async_commit();
+      const int st = c % S;
+      const uint32_t meta = sring[(SR * st + HC + 1) * T + slot];
+      const int bits = int(meta & 15u);
+      float smax = 0.0f;
+      uint32_t scode[HC] = {};
+      if (bits) {
+        const uint32_t pair = sring[(SR * st + HC) * T + max_slot];
+        smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) *
+               (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if (c4 + q < ncols) r[q] += bias ? bias[nb + c4 + q] : 0.0f;
-      if (set.residual) {
-        if (vec) {
-          const float4 o = *reinterpret_cast<const float4*>(dst);
-          r[0] += o.x, r[1] += o.y, r[2] += o.z, r[3] += o.w;
-        } else {
+        for (int q = 0; q < HC; ++q) scode[q] = sring[(SR * st + q) * T + slot] >> (4 * (n4 & 7));
+      }
+      __half2 s2[HC][4];
 #pragma unroll
-          for (int q = 0; q < 4; ++q)
-            if (c4 + q < ncols) r[q] += dst[q];
+      for (int q = 0; q < HC; ++q) {
+        // A quad past the columns (its code and words whatever the ring held) gets the scale 0.
+        const float sm = HC == 1 || ((meta >> (5 + q)) & 1u) ? smax : 0.0f;
+#pragma unroll
+        for (int col = 0; col < 4; ++col) {
+          const uint32_t code = (scode[q] >> (4 * col)) & 15u;
+          s2[q][col] = __float2half2_rn(q_minus((code + 1) * (code + 1), 8388608.0f) * sm);  // no int→float unit
         }
       }
+      const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + (c % SX) * kChunkVecs));
+      const uint4* wl = wring + st * wrows * HC * T + slot;
+      if constexpr (ASYNC) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        wgmma_chunk<NT>(bits, wl, s2[0], xs, acc[0]);
+#endif
+      } else {
+        mma_chunk(bits, wl, s2, xs, lane_ld, acc);
+      }
     }
-    if (vec) {
-      *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
-    } else {
+    allow_dependents();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (ASYNC) {
+      wgmma_wait<0>();
+      wgmma_fence_operands(acc[0]);
+    }
+#endif
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the ring: it now holds the block's results
+
+    // The block's [mc, kCols] results meet in shared memory (rows of kOutStride floats; see
+    // exl2_mma_smem_bytes), then leave as whole rows: one float4 per lane, where the
+    // fragments' own layout would touch four sectors per 128 useful bytes.
+    float* out_tile = reinterpret_cast<float*>(xs_raw);
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        if (c4 + q < ncols) dst[q] = r[q];
+    for (int q = 0; q < HC; ++q)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc)
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              out_tile[(8 * j + 2 * t + e) * kOutStride + warp * 32 * HC + 32 * q + 4 * g + 2 * mt + cc] =
+                  acc[q][mt][j][2 * cc + e];
+    __syncthreads();
+    const bool split = gridDim.z > 1 || STREAM;
+    const int nb = bx * kCols, ncols = min(kCols, w.N - nb);
+    // Whole float4 only where every row starts 16-byte aligned (a set's later jobs' partials follow
+    // earlier jobs of any width).
+    const bool vec = (w.N & 3) == 0 && (reinterpret_cast<uintptr_t>(split ? part : y) & 15) == 0;
+    for (int i = threadIdx.x; i < mc * (kCols / 4); i += T) {
+      const int m = i / (kCols / 4), c4 = i % (kCols / 4) * 4;
+      if (c4 >= ncols) continue;
+      const float4 v = *reinterpret_cast<const float4*>(out_tile + m * kOutStride + c4);
+      float r[4] = {v.x, v.y, v.z, v.w};
+      float* dst = split ? part + (size_t(part_slot) * rows + m0 + m) * w.N + nb + c4
+                         : y + size_t(m0 + m) * w.N + nb + c4;
+      if (!split) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (c4 + q < ncols) r[q] += bias ? bias[nb + c4 + q] : 0.0f;
+        if (set.residual) {
+          if (vec) {
+            const float4 o = *reinterpret_cast<const float4*>(dst);
+            r[0] += o.x, r[1] += o.y, r[2] += o.z, r[3] += o.w;
+          } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              if (c4 + q < ncols) r[q] += dst[q];
+          }
+        }
+      }
+      if (vec) {
+        *reinterpret_cast<float4*>(dst) = make_float4(r[0], r[1], r[2], r[3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (c4 + q < ncols) dst[q] = r[q];
+      }
     }
+  };
+  if constexpr (STREAM) {
+    // The block's share of the set's (tile, chunk) units, tile-major: a pass per tile it touches.
+    const int C = mma_chunks(set.jobs[0].w.K), P = set.stream_blocks, U = mma_stream_tiles(set) * C;
+    int u = int(int64_t(blockIdx.y) * U / P);
+    const int u_end = int((int64_t(blockIdx.y) + 1) * U / P);
+#pragma unroll 1
+    for (bool first = true; u < u_end; first = false) {
+      const int tile_index = u / C, c_begin = u % C, c_end = min(C, c_begin + (u_end - u));
+      if (!first) __syncthreads();  // the previous tile's results have left the ring, its segments unread
+      run(tile_index, c_begin, c_end, int(blockIdx.y) - exl2_mma_stream_block(int64_t(tile_index) * C, U, P));
+      u += c_end - c_begin;
+    }
+  } else {
+    const int kc = k_slice / k_mma_chunk, z = int(blockIdx.z);
+    run(int(blockIdx.y), z * kc, min(mma_chunks(set.jobs[0].w.K), (z + 1) * kc), z);
   }
 }
 
@@ -1257,8 +1290,14 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 // two, where an 8-row block per tile with four outputs per thread was a chain of them (10.9 µs
 // for o at 8 rows against ~3, BENCHMARKS.md, session 20).
 // Job `job`'s output n of row m: its K-slices' partial sums in slice order, after the bias.
+// Under stream-K the slices are the slots of n's column tile.
 __device__ __forceinline__ float mma_slice_sum(const Exl2GemvSet& set, int job, int rows, int slices, int m, int n) {
   const Exl2GemvJob& jb = set.jobs[job];
+  if (set.stream_blocks) {
+    const int C = mma_chunks(jb.w.K);
+    slices = exl2_mma_stream_tile_slots(jb.tile_begin + n / k_exl2_gemv_cols_per_block, C,
+                                        int64_t(mma_stream_tiles(set)) * C, set.stream_blocks);
+  }
   const size_t zs = size_t(rows) * jb.w.N;
   const float* p = jb.partials + size_t(m) * jb.w.N + n;
   float sum = jb.bias ? jb.bias[n] : 0.0f;
@@ -1468,6 +1507,13 @@ int exl2_mma_resident_blocks(int rows, int wrows, Exl2MmaForm form, size_t smem_
   return std::max(1, std::min(exl2_mma_blocks_per_sm(rows, form.wide), by_smem));
 }
 
+int exl2_mma_stream_slots(int tiles, int chunks, int blocks) {
+  const int64_t units = int64_t(tiles) * chunks;
+  int most = 0;
+  for (int t = 0; t < tiles; ++t) most = std::max(most, exl2_mma_stream_tile_slots(t, chunks, units, blocks));
+  return most;
+}
+
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
   const int mb = exl2_mma_rows_per_block(rows);
   return size_t(n_jobs) * size_t((rows + mb - 1) / mb) * size_t(mma_chunks(K)) * size_t(mb) * 256;
@@ -1475,21 +1521,25 @@ size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs) {
 
 cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, uint16_t* staged,
                          Exl2MmaForm form, cudaStream_t stream) {
-  if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || k_slice % k_mma_chunk != 0 || set.norm_w ||
+  const bool streamk = set.stream_blocks > 0;
+  if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || (!streamk && k_slice % k_mma_chunk != 0) ||
+      (!streamk && k_slice < 1) || set.stream_blocks < 0 || (streamk && rows > 64) || set.norm_w ||
       set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
     return cudaErrorInvalidValue;
+  if (streamk) form.wide = false;
+  // Whether the K-slice sums run (they then also do what swiglu_to, norm_to and rope ask).
+  const bool summed = streamk || set.jobs[0].w.K > k_slice;
   const Exl2MmaStaging& to = set.swiglu_to;
   if (to.n_jobs > 0 && (set.n_jobs != 2 || set.residual || set.jobs[1].w.N != set.jobs[0].w.N ||
-                        to.K != set.jobs[0].w.N || to.rows != rows || set.jobs[0].w.K <= k_slice))
+                        to.K != set.jobs[0].w.N || to.rows != rows || !summed))
     return cudaErrorInvalidValue;
   const Exl2MmaStaging& norm_to = set.norm_to;
   if (norm_to.n_jobs > 0 && (set.n_jobs != 1 || !set.residual || to.n_jobs > 0 || set.rope.pool || !set.norm_to_w ||
                              !set.norm_to_counters ||
-                             norm_to.K != set.jobs[0].w.N || norm_to.rows != rows || !norm_to.staged ||
-                             set.jobs[0].w.K <= k_slice))
+                             norm_to.K != set.jobs[0].w.N || norm_to.rows != rows || !norm_to.staged || !summed))
     return cudaErrorInvalidValue;
   const bool rope = set.rope.pool != nullptr;
-  if (rope && (set.n_jobs != 3 || set.residual || to.n_jobs > 0 || set.jobs[0].w.K <= k_slice ||
+  if (rope && (set.n_jobs != 3 || set.residual || to.n_jobs > 0 || !summed ||
                set.rope.layout.head_dim != k_exl2_gemv_cols_per_block ||
                set.jobs[1].w.N != set.rope.layout.n_kv_heads * k_exl2_gemv_cols_per_block ||
                set.jobs[2].w.N != set.jobs[1].w.N || set.jobs[0].w.N % k_exl2_gemv_cols_per_block != 0))
@@ -1506,9 +1556,12 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     block_tiles += (exl2_gemv_tiles(v.N) + hc - 1) / hc;
     wrows = std::max(wrows, v.max_bits);
   }
+  if (streamk && int64_t(set.stream_blocks) > int64_t(tiles) * mma_chunks(K)) return cudaErrorInvalidValue;
   // Row blocks of one column tile are neighbours in launch order, so that beyond 64 rows the later
   // ones find the tile's weights in L2.
-  const dim3 grid((rows + mb - 1) / mb, unsigned(block_tiles), (K + k_slice - 1) / k_slice);
+  const dim3 grid = streamk ? dim3(1, unsigned(set.stream_blocks), 1)
+                           : dim3((rows + mb - 1) / mb, unsigned(block_tiles), (K + k_slice - 1) / k_slice);
+  const int slices = streamk ? exl2_mma_stream_slots(tiles, mma_chunks(K), set.stream_blocks) : int(grid.z);
   const dim3 stage_grid(unsigned(mma_chunks(K)), grid.x * unsigned(mb / 8), unsigned(set.n_jobs));
   const size_t smem = exl2_mma_smem_bytes(rows, wrows, form);
   constexpr int T = k_exl2_gemv_threads;
@@ -1534,23 +1587,30 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (e == cudaSuccess)
         e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
                               wrows);
-      if (e == cudaSuccess && grid.z > 1) e = launch_overlapped(sum, sum_grid, sum_block, 0, stream, set, rows, int(grid.z));
+      if (e == cudaSuccess && summed) e = launch_overlapped(sum, sum_grid, sum_block, 0, stream, set, rows, slices);
       return e;
     }
     if (x) stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
     kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
-    if (grid.z > 1) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, int(grid.z));
+    if (summed) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, slices);
     return cudaGetLastError();
   };
   switch (mb) {
-    case 8: return wide ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 2, false>)
-                        : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 1, false>);
-    case 16: return wide ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 2, false>)
-                         : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 1, false>);
-    case 32: return wide ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 2, false>)
-                         : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 1, false>);
-    default: return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, true>)
-                          : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, false>);
+    case 8: return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 1, false, true>)
+                   : wide  ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 2, false, false>)
+                           : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 1, false, false>);
+    case 16: return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 1, false, true>)
+                    : wide  ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 2, false, false>)
+                            : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 1, false, false>);
+    case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 1, false, true>)
+                    : wide  ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 2, false, false>)
+                            : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 1, false, false>);
+    default:
+      if (streamk)
+        return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, true, true>)
+                     : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, false, true>);
+      return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, true, false>)
+                   : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, false, false>);
   }
 }
 

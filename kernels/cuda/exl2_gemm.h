@@ -160,9 +160,31 @@ struct Exl2GemvSet {
   const float* norm_to_w = nullptr;
   float norm_to_eps = 0.0f;
   unsigned* norm_to_counters = nullptr;
+  // exl2_mma_set only, one row block (rows ≤ 64): > 0 runs the product stream-K, that many blocks
+  // sharing the set's (column tile, 128-row chunk) units equally in tile-then-chunk order
+  // (exl2_mma_stream_block); each block writes what it summed of a tile into the tile's slot
+  // (its index among the tiles' blocks, so slot order is K order) of the jobs' partials, which hold
+  // exl2_mma_stream_slots(...) slots, and the sums add a tile's slots as they add K-slices. For
+  // sets whose column tiles alone fill few of the resident blocks (gate/up at 64 rows: 224 tiles
+  // on 396 places) without a second wave of K-slices. k_slice is then ignored.
+  int stream_blocks = 0;
 };
 // Column tiles of an N-column matrix in one gemv launch (kernel and host alike).
 EXL_HD int exl2_gemv_tiles(int N) { return (N + k_exl2_gemv_cols_per_block - 1) / k_exl2_gemv_cols_per_block; }
+
+// Stream-K (Exl2GemvSet::stream_blocks): of `units` units shared by `blocks` blocks, block p holds
+// [⌊p·units/blocks⌋, ⌊(p + 1)·units/blocks⌋); this is the block that holds unit u (blocks ≤ units).
+EXL_HD int exl2_mma_stream_block(int64_t u, int64_t units, int blocks) {
+  return int(((u + 1) * blocks - 1) / units);
+}
+// Blocks (slots) that hold part of column tile `tile` of `chunks` units.
+EXL_HD int exl2_mma_stream_tile_slots(int tile, int chunks, int64_t units, int blocks) {
+  return exl2_mma_stream_block(int64_t(tile + 1) * chunks - 1, units, blocks) -
+         exl2_mma_stream_block(int64_t(tile) * chunks, units, blocks) + 1;
+}
+// The most slots any of `tiles` tiles of `chunks` units takes among `blocks` blocks: the partial
+// sums' slots per job (host).
+int exl2_mma_stream_slots(int tiles, int chunks, int blocks);
 
 cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,
                           cudaStream_t stream);
@@ -198,10 +220,15 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // (its segment walk, copy addresses, scale maximum, barrier and activation fetch) are paid once
 // per 8 columns (64-row blocks keep 4 per lane: 128 accumulators would not fit beside the
 // fragments). Over the same K-slices, the same results as narrow blocks, bit for bit.
+// stream_k: 1 = sets of one row block whose K-slices would fill few of the resident blocks run
+// stream-K (Exl2GemvSet::stream_blocks; cuda_linear.cpp, exl2_mma_stream_blocks); n > 1 = every
+// set of one row block runs on n blocks (tests: uneven shares at small sizes); 0 = never. Over the
+// same inputs the sums group differently from K-slices (fp32 order), so not bit for bit.
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;
   bool wide = false;
+  int stream_k = 0;
 };
 EXL_HD constexpr bool exl2_mma_wide(int rows, bool wide) { return wide && rows <= 32; }
 EXL_HD constexpr int exl2_mma_cols_per_block(int rows, bool wide) {

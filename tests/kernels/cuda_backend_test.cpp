@@ -87,7 +87,19 @@ class CudaBackendTest : public ::testing::Test {
     if (!gpu_) GTEST_SKIP() << "needs a CUDA GPU; " << cuda_device_description();
   }
 
-  Backend& gpu() { return *gpu_; }
+  // The backend under test: the suite's, or one a test made with other settings (backend_with).
+  Backend& gpu() { return active_ ? *active_ : *gpu_; }
+  // A CUDA backend made while environment variable `name` is `value` (the backends read their
+  // settings when made); the variable is restored after.
+  static std::unique_ptr<Backend> backend_with(const char* name, const char* value) {
+    const char* before = std::getenv(name);
+    const std::string saved = before ? before : "";
+    ::setenv(name, value, 1);
+    auto b = make_cuda_backend(0);
+    if (before) ::setenv(name, saved.c_str(), 1);
+    else ::unsetenv(name);
+    return b;
+  }
   Buffer to_gpu(const std::vector<float>& v) {
     Buffer b = gpu().alloc(v.size() * 4);
     gpu().upload(b.data(), v.data(), v.size() * 4);
@@ -112,6 +124,7 @@ class CudaBackendTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Backend> gpu_;
+  Backend* active_ = nullptr;
   ThreadPool tp_{2};
 };
 std::unique_ptr<Backend> CudaBackendTest::gpu_;
@@ -484,16 +497,7 @@ TEST_F(CudaBackendTest, WideTensorCoreBlocksMatchNarrowOnesBitForBit) {
   // read when a backend is made): K = 1024 gives 128-row K-slices in both forms at these rows, so
   // every output is the same sum in the same order. N = 200 leaves the second quad of the last
   // lanes past the columns; every width and the bias are in play.
-  const auto backend_with = [](const char* wide) {
-    const char* before = std::getenv("EXL_CUDA_MMA_WIDE");
-    const std::string saved = before ? before : "";
-    ::setenv("EXL_CUDA_MMA_WIDE", wide, 1);
-    auto b = make_cuda_backend(0);
-    if (before) ::setenv("EXL_CUDA_MMA_WIDE", saved.c_str(), 1);
-    else ::unsetenv("EXL_CUDA_MMA_WIDE");
-    return b;
-  };
-  auto wide = backend_with("1"), narrow = backend_with("0");
+  auto wide = backend_with("EXL_CUDA_MMA_WIDE", "1"), narrow = backend_with("EXL_CUDA_MMA_WIDE", "0");
   auto w = test::random_exl2(1024, 200, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}, 91, true);
   auto pw = wide->prepare_linear(w.m), pn = narrow->prepare_linear(w.m);
   for (int64_t rows : {3, 8, 16, 32}) {
@@ -509,6 +513,43 @@ TEST_F(CudaBackendTest, WideTensorCoreBlocksMatchNarrowOnesBitForBit) {
     std::vector<float> ref(yw.size());
     cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
     EXPECT_LT(rel_err(yw, ref), exl2_tol(rows)) << rows << " rows";
+  }
+}
+
+TEST_F(CudaBackendTest, StreamKTensorCoreSetsMatchCpu) {
+  // EXL_CUDA_MMA_STREAM_K=n: every tensor-core set of one row block runs on n blocks that share its
+  // (column tile, 128-row chunk) units, most of them ending inside a tile (three jobs of 3 + 2 + 1
+  // tiles, 9 chunks each: 54 units; 7 blocks take 7 or 8, 11 blocks 4 or 5, 53 blocks one or two,
+  // so a tile has up to 2, 3 and 9 slots). The sums add a tile's slots in K order; against the
+  // CPU at tensor-core precision.
+  auto wq = test::random_exl2(1152, 300, {{8, 128}, {6, 256}, {5, 256}, {4, 256}, {3, 256}}, 1710, true);
+  auto wk = test::random_exl2(1152, 256, {{2, 384}, {4, 768}}, 1711, true);
+  auto wv = test::random_exl2(1152, 100, {{4, 1152}}, 1712, false);
+  for (const char* n : {"7", "11", "53"}) {
+    auto sk = backend_with("EXL_CUDA_MMA_STREAM_K", n);
+    auto pq = sk->prepare_linear(wq.m), pk = sk->prepare_linear(wk.m), pv = sk->prepare_linear(wv.m);
+    const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
+    for (int64_t rows : {3, 16, 33, 64}) {
+      SCOPED_TRACE(std::string("blocks=") + n + " rows=" + std::to_string(rows));
+      const auto x = test::random_floats(size_t(rows * 1152), 1713 + uint32_t(rows));
+      Buffer dx = sk->alloc(x.size() * 4);
+      sk->upload(dx.data(), x.data(), x.size() * 4);
+      std::vector<Buffer> dys;
+      std::vector<float*> outs;
+      for (const auto* w : {&wq, &wk, &wv}) {
+        dys.push_back(sk->alloc(size_t(rows * out_features(w->m)) * 4));
+        outs.push_back(dys.back().f32());
+      }
+      sk->linears(ws, dx.f32(), outs, rows);
+      int j = 0;
+      for (const auto* w : {&wq, &wk, &wv}) {
+        std::vector<float> got(size_t(rows * out_features(w->m))), ref(got.size());
+        sk->download(got.data(), dys[size_t(j)].data(), got.size() * 4);
+        cpu::linear_exl2(tp_, w->m, x.data(), ref.data(), rows);
+        EXPECT_LT(rel_err(got, ref), exl2_tol(rows)) << "job " << j;
+        ++j;
+      }
+    }
   }
 }
 
@@ -921,54 +962,61 @@ TEST_F(CudaBackendTest, AttentionInputsAtTensorCoreSizesMatchTheSeparateOpsBitFo
   // multiprocessor counts), or, with one slice (dim 128), a rope kernel follows the set. Either way
   // q, k, v and every cache byte equal those of rms_norm_linears then rope_qk_kv_write on the
   // same backend; against the CPU at tensor-core precision.
-  constexpr int D = 128, NH = 4, KVH = 2, layer = 1;
-  RopeTable table;
-  for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
-  table.attn_factor = 0.75f;
-  for (int dim : {512, 128}) {
-    auto wq = test::random_exl2(dim, NH * D, {{4, dim / 2}, {6, dim / 2}}, 1530 + uint32_t(dim), true);
-    auto wk = test::random_exl2(dim, KVH * D, {{3, dim / 2}, {4, dim / 2}}, 1531 + uint32_t(dim), true);
-    auto wv = test::random_exl2(dim, KVH * D, {{5, dim / 2}, {8, dim / 2}}, 1532 + uint32_t(dim), false);
-    auto pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m), pv = gpu().prepare_linear(wv.m);
-    const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
-    for (KvFormat fmt : {KvFormat::fp16, KvFormat::f32, KvFormat::q8, KvFormat::q4})
-      for (int64_t rows : {4, 9, 33}) {
-        SCOPED_TRACE(to_string(fmt) + " dim=" + std::to_string(dim) + " rows=" + std::to_string(rows));
-        const KvLayout L{2, KVH, D, 16, fmt};
-        const int num_pages = 4;
-        std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(slots.size());
-        for (int64_t r = 0; r < rows; ++r) slots[size_t(r)] = int32_t((r * 37 + 5) % 64), pos[size_t(r)] = int32_t(r * 997 % 5000);
-        const auto x = test::random_floats(size_t(rows * dim), 1540 + uint32_t(rows), 2.0f);
-        const auto nw = test::random_floats(size_t(dim), 1541);
-        const auto [q, k, v] = cpu_attention_inputs(tp_, wq.m, wk.m, wv.m, x, nw, rows, pos, table);
-        const std::vector<std::byte> zeros(L.page_bytes() * num_pages);
-        std::vector<float> got[2][3];
-        std::vector<std::byte> pools[2];
-        for (int fused = 0; fused < 2; ++fused) {
-          auto pool = gpu().alloc_kv_pool(L, num_pages);
-          gpu().upload(cuda_kv_pool_data(*pool), zeros.data(), zeros.size());
-          Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dq = gpu().alloc(q.size() * 4),
-                 dk = gpu().alloc(k.size() * 4), dv = gpu().alloc(v.size() * 4);
-          if (fused) {
-            gpu().attention_inputs({ws, dx.f32(), dnw.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, dim, 1e-6f,
-                                    NH, KVH, D, pos, &table, pool.get(), layer, slots});
-          } else {
-            float* outs[3] = {dq.f32(), dk.f32(), dv.f32()};
-            gpu().rms_norm_linears(ws, dx.f32(), dnw.f32(), dxn.f32(), outs, rows, dim, 1e-6f, false);
-            gpu().rope_qk_kv_write(dq.f32(), dk.f32(), dv.f32(), rows, NH, KVH, D, pos, table, *pool, layer, slots);
+  // Also with every set of one row block run stream-K (its slot sums then rotate and store).
+  auto stream_k = backend_with("EXL_CUDA_MMA_STREAM_K", "5");
+  for (Backend* b : {gpu_.get(), stream_k.get()}) {
+    active_ = b;
+    SCOPED_TRACE(b == gpu_.get() ? "K-slices" : "stream-K on 5 blocks");
+    constexpr int D = 128, NH = 4, KVH = 2, layer = 1;
+    RopeTable table;
+    for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
+    table.attn_factor = 0.75f;
+    for (int dim : {512, 128}) {
+      auto wq = test::random_exl2(dim, NH * D, {{4, dim / 2}, {6, dim / 2}}, 1530 + uint32_t(dim), true);
+      auto wk = test::random_exl2(dim, KVH * D, {{3, dim / 2}, {4, dim / 2}}, 1531 + uint32_t(dim), true);
+      auto wv = test::random_exl2(dim, KVH * D, {{5, dim / 2}, {8, dim / 2}}, 1532 + uint32_t(dim), false);
+      auto pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m), pv = gpu().prepare_linear(wv.m);
+      const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
+      for (KvFormat fmt : {KvFormat::fp16, KvFormat::f32, KvFormat::q8, KvFormat::q4})
+        for (int64_t rows : {4, 9, 33}) {
+          SCOPED_TRACE(to_string(fmt) + " dim=" + std::to_string(dim) + " rows=" + std::to_string(rows));
+          const KvLayout L{2, KVH, D, 16, fmt};
+          const int num_pages = 4;
+          std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(slots.size());
+          for (int64_t r = 0; r < rows; ++r) slots[size_t(r)] = int32_t((r * 37 + 5) % 64), pos[size_t(r)] = int32_t(r * 997 % 5000);
+          const auto x = test::random_floats(size_t(rows * dim), 1540 + uint32_t(rows), 2.0f);
+          const auto nw = test::random_floats(size_t(dim), 1541);
+          const auto [q, k, v] = cpu_attention_inputs(tp_, wq.m, wk.m, wv.m, x, nw, rows, pos, table);
+          const std::vector<std::byte> zeros(L.page_bytes() * num_pages);
+          std::vector<float> got[2][3];
+          std::vector<std::byte> pools[2];
+          for (int fused = 0; fused < 2; ++fused) {
+            auto pool = gpu().alloc_kv_pool(L, num_pages);
+            gpu().upload(cuda_kv_pool_data(*pool), zeros.data(), zeros.size());
+            Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dq = gpu().alloc(q.size() * 4),
+                   dk = gpu().alloc(k.size() * 4), dv = gpu().alloc(v.size() * 4);
+            if (fused) {
+              gpu().attention_inputs({ws, dx.f32(), dnw.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, dim, 1e-6f,
+                                      NH, KVH, D, pos, &table, pool.get(), layer, slots});
+            } else {
+              float* outs[3] = {dq.f32(), dk.f32(), dv.f32()};
+              gpu().rms_norm_linears(ws, dx.f32(), dnw.f32(), dxn.f32(), outs, rows, dim, 1e-6f, false);
+              gpu().rope_qk_kv_write(dq.f32(), dk.f32(), dv.f32(), rows, NH, KVH, D, pos, table, *pool, layer, slots);
+            }
+            got[fused][0] = from_gpu(dq, q.size()), got[fused][1] = from_gpu(dk, k.size()),
+            got[fused][2] = from_gpu(dv, v.size());
+            pools[fused] = download_pool(gpu(), *pool);
           }
-          got[fused][0] = from_gpu(dq, q.size()), got[fused][1] = from_gpu(dk, k.size()),
-          got[fused][2] = from_gpu(dv, v.size());
-          pools[fused] = download_pool(gpu(), *pool);
+          for (int j = 0; j < 3; ++j)
+            EXPECT_EQ(std::memcmp(got[0][j].data(), got[1][j].data(), got[0][j].size() * 4), 0) << "output " << j;
+          EXPECT_TRUE(pools[0] == pools[1]);
+          EXPECT_LT(rel_err(got[1][0], q), k_tol_f16);
+          EXPECT_LT(rel_err(got[1][1], k), k_tol_f16);
+          EXPECT_LT(rel_err(got[1][2], v), k_tol_f16);
         }
-        for (int j = 0; j < 3; ++j)
-          EXPECT_EQ(std::memcmp(got[0][j].data(), got[1][j].data(), got[0][j].size() * 4), 0) << "output " << j;
-        EXPECT_TRUE(pools[0] == pools[1]);
-        EXPECT_LT(rel_err(got[1][0], q), k_tol_f16);
-        EXPECT_LT(rel_err(got[1][1], k), k_tol_f16);
-        EXPECT_LT(rel_err(got[1][2], v), k_tol_f16);
-      }
+    }
   }
+  active_ = nullptr;
 }
 
 TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
@@ -980,74 +1028,81 @@ TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
   // rms_norm_mlp_residual, attention_inputs) bit for bit; x also the CPU's at fp16 tolerance. A
   // 2,304-wide residual stream spans three blocks of the sums per row (the last one finishing
   // stages the row).
-  constexpr int D = 128, KVH = 2, layer = 0;
-  constexpr int64_t I = 384;
-  RopeTable table;
-  for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
-  uint32_t seed = 2300;
-  for (auto [NH, H] : {std::pair<int, int64_t>{4, 512}, {1, 512}, {2, 2304}}) {
-    const int64_t QD = int64_t(NH) * D;
-    auto o = test::random_exl2(QD, H, {{4, QD / 2}, {5, QD / 2}}, seed++, true);
-    auto gate = test::random_exl2(H, I, {{4, H / 2}, {6, H / 2}}, seed++, true), up = test::random_exl2(H, I, {{4, H}}, seed++);
-    up.m.perm = gate.m.perm;
-    auto down = test::random_exl2(I, H, {{3, 128}, {4, 256}}, seed++);
-    auto wq = test::random_exl2(H, QD, {{4, H}}, seed++), wk = test::random_exl2(H, KVH * D, {{6, H}}, seed++),
-         wv = test::random_exl2(H, KVH * D, {{2, H / 2}, {8, H / 2}}, seed++);
-    auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
-         pd = gpu().prepare_linear(down.m), pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m),
-         pv = gpu().prepare_linear(wv.m);
-    const PreparedLinear* qkv[3] = {pq.get(), pk.get(), pv.get()};
-    for (int64_t rows : {2, 4, 9, 33}) {
-      SCOPED_TRACE("NH=" + std::to_string(NH) + " H=" + std::to_string(H) + " rows=" + std::to_string(rows));
-      const KvLayout L{1, KVH, D, 16, KvFormat::fp16};
-      std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(slots.size());
-      for (int64_t r = 0; r < rows; ++r) slots[size_t(r)] = int32_t((r * 29 + 3) % 48), pos[size_t(r)] = int32_t(r * 13);
-      const auto x0 = test::random_floats(size_t(rows * H), seed++, 3.0f), att = test::random_floats(size_t(rows * QD), seed++);
-      const auto nw = test::random_floats(size_t(H), seed++, 0.1f), nw_next = test::random_floats(size_t(H), seed++);
-      std::vector<float> got_x[3], got_q[3], got_k[3];
-      std::vector<std::byte> pools[3];
-      // One set of buffers for every run: a freed device buffer makes the backend forget what it
-      // learned about the linears (a scratch area that grows too: the second chained run is the
-      // one that must read the staged hand-off).
-      auto pool = gpu().alloc_kv_pool(L, 3);
-      const std::vector<std::byte> zeros(L.page_bytes() * 3);
-      Buffer dx = to_gpu(x0), datt = to_gpu(att), dnw = to_gpu(nw), dnn = to_gpu(nw_next),
-             dxn = gpu().alloc(x0.size() * 4), dtmp = gpu().alloc(x0.size() * 4), dg = gpu().alloc(size_t(rows * I) * 4),
-             du = gpu().alloc(size_t(rows * I) * 4), dq = gpu().alloc(size_t(rows * QD) * 4),
-             dk = gpu().alloc(size_t(rows * KVH * D) * 4), dv = gpu().alloc(size_t(rows * KVH * D) * 4);
-      for (int run = 0; run < 3; ++run) {
-        gpu().upload(cuda_kv_pool_data(*pool), zeros.data(), zeros.size());
-        gpu().upload(dx.data(), x0.data(), x0.size() * 4);
-        MlpInputs m{pg.get(), pu.get(), pd.get(), dx.f32(), dnw.f32(), dxn.f32(), dg.f32(), du.f32(), dtmp.f32(),
-                    rows, H, I, 1e-5f, false};
-        const int64_t before = cuda_step_stats(gpu()).handoffs;
-        if (run > 0) {
-          m.o = po.get(), m.att = datt.f32(), m.next_qkv = qkv, m.next_norm_w = dnn.f32();
-        } else {
-          gpu().linear_residual(*po, datt.f32(), dx.f32(), dtmp.f32(), rows, false);
+  // Also with every set of one row block run stream-K (its slot sums then stage the next input).
+  auto stream_k = backend_with("EXL_CUDA_MMA_STREAM_K", "5");
+  for (Backend* b : {gpu_.get(), stream_k.get()}) {
+    active_ = b;
+    SCOPED_TRACE(b == gpu_.get() ? "K-slices" : "stream-K on 5 blocks");
+    constexpr int D = 128, KVH = 2, layer = 0;
+    constexpr int64_t I = 384;
+    RopeTable table;
+    for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
+    uint32_t seed = 2300;
+    for (auto [NH, H] : {std::pair<int, int64_t>{4, 512}, {1, 512}, {2, 2304}}) {
+      const int64_t QD = int64_t(NH) * D;
+      auto o = test::random_exl2(QD, H, {{4, QD / 2}, {5, QD / 2}}, seed++, true);
+      auto gate = test::random_exl2(H, I, {{4, H / 2}, {6, H / 2}}, seed++, true), up = test::random_exl2(H, I, {{4, H}}, seed++);
+      up.m.perm = gate.m.perm;
+      auto down = test::random_exl2(I, H, {{3, 128}, {4, 256}}, seed++);
+      auto wq = test::random_exl2(H, QD, {{4, H}}, seed++), wk = test::random_exl2(H, KVH * D, {{6, H}}, seed++),
+           wv = test::random_exl2(H, KVH * D, {{2, H / 2}, {8, H / 2}}, seed++);
+      auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
+           pd = gpu().prepare_linear(down.m), pq = gpu().prepare_linear(wq.m), pk = gpu().prepare_linear(wk.m),
+           pv = gpu().prepare_linear(wv.m);
+      const PreparedLinear* qkv[3] = {pq.get(), pk.get(), pv.get()};
+      for (int64_t rows : {2, 4, 9, 33}) {
+        SCOPED_TRACE("NH=" + std::to_string(NH) + " H=" + std::to_string(H) + " rows=" + std::to_string(rows));
+        const KvLayout L{1, KVH, D, 16, KvFormat::fp16};
+        std::vector<int32_t> slots(static_cast<size_t>(rows)), pos(slots.size());
+        for (int64_t r = 0; r < rows; ++r) slots[size_t(r)] = int32_t((r * 29 + 3) % 48), pos[size_t(r)] = int32_t(r * 13);
+        const auto x0 = test::random_floats(size_t(rows * H), seed++, 3.0f), att = test::random_floats(size_t(rows * QD), seed++);
+        const auto nw = test::random_floats(size_t(H), seed++, 0.1f), nw_next = test::random_floats(size_t(H), seed++);
+        std::vector<float> got_x[3], got_q[3], got_k[3];
+        std::vector<std::byte> pools[3];
+        // One set of buffers for every run: a freed device buffer makes the backend forget what it
+        // learned about the linears (a scratch area that grows too: the second chained run is the
+        // one that must read the staged hand-off).
+        auto pool = gpu().alloc_kv_pool(L, 3);
+        const std::vector<std::byte> zeros(L.page_bytes() * 3);
+        Buffer dx = to_gpu(x0), datt = to_gpu(att), dnw = to_gpu(nw), dnn = to_gpu(nw_next),
+               dxn = gpu().alloc(x0.size() * 4), dtmp = gpu().alloc(x0.size() * 4), dg = gpu().alloc(size_t(rows * I) * 4),
+               du = gpu().alloc(size_t(rows * I) * 4), dq = gpu().alloc(size_t(rows * QD) * 4),
+               dk = gpu().alloc(size_t(rows * KVH * D) * 4), dv = gpu().alloc(size_t(rows * KVH * D) * 4);
+        for (int run = 0; run < 3; ++run) {
+          gpu().upload(cuda_kv_pool_data(*pool), zeros.data(), zeros.size());
+          gpu().upload(dx.data(), x0.data(), x0.size() * 4);
+          MlpInputs m{pg.get(), pu.get(), pd.get(), dx.f32(), dnw.f32(), dxn.f32(), dg.f32(), du.f32(), dtmp.f32(),
+                      rows, H, I, 1e-5f, false};
+          const int64_t before = cuda_step_stats(gpu()).handoffs;
+          if (run > 0) {
+            m.o = po.get(), m.att = datt.f32(), m.next_qkv = qkv, m.next_norm_w = dnn.f32();
+          } else {
+            gpu().linear_residual(*po, datt.f32(), dx.f32(), dtmp.f32(), rows, false);
+          }
+          gpu().rms_norm_mlp_residual(m);
+          gpu().attention_inputs({qkv, dx.f32(), dnn.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, H, 1e-5f, NH,
+                                  KVH, D, pos, &table, pool.get(), layer, slots});
+          if (run == 2 && rows >= cuda_exl2_mma_min_rows) {
+            EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, 1);
+          }
+          got_x[run] = from_gpu(dx, x0.size()), got_q[run] = from_gpu(dq, size_t(rows * QD)),
+          got_k[run] = from_gpu(dk, size_t(rows * KVH * D));
+          pools[run] = download_pool(gpu(), *pool);
         }
-        gpu().rms_norm_mlp_residual(m);
-        gpu().attention_inputs({qkv, dx.f32(), dnn.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, H, 1e-5f, NH,
-                                KVH, D, pos, &table, pool.get(), layer, slots});
-        if (run == 2 && rows >= cuda_exl2_mma_min_rows) {
-          EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, 1);
+        for (int run = 1; run < 3; ++run) {
+          EXPECT_EQ(got_x[run], got_x[0]) << "run " << run;
+          EXPECT_EQ(got_q[run], got_q[0]) << "run " << run;
+          EXPECT_EQ(got_k[run], got_k[0]) << "run " << run;
+          EXPECT_TRUE(pools[run] == pools[0]) << "run " << run;
         }
-        got_x[run] = from_gpu(dx, x0.size()), got_q[run] = from_gpu(dq, size_t(rows * QD)),
-        got_k[run] = from_gpu(dk, size_t(rows * KVH * D));
-        pools[run] = download_pool(gpu(), *pool);
-      }
-      for (int run = 1; run < 3; ++run) {
-        EXPECT_EQ(got_x[run], got_x[0]) << "run " << run;
-        EXPECT_EQ(got_q[run], got_q[0]) << "run " << run;
-        EXPECT_EQ(got_k[run], got_k[0]) << "run " << run;
-        EXPECT_TRUE(pools[run] == pools[0]) << "run " << run;
-      }
 
-      std::vector<float> ref = x0;
-      cpu_layer_output(tp_, o.m, att, gate.m, up.m, down.m, nw, ref, rows);
-      EXPECT_LT(rel_err(got_x[2], ref), exl2_tol(rows));
+        std::vector<float> ref = x0;
+        cpu_layer_output(tp_, o.m, att, gate.m, up.m, down.m, nw, ref, rows);
+        EXPECT_LT(rel_err(got_x[2], ref), exl2_tol(rows));
+      }
     }
   }
+  active_ = nullptr;
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -1600,6 +1655,53 @@ TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, {false, true, true}), 68608u);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, {false, true, true}, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 8, {false, true, true}, h100), 2);
+}
+
+TEST(CudaLinearPlan, StreamKSharesUnitsEquallyAndRunsWhereSlicesUnderfill) {
+  // Block p of P holds units [⌊pU/P⌋, ⌊(p + 1)U/P⌋): every unit in exactly one block, shares
+  // differing by at most one, and a tile's slots are the blocks that hold its units.
+  for (auto [tiles, chunks, P] : {std::tuple{224, 32, 396}, {7, 9, 11}, {3, 5, 15}, {48, 32, 396}, {1, 1, 1}}) {
+    const int64_t U = int64_t(tiles) * chunks;
+    std::vector<int> holder(size_t(U), -1);
+    int64_t least = U, most = 0;
+    for (int p = 0; p < P; ++p) {
+      const int64_t b = int64_t(p) * U / P, e = int64_t(p + 1) * U / P;
+      least = std::min(least, e - b), most = std::max(most, e - b);
+      for (int64_t u = b; u < e; ++u) holder[size_t(u)] = p;
+    }
+    EXPECT_LE(most - least, 1);
+    int widest = 0;
+    for (int t = 0; t < tiles; ++t) {
+      std::set<int> blocks;
+      for (int c = 0; c < chunks; ++c) {
+        const int64_t u = int64_t(t) * chunks + c;
+        ASSERT_GE(holder[size_t(u)], 0);
+        EXPECT_EQ(cuda::exl2_mma_stream_block(u, U, P), holder[size_t(u)]) << u;
+        blocks.insert(holder[size_t(u)]);
+      }
+      EXPECT_EQ(cuda::exl2_mma_stream_tile_slots(t, chunks, U, P), int(blocks.size())) << t;
+      widest = std::max(widest, int(blocks.size()));
+    }
+    EXPECT_EQ(cuda::exl2_mma_stream_slots(tiles, chunks, P), widest);
+  }
+  // llama3-8b at 64 rows on 132 multiprocessors of 3 blocks: gate/up's 224 tiles of one K-slice
+  // fill 224 of 396 places, so it runs stream-K on 396 blocks (18 or 19 chunks each, 3 slots at
+  // most); q/k/v (48 tiles, 8 slices: 384) and down (32 tiles, K 14,336: 12 slices) stay K-sliced.
+  const int target = 396;
+  const auto blocks = [&](int64_t K, int64_t N, int64_t rows, int mode) {
+    const int ks = cuda::exl2_mma_k_slice(K, N, rows, 128, target);
+    return cuda::exl2_mma_stream_blocks(K, (N + 127) / 128, rows, ks, target, true, mode);
+  };
+  EXPECT_EQ(blocks(4096, 2 * 14336, 64, 1), 396);
+  EXPECT_EQ(cuda::exl2_mma_stream_slots(224, 32, 396), 3);
+  EXPECT_EQ(blocks(4096, 6144, 64, 1), 0);
+  EXPECT_EQ(blocks(14336, 4096, 64, 1), 0);
+  EXPECT_EQ(blocks(4096, 2 * 14336, 64, 0), 0);    // off
+  EXPECT_EQ(blocks(4096, 2 * 14336, 65, 1), 0);    // two row blocks
+  EXPECT_EQ(blocks(4096, 2 * 14336, 64, 1000), 1000);
+  EXPECT_EQ(blocks(256, 256, 8, 1000), 4);          // forced: no more blocks than units
+  EXPECT_EQ(cuda::exl2_mma_stream_blocks(4096, 224, 64, 4096, target, false, 1), 0);  // wide blocks
+  EXPECT_EQ(blocks(256, 2 * 14336, 64, 1), 0);      // 448 units: under two a block
 }
 
 TEST(CudaLinearPlan, GemvKSlicesAreAlignedAndBounded) {
