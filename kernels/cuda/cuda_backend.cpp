@@ -291,7 +291,7 @@ class CudaBackend final : public Backend {
                        ls[1]->out_features == int64_t(a.n_kv_heads) * D && ls[2]->out_features == ls[1]->out_features &&
                        int64_t(a.slots.size()) == a.rows && p.layout.n_kv_heads == a.n_kv_heads &&
                        p.layout.head_dim == a.head_dim;
-    if (shape && !cuda::fuse_norm(ls, a.rows) && !a.exact && staged_inputs_ && layer_chains_ &&
+    if (shape && !cuda::fuse_norm(ls, a.rows) && !a.exact && staged_inputs_ && chains(a.rows) &&
         cuda::mma_serves(ls, a.rows))
       return attention_inputs_staged(a, ls, p);
     if (!shape || !cuda::fuse_norm(ls, a.rows)) return Backend::attention_inputs(a);
@@ -463,14 +463,14 @@ class CudaBackend final : public Backend {
       return Backend::rms_norm_mlp_residual(m);
     const auto* o = static_cast<const cuda::CudaLinear*>(m.o);
     const cuda::CudaLinear* os[1] = {o};
-    if (o && (!layer_chains_ || o->out_features != m.dim || !cuda::mma_serves(os, m.rows))) {
+    if (o && (!chains(m.rows) || o->out_features != m.dim || !cuda::mma_serves(os, m.rows))) {
       linear_residual(*o, m.att, m.x, m.tmp, m.rows, m.exact);
       o = nullptr;
     }
     forget_if_freed();
     std::vector<const cuda::CudaLinear*> next;
     for (const auto* w : m.next_qkv) next.push_back(static_cast<const cuda::CudaLinear*>(w));
-    if (!layer_chains_ || next.size() != 3 || !m.next_norm_w || next[0]->in_features != m.dim ||
+    if (!chains(m.rows) || next.size() != 3 || !m.next_norm_w || next[0]->in_features != m.dim ||
         !staged_attention_.count(next[0]) ||
         !cuda::mma_serves(next, m.rows))
       next.clear();
@@ -731,13 +731,16 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_STAGED_INPUTS");
     return !(e && std::string(e) == "0");
   }();
-  // EXL_CUDA_LAYER_CHAINS=0: a layer's ops at tensor-core sizes do not hand on their staged inputs
-  // across ops (attention → o, o → gate/up's norm, down → the next layer's norm, q/k/v sums →
-  // rope and cache store); each op stages its own, as before (for comparisons).
-  bool layer_chains_ = [] {
+  // The most rows at which a layer's ops at tensor-core sizes hand on their staged inputs across
+  // ops (attention → o, o → gate/up's norm, down → the next layer's norm, q/k/v sums → rope and
+  // cache store); at more rows each op stages its own. 16 unless EXL_CUDA_LAYER_CHAINS says
+  // otherwise (0: never): on the H200 the chains gained 3% at b = 4–16 and lost 4–6% at b = 32–64
+  // (BENCHMARKS.md, session 31).
+  int64_t chain_rows_ = [] {
     const char* e = std::getenv("EXL_CUDA_LAYER_CHAINS");
-    return !(e && std::string(e) == "0");
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(16);
   }();
+  bool chains(int64_t rows) const { return rows <= chain_rows_; }
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
   bool prefill_attn_disabled_ = [] {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");

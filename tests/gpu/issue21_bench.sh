@@ -15,9 +15,10 @@
 # Expects the bundle of tests/gpu/bundle.sh (its xz'd programs and shared assets are unpacked here)
 # or exlagent on PATH. Environment:
 #   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), unchained
-#           (narrow with EXL_CUDA_LAYER_CHAINS=0: each op stages its own tensor-core input, the
-#           code before session 30), stream (narrow with EXL_CUDA_MMA_STREAM_K=1: stream-K where
-#           K-slices underfill the device), default (none of them); default "narrow unchained wide"
+#           (narrow with EXL_CUDA_LAYER_CHAINS=0 and EXL_CUDA_MMA_STREAM_K=0: each op stages its
+#           own tensor-core input and K-slices everywhere, the code before session 30), chained
+#           (narrow with the layer chains at every row count, as session 30 had them), default
+#           (none of them); default "narrow unchained wide"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
 #   TESTS=0 skip the kernel and engine GPU tests
 #   TEST_FORMS  the forms the tests run under (default: FORMS)
@@ -59,8 +60,8 @@ form_env() {
   case "$1" in
     narrow) echo EXL_CUDA_MMA_WIDE=0 ;;
     wide) echo EXL_CUDA_MMA_WIDE=1 ;;
-    unchained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=0 ;;
-    stream) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_MMA_STREAM_K=1 ;;
+    unchained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=0 EXL_CUDA_MMA_STREAM_K=0 ;;
+    chained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=64 ;;
     default) ;;
     *) echo "issue21_bench: unknown form '$1'" >&2; exit 2 ;;
   esac

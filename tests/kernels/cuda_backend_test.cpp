@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda_backend.h"
@@ -89,15 +92,20 @@ class CudaBackendTest : public ::testing::Test {
 
   // The backend under test: the suite's, or one a test made with other settings (backend_with).
   Backend& gpu() { return active_ ? *active_ : *gpu_; }
-  // A CUDA backend made while environment variable `name` is `value` (the backends read their
-  // settings when made); the variable is restored after.
-  static std::unique_ptr<Backend> backend_with(const char* name, const char* value) {
-    const char* before = std::getenv(name);
-    const std::string saved = before ? before : "";
-    ::setenv(name, value, 1);
+  // A CUDA backend made while each environment variable named is set to its value (the backends
+  // read their settings when made); the variables are restored after.
+  static std::unique_ptr<Backend> backend_with(std::initializer_list<std::pair<const char*, const char*>> env) {
+    std::vector<std::pair<const char*, std::optional<std::string>>> saved;
+    for (const auto& [name, value] : env) {
+      const char* before = std::getenv(name);
+      saved.emplace_back(name, before ? std::optional<std::string>(before) : std::nullopt);
+      ::setenv(name, value, 1);
+    }
     auto b = make_cuda_backend(0);
-    if (before) ::setenv(name, saved.c_str(), 1);
-    else ::unsetenv(name);
+    for (const auto& [name, before] : saved) {
+      if (before) ::setenv(name, before->c_str(), 1);
+      else ::unsetenv(name);
+    }
     return b;
   }
   Buffer to_gpu(const std::vector<float>& v) {
@@ -497,7 +505,7 @@ TEST_F(CudaBackendTest, WideTensorCoreBlocksMatchNarrowOnesBitForBit) {
   // read when a backend is made): K = 1024 gives 128-row K-slices in both forms at these rows, so
   // every output is the same sum in the same order. N = 200 leaves the second quad of the last
   // lanes past the columns; every width and the bias are in play.
-  auto wide = backend_with("EXL_CUDA_MMA_WIDE", "1"), narrow = backend_with("EXL_CUDA_MMA_WIDE", "0");
+  auto wide = backend_with({{"EXL_CUDA_MMA_WIDE", "1"}}), narrow = backend_with({{"EXL_CUDA_MMA_WIDE", "0"}});
   auto w = test::random_exl2(1024, 200, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}, 91, true);
   auto pw = wide->prepare_linear(w.m), pn = narrow->prepare_linear(w.m);
   for (int64_t rows : {3, 8, 16, 32}) {
@@ -526,7 +534,7 @@ TEST_F(CudaBackendTest, StreamKTensorCoreSetsMatchCpu) {
   auto wk = test::random_exl2(1152, 256, {{2, 384}, {4, 768}}, 1711, true);
   auto wv = test::random_exl2(1152, 100, {{4, 1152}}, 1712, false);
   for (const char* n : {"7", "11", "53"}) {
-    auto sk = backend_with("EXL_CUDA_MMA_STREAM_K", n);
+    auto sk = backend_with({{"EXL_CUDA_MMA_STREAM_K", n}});
     auto pq = sk->prepare_linear(wq.m), pk = sk->prepare_linear(wk.m), pv = sk->prepare_linear(wv.m);
     const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
     for (int64_t rows : {3, 16, 33, 64}) {
@@ -962,11 +970,12 @@ TEST_F(CudaBackendTest, AttentionInputsAtTensorCoreSizesMatchTheSeparateOpsBitFo
   // multiprocessor counts), or, with one slice (dim 128), a rope kernel follows the set. Either way
   // q, k, v and every cache byte equal those of rms_norm_linears then rope_qk_kv_write on the
   // same backend; against the CPU at tensor-core precision.
-  // Also with every set of one row block run stream-K (its slot sums then rotate and store).
-  auto stream_k = backend_with("EXL_CUDA_MMA_STREAM_K", "5");
+  // Also with chains at every row count and every set of one row block run stream-K (its slot
+  // sums then rotate and store).
+  auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}, {"EXL_CUDA_LAYER_CHAINS", "64"}});
   for (Backend* b : {gpu_.get(), stream_k.get()}) {
     active_ = b;
-    SCOPED_TRACE(b == gpu_.get() ? "K-slices" : "stream-K on 5 blocks");
+    SCOPED_TRACE(b == gpu_.get() ? "defaults" : "chains to 64 rows, stream-K on 5 blocks");
     constexpr int D = 128, NH = 4, KVH = 2, layer = 1;
     RopeTable table;
     for (int i = 0; i < D / 2; ++i) table.inv_freq.push_back(std::pow(10000.0f, -2.0f * i / float(D)));
@@ -1021,18 +1030,21 @@ TEST_F(CudaBackendTest, AttentionInputsAtTensorCoreSizesMatchTheSeparateOpsBitFo
 
 TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
   // rms_norm_mlp_residual with the o projection and the next layer's q/k/v (MlpInputs::o, next_qkv)
-  // beyond two rows: o's K-slice sums add into x and stage gate/up's normed input (a norm kernel
-  // where o has one slice: 128 inputs), down's sums stage the next q/k/v's, and the next
+  // at 3–16 rows (by default; EXL_CUDA_LAYER_CHAINS=64 for all): o's K-slice sums add into x and
+  // stage gate/up's normed input (a norm kernel where o has one slice: 128 inputs), down's sums
+  // stage the next q/k/v's, and the next
   // attention_inputs reads that (a staged hand-off, once the backend has seen that op take the
   // tensor-core path). x, q, k, v and every cache byte equal the separate ops' (linear_residual,
   // rms_norm_mlp_residual, attention_inputs) bit for bit; x also the CPU's at fp16 tolerance. A
   // 2,304-wide residual stream spans three blocks of the sums per row (the last one finishing
   // stages the row).
-  // Also with every set of one row block run stream-K (its slot sums then stage the next input).
-  auto stream_k = backend_with("EXL_CUDA_MMA_STREAM_K", "5");
+  // Also with chains at every row count and every set of one row block run stream-K (its slot
+  // sums then stage the next input). By default the chains stop at 16 rows.
+  auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}, {"EXL_CUDA_LAYER_CHAINS", "64"}});
   for (Backend* b : {gpu_.get(), stream_k.get()}) {
     active_ = b;
-    SCOPED_TRACE(b == gpu_.get() ? "K-slices" : "stream-K on 5 blocks");
+    SCOPED_TRACE(b == gpu_.get() ? "defaults" : "chains to 64 rows, stream-K on 5 blocks");
+    const int64_t chain_rows = b == gpu_.get() ? 16 : 64;
     constexpr int D = 128, KVH = 2, layer = 0;
     constexpr int64_t I = 384;
     RopeTable table;
@@ -1083,7 +1095,7 @@ TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
           gpu().attention_inputs({qkv, dx.f32(), dnn.f32(), dxn.f32(), dq.f32(), dk.f32(), dv.f32(), rows, H, 1e-5f, NH,
                                   KVH, D, pos, &table, pool.get(), layer, slots});
           if (run == 2 && rows >= cuda_exl2_mma_min_rows) {
-            EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, 1);
+            EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, rows <= chain_rows ? 1 : 0);
           }
           got_x[run] = from_gpu(dx, x0.size()), got_q[run] = from_gpu(dq, size_t(rows * QD)),
           got_k[run] = from_gpu(dk, size_t(rows * KVH * D));
