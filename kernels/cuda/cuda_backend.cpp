@@ -912,7 +912,8 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   const cuda::CudaLinear* stage_o = nullptr;
   size_t stage_bytes = 0;
   forget_if_freed();
-  if (const auto it = att_readers_.find({&pool, layer}); plan.decode && staged_inputs_ && it != att_readers_.end()) {
+  if (const auto it = att_readers_.find({&pool, layer}); plan.decode && staged_inputs_ && chains(plan.n_tokens) &&
+                                                           it != att_readers_.end()) {
     const OutputChain& c = it->second;
     const cuda::CudaLinear* os[1] = {c.o};
     if (!hout.x && c.o->in_features == int64_t(n_heads) * L.head_dim && cuda::mma_serves(os, plan.n_tokens)) {

@@ -1561,7 +1561,7 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   // ones find the tile's weights in L2.
   const dim3 grid = streamk ? dim3(1, unsigned(set.stream_blocks), 1)
                            : dim3((rows + mb - 1) / mb, unsigned(block_tiles), (K + k_slice - 1) / k_slice);
-  const int slices = streamk ? exl2_mma_stream_slots(tiles, mma_chunks(K), set.stream_blocks) : int(grid.z);
+  const int slices = streamk ? 0 : int(grid.z);  // stream-K: the sums count each tile's slots
   const dim3 stage_grid(unsigned(mma_chunks(K)), grid.x * unsigned(mb / 8), unsigned(set.n_jobs));
   const size_t smem = exl2_mma_smem_bytes(rows, wrows, form);
   constexpr int T = k_exl2_gemv_threads;
