@@ -18,15 +18,17 @@
 #           (narrow with EXL_CUDA_LAYER_CHAINS=0 and EXL_CUDA_MMA_STREAM_K=0: each op stages its
 #           own tensor-core input and K-slices everywhere, the code before session 30), chained
 #           (narrow with the layer chains at every row count, as session 30 had them), default
-#           (none of them); default "narrow unchained wide"
+#           (none of them), or VAR=value[+VAR=value...] (the defaults with those variables set);
+#           default "narrow unchained wide"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
 #   TESTS=0 skip the kernel and engine GPU tests
 #   TEST_FORMS  the forms the tests run under (default: FORMS)
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
 #   QUICK=1 decode only (no prefill and prefix cases)
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
-#   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b, first form) of decode at
-#           b=8 and b=64 and of the 64-token suffix on a 4,096-token prefix (profile-*.txt in results.tgz)
+#   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b) of decode at b=8 and
+#           b=64 and of the 64-token suffix on a 4,096-token prefix (profile-*.txt in results.tgz)
+#   PROFILE_FORMS  the forms profiled (default: the first of FORMS)
 # Writes OUT_DIR/log.txt (everything) and OUT_DIR/results.tgz (each bench run's JSON and stderr).
 set -uo pipefail
 out=${1:?OUT_DIR}
@@ -63,6 +65,7 @@ form_env() {
     unchained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=0 EXL_CUDA_MMA_STREAM_K=0 ;;
     chained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=64 ;;
     default) ;;
+    *=*) echo "${1//+/ }" ;;
     *) echo "issue21_bench: unknown form '$1'" >&2; exit 2 ;;
   esac
 }
@@ -162,10 +165,12 @@ profile() {  # name form args...
   head -40 "$res/profile-$name.txt"
 }
 if [ "${PROFILE:-0}" = 1 ]; then
-  pf=${forms%% *}
-  profile b8 "$pf" --batch 8 --decode-steps 16 --repeat 1
-  profile b64 "$pf" --batch 64 --decode-steps 16 --repeat 1
-  profile prefix "$pf" --batch 1 --decode-steps 1 --repeat 2 --prefix-len 4096 --suffix-len 64
+  for pf in ${PROFILE_FORMS:-${forms%% *}}; do
+    tag=$(echo "$pf" | tr -c 'A-Za-z0-9_\n' -)
+    profile "b8-$tag" "$pf" --batch 8 --decode-steps 16 --repeat 1
+    profile "b64-$tag" "$pf" --batch 64 --decode-steps 16 --repeat 1
+    profile "prefix-$tag" "$pf" --batch 1 --decode-steps 1 --repeat 2 --prefix-len 4096 --suffix-len 64
+  done
 fi
 
 for n in ${SWEEP:-}; do
