@@ -64,11 +64,13 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
       int64_t rows = 0;
       for (const SeqAttn& s : seqs) rows += s.n_tokens;
       const int64_t blocks = n_kv_heads * rows * ceil_div(max_ctx, k_attn_decode_part);
-      decode_part = max_ctx > k_attn_decode_part && blocks < k_attn_decode_short_below ? k_attn_decode_part_short
-                                                                                        : k_attn_decode_part;
+      decode_part = n_kv_heads * rows >= int64_t(target_blocks) * k_attn_decode_small_from / 2
+                        ? k_attn_decode_part_small
+                    : max_ctx > k_attn_decode_part && blocks < k_attn_decode_short_below ? k_attn_decode_part_short
+                                                                                          : k_attn_decode_part;
     }
-    EXL_CHECK(decode_part == k_attn_decode_part || decode_part == k_attn_decode_part_short,
-              "kernels: cuda: attention plan: decode partitions of ", decode_part, " positions");
+    EXL_CHECK(attention_decode_part(decode_part), "kernels: cuda: attention plan: decode partitions of ", decode_part,
+              " positions");
     plan.part_size = decode_part;
     plan.max_parts = int(ceil_div(max_ctx, decode_part));
     for (const SeqAttn& s : seqs) {

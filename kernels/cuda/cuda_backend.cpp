@@ -774,11 +774,11 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
     return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
   }();
-  // EXL_CUDA_ATTN_DECODE_PART=128/256 fixes the decode partition size (for comparisons); 0: the plan's.
+  // EXL_CUDA_ATTN_DECODE_PART=64/128/256 fixes the decode partition size (for comparisons); 0: the plan's.
   int attn_decode_part_ = [] {
     const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_PART");
     const int v = e ? std::atoi(e) : 0;
-    return v == cuda::k_attn_decode_part_short || v == cuda::k_attn_decode_part ? v : 0;
+    return cuda::attention_decode_part(v) ? v : 0;
   }();
   std::string name_;
 };

@@ -222,16 +222,18 @@ __global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
   }
 }
 
-constexpr int k_dec_threads = 512;
-constexpr int k_dec_warps = k_dec_threads / 32;
 constexpr int k_dec_D = k_attn_decode_head_dim;
-constexpr int k_dec_G_max = k_attn_decode_max_group;
 static_assert(k_dec_D == 128, "half a warp holds a 128-wide K row");
 
+// Warps of an attention_decode block of P positions in clusters of CL: 16, except for the small
+// partitions (k_attn_decode_part_small) of one block, which get a sixteenth of P — each lane then
+// holds as many K and V loads as in a 256-position block.
+constexpr int decode_warps(int P, int CL) { return CL == 1 && P < k_attn_decode_part_short ? P / 16 : 16; }
+
 // Shared floats: q [G][D], scores [G][P], max and sum [16], the warps' V·P partials [warps][G][D].
-template <int G, int P>
+template <int G, int P, int CL>
 constexpr size_t decode_smem_bytes() {
-  return size_t(G * k_dec_D + G * P + 16 + k_dec_warps * G * k_dec_D) * sizeof(float);
+  return size_t(G * k_dec_D + G * P + 16 + decode_warps(P, CL) * G * k_dec_D) * sizeof(float);
 }
 
 __device__ __forceinline__ float2 half2_to_float2(uint32_t b) {
@@ -292,17 +294,21 @@ struct KvLane<3> {
 };
 
 // G: the group (query heads per kv head) rounded up to a power of two; heads ≥ group are idle.
-// Every K and V load of the partition is issued before the first is used, straight into registers:
-// half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
-// w, w + 16, ... (a lane per 4 dimensions).
+// W = decode_warps(P, CL) warps. Every K and V load of the partition is issued before the first is
+// used, straight into registers: half warp h scores positions h, h + 2W, ... (a lane per 8
+// dimensions), warp w weights positions w, w + W, ... (a lane per 4 dimensions). Blocks of 256
+// positions (16 warps, ~100 registers) run one per multiprocessor; those of 64 (4 warps) run five
+// or more, so that one block's loads are in flight while another computes — what a grid of many
+// (kv head, sequence) pairs needs.
 // CL > 1: the blocks are clusters of CL along z, each block P positions of one direct partition of
 // CL · P (blockIdx.z is its rank); their softmax partials meet in distributed shared memory and
 // rank r writes the r-th share of the group's outputs (no partials in global memory, no combine
 // launch).
 template <int G, int F, int P, int CL = 1>
-__global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArgs a) {
-  constexpr int kQkRounds = P / (2 * k_dec_warps), kPvRounds = P / k_dec_warps;
-  static_assert(P % (2 * k_dec_warps) == 0, "whole rounds of positions");
+__global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_kernel(AttnArgs a) {
+  constexpr int W = decode_warps(P, CL), kT = 32 * W;
+  constexpr int kQkRounds = P / (2 * W), kPvRounds = P / W;
+  static_assert(P % (2 * W) == 0, "whole rounds of positions");
   using Lane = KvLane<F>;
   constexpr bool kScaled = F != 1;
   extern __shared__ float4 dec_smem[];
@@ -322,20 +328,24 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   const int n = max(0, pe - pb);  // a cluster's empty blocks still meet the others
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
   const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
-  static_assert(k_dec_G_max * k_dec_D / 4 <= k_dec_threads, "a float4 of q per thread");
-  const int qi = threadIdx.x;  // q is stored after the K/V loads are issued, not before
-  float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (qi < group * (k_dec_D / 4)) qv = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
+  constexpr int kQv = (G * k_dec_D / 4 + kT - 1) / kT;  // float4 of q per thread
+  float4 qv[kQv];  // stored after the K/V loads are issued, not before
+#pragma unroll
+  for (int u = 0; u < kQv; ++u) {
+    const int qi = threadIdx.x + u * kT;
+    qv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (qi < group * (k_dec_D / 4)) qv[u] = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
+  }
   // The output copy's positions (the first two of this thread's outputs), read now, not at the end.
   int out_at[2] = {0, 0};
   constexpr int kShare = G * k_dec_D / CL;  // outputs of the group a cluster rank writes (at most)
-  static_assert(CL == 1 || kShare <= k_dec_threads, "one output per thread");
+  static_assert(CL == 1 || kShare <= kT, "one output per thread");
   const int share = group * k_dec_D / CL;
   if (a.out_perm && a.direct) {
     if constexpr (CL == 1) {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const int i = threadIdx.x + u * k_dec_threads;
+        const int i = threadIdx.x + u * kT;
         if (i < group * k_dec_D) out_at[u] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + i);
       }
     } else if (threadIdx.x < share) {
@@ -350,7 +360,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   const bool pow2 = (ps & (ps - 1)) == 0;
   const int psh = __ffs(ps) - 1;
   const int first_page = pb / ps, n_pages = n > 0 ? (pe - 1) / ps - first_page + 1 : 0;
-  for (int i = threadIdx.x; i < 2 * n_pages; i += k_dec_threads) {
+  for (int i = threadIdx.x; i < 2 * n_pages; i += kT) {
     const int kv = i / n_pages, pg = i - kv * n_pages;
     const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
     base_s[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
@@ -370,7 +380,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   unsigned short ks[kScaled ? kQkRounds : 1], vs[kScaled ? kPvRounds : 1];
 #pragma unroll
   for (int r = 0; r < kQkRounds; ++r) {
-    const int j = hw + 2 * k_dec_warps * r;
+    const int j = hw + 2 * W * r;
     kr[r] = {};
     if (j < n) {
       const uint8_t* sp = nullptr;
@@ -380,7 +390,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   }
 #pragma unroll
   for (int r = 0; r < kPvRounds; ++r) {
-    const int j = warp + k_dec_warps * r;
+    const int j = warp + W * r;
     vr[r] = {};
     if (j < n) {
       const uint8_t* sp = nullptr;
@@ -388,13 +398,15 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
       if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
     }
   }
-  if (qi < G * (k_dec_D / 4)) reinterpret_cast<float4*>(Qs)[qi] = qv;
+#pragma unroll
+  for (int u = 0; u < kQv; ++u)
+    if (threadIdx.x + u * kT < G * (k_dec_D / 4)) reinterpret_cast<float4*>(Qs)[threadIdx.x + u * kT] = qv[u];
   __syncthreads();
 
 #pragma unroll
   for (int r = 0; r < kQkRounds; ++r) {
-    const int j = hw + 2 * k_dec_warps * r;
-    if (hw + 2 * k_dec_warps * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
+    const int j = hw + 2 * W * r;
+    if (hw + 2 * W * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
     float k[8];
     Lane::k_values(kr[r], kScaled ? __half2float(__ushort_as_half(ks[kScaled ? r : 0])) : 0.0f, k);
     float d[G];
@@ -418,8 +430,8 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     if (j < n && l16 < group) Ss[l16 * P + j] = mine * a.scale;
   }
   __syncthreads();
-  if (warp < group) {
-    float* sw = Ss + warp * P;
+  for (int h = warp; h < group; h += W) {
+    float* sw = Ss + h * P;
     float mx = k_neg_inf;
     for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sw[j]);
     mx = warp_max(mx);
@@ -430,13 +442,13 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
       sum += p;
     }
     sum = warp_sum(sum);
-    if (lane == 0) Ms[warp] = mx, Ms[8 + warp] = sum;
+    if (lane == 0) Ms[h] = mx, Ms[8 + h] = sum;
   }
   __syncthreads();
   float acc[G][4] = {};
 #pragma unroll
   for (int r = 0; r < kPvRounds; ++r) {
-    const int j = warp + k_dec_warps * r;
+    const int j = warp + W * r;
     if (j >= n) break;
     float v[4];
     Lane::v_values(vr[r], kScaled ? __half2float(__ushort_as_half(vs[kScaled ? r : 0])) : 0.0f, v);
@@ -459,11 +471,11 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     // Unnormalized sums into q's place, then each rank merges its share across the cluster.
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
-    for (int i = threadIdx.x; i < group * k_dec_D; i += k_dec_threads) {
+    for (int i = threadIdx.x; i < group * k_dec_D; i += kT) {
       const int h = i / k_dec_D, d = i % k_dec_D;
       float o = 0.0f;
 #pragma unroll
-      for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
+      for (int w = 0; w < W; ++w) o += red[(w * G + h) * k_dec_D + d];
       Qs[i] = o;
     }
     cluster.sync();
@@ -495,11 +507,11 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     cluster.sync();  // no block leaves while another reads its shared memory
 #endif
   } else {
-    for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += k_dec_threads, ++u) {
+    for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += kT, ++u) {
       const int h = i / k_dec_D, d = i % k_dec_D;
       float o = 0.0f;
 #pragma unroll
-      for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
+      for (int w = 0; w < W; ++w) o += red[(w * G + h) * k_dec_D + d];
       const int64_t orow = qrow + h;
       if (a.direct) {
         const float v = o / Ms[8 + h];
@@ -523,12 +535,12 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
 
 template <int G, int F, int P>
 cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
-  constexpr size_t smem = decode_smem_bytes<G, P>();
+  constexpr size_t smem = decode_smem_bytes<G, P, 1>();
   const cudaError_t e =
       cudaFuncSetAttribute(attention_decode_kernel<G, F, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
-  attention_decode_kernel<G, F, P><<<grid, k_dec_threads, smem, stream>>>(a);
+  attention_decode_kernel<G, F, P><<<grid, 32 * decode_warps(P, 1), smem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -536,13 +548,13 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t 
 template <int G, int F, int CL>
 cudaError_t launch_attention_decode_cluster(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   constexpr int P = k_attn_decode_cluster_part;
-  constexpr size_t smem = decode_smem_bytes<G, P>();
+  constexpr size_t smem = decode_smem_bytes<G, P, CL>();
   const cudaError_t e = cudaFuncSetAttribute(attention_decode_kernel<G, F, P, CL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(CL));
-  cfg.blockDim = dim3(k_dec_threads);
+  cfg.blockDim = dim3(32 * decode_warps(P, CL));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -563,6 +575,8 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t 
   }
   if (a.part_size == k_attn_decode_part_short)
     return launch_attention_decode<G, F, k_attn_decode_part_short>(a, n_seqs, stream);
+  if (a.part_size == k_attn_decode_part_small)
+    return launch_attention_decode<G, F, k_attn_decode_part_small>(a, n_seqs, stream);
   return launch_attention_decode<G, F, k_attn_decode_part>(a, n_seqs, stream);
 }
 
@@ -632,7 +646,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
 cudaError_t attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   const KvDeviceLayout& L = a.layout;
   if (n_seqs == 0) return cudaSuccess;
-  if (!attention_decode_serves(L) || (a.part_size != k_attn_decode_part && a.part_size != k_attn_decode_part_short) ||
+  if (!attention_decode_serves(L) || !attention_decode_part(a.part_size) ||
       a.n_heads % L.n_kv_heads != 0 ||
       a.n_heads / L.n_kv_heads > k_attn_decode_max_group)
     return cudaErrorInvalidValue;

@@ -1194,47 +1194,54 @@ TEST_F(CudaBackendTest, DecodeAttentionStagesTheOutputProjectionsInput) {
   // input too (AttnArgs::stage; a staged hand-off, no staging kernel for o), written by the decode
   // kernel (short contexts) or by attention_combine (a context over several partitions). x equals
   // what attention, linear_residual and rms_norm_mlp_residual give as separate ops, bit for bit.
-  constexpr int D = 128, NH = 4, KVH = 2, layer = 0;
-  constexpr int64_t H = 256, I = 384, QD = int64_t(NH) * D;
-  uint32_t seed = 2500;
-  auto o = test::random_exl2(QD, H, {{4, 256}, {6, 256}}, seed++, true);
-  auto gate = test::random_exl2(H, I, {{4, 256}}, seed++), up = test::random_exl2(H, I, {{5, 128}, {3, 128}}, seed++);
-  up.m.perm = gate.m.perm;
-  auto down = test::random_exl2(I, H, {{4, 384}}, seed++);
-  auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
-       pd = gpu().prepare_linear(down.m);
-  for (const auto& specs : std::vector<std::vector<AttnSeqSpec>>{{{30, 1}, {5, 1}, {47, 1}, {12, 1}},
-                                                                {{700, 1}, {3, 1}, {260, 1}, {90, 1}, {0, 1}}}) {
-    SCOPED_TRACE("context of sequence 0: " + std::to_string(specs[0].n_past));
-    const KvLayout L{1, KVH, D, 16, KvFormat::fp16};
-    const RandomKv kv = random_kv(L, layer, specs, seed);
-    auto pool = gpu().alloc_kv_pool(L, kv.num_pages);
-    gpu().upload(cuda_kv_pool_data(*pool), kv.host_pool.data(), kv.host_pool.size());
-    const int64_t rows = kv.rows;
-    const auto q = test::random_floats(size_t(rows * QD), seed++), x0 = test::random_floats(size_t(rows * H), seed++);
-    const auto nw = test::random_floats(size_t(H), seed++, 0.2f);
-    Buffer dq = to_gpu(q), datt = gpu().alloc(q.size() * 4), dnw = to_gpu(nw), dxn = gpu().alloc(x0.size() * 4),
-           dtmp = gpu().alloc(x0.size() * 4), dg = gpu().alloc(size_t(rows * I) * 4), du = gpu().alloc(size_t(rows * I) * 4);
-    Buffer dx = gpu().alloc(x0.size() * 4);  // one buffer throughout: a free makes the backend forget
-    const auto layer_output = [&](bool with_o) {
-      gpu().upload(dx.data(), x0.data(), x0.size() * 4);
-      gpu().attention(*pool, layer, dq.f32(), datt.f32(), kv.batch, NH, 0.1f, 0);
-      MlpInputs m{pg.get(), pu.get(), pd.get(), dx.f32(), dnw.f32(), dxn.f32(), dg.f32(), du.f32(), dtmp.f32(),
-                  rows, H, I, 1e-5f, false};
-      if (with_o) m.o = po.get(), m.att = datt.f32();
-      else gpu().linear_residual(*po, datt.f32(), dx.f32(), dtmp.f32(), rows, false);
-      gpu().rms_norm_mlp_residual(m);
-      return from_gpu(dx, x0.size());
-    };
-    const auto separate = layer_output(false);
-    for (int round = 0; round < 3; ++round) {
-      const int64_t before = cuda_step_stats(gpu()).handoffs;
-      EXPECT_EQ(layer_output(true), separate) << "round " << round;
-      // The first round teaches attention where o reads (what the backend learned was forgotten
-      // when the last case's buffers were freed); the later rounds stage for it.
-      EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, round == 0 ? 0 : 1) << "round " << round;
+  // Also with the small decode partitions (the decode kernel stages up to 64 positions).
+  auto small = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "64"}});
+  for (Backend* b : {gpu_.get(), small.get()}) {
+    active_ = b;
+    SCOPED_TRACE(b == gpu_.get() ? "defaults" : "small decode partitions");
+    constexpr int D = 128, NH = 4, KVH = 2, layer = 0;
+    constexpr int64_t H = 256, I = 384, QD = int64_t(NH) * D;
+    uint32_t seed = 2500;
+    auto o = test::random_exl2(QD, H, {{4, 256}, {6, 256}}, seed++, true);
+    auto gate = test::random_exl2(H, I, {{4, 256}}, seed++), up = test::random_exl2(H, I, {{5, 128}, {3, 128}}, seed++);
+    up.m.perm = gate.m.perm;
+    auto down = test::random_exl2(I, H, {{4, 384}}, seed++);
+    auto po = gpu().prepare_linear(o.m), pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m),
+         pd = gpu().prepare_linear(down.m);
+    for (const auto& specs : std::vector<std::vector<AttnSeqSpec>>{{{30, 1}, {5, 1}, {47, 1}, {12, 1}},
+                                                                  {{700, 1}, {3, 1}, {260, 1}, {90, 1}, {0, 1}}}) {
+      SCOPED_TRACE("context of sequence 0: " + std::to_string(specs[0].n_past));
+      const KvLayout L{1, KVH, D, 16, KvFormat::fp16};
+      const RandomKv kv = random_kv(L, layer, specs, seed);
+      auto pool = gpu().alloc_kv_pool(L, kv.num_pages);
+      gpu().upload(cuda_kv_pool_data(*pool), kv.host_pool.data(), kv.host_pool.size());
+      const int64_t rows = kv.rows;
+      const auto q = test::random_floats(size_t(rows * QD), seed++), x0 = test::random_floats(size_t(rows * H), seed++);
+      const auto nw = test::random_floats(size_t(H), seed++, 0.2f);
+      Buffer dq = to_gpu(q), datt = gpu().alloc(q.size() * 4), dnw = to_gpu(nw), dxn = gpu().alloc(x0.size() * 4),
+             dtmp = gpu().alloc(x0.size() * 4), dg = gpu().alloc(size_t(rows * I) * 4), du = gpu().alloc(size_t(rows * I) * 4);
+      Buffer dx = gpu().alloc(x0.size() * 4);  // one buffer throughout: a free makes the backend forget
+      const auto layer_output = [&](bool with_o) {
+        gpu().upload(dx.data(), x0.data(), x0.size() * 4);
+        gpu().attention(*pool, layer, dq.f32(), datt.f32(), kv.batch, NH, 0.1f, 0);
+        MlpInputs m{pg.get(), pu.get(), pd.get(), dx.f32(), dnw.f32(), dxn.f32(), dg.f32(), du.f32(), dtmp.f32(),
+                    rows, H, I, 1e-5f, false};
+        if (with_o) m.o = po.get(), m.att = datt.f32();
+        else gpu().linear_residual(*po, datt.f32(), dx.f32(), dtmp.f32(), rows, false);
+        gpu().rms_norm_mlp_residual(m);
+        return from_gpu(dx, x0.size());
+      };
+      const auto separate = layer_output(false);
+      for (int round = 0; round < 3; ++round) {
+        const int64_t before = cuda_step_stats(gpu()).handoffs;
+        EXPECT_EQ(layer_output(true), separate) << "round " << round;
+        // The first round teaches attention where o reads (what the backend learned was forgotten
+        // when the last case's buffers were freed); the later rounds stage for it.
+        EXPECT_EQ(cuda_step_stats(gpu()).handoffs - before, round == 0 ? 0 : 1) << "round " << round;
+      }
     }
   }
+  active_ = nullptr;
 }
 
 TEST_F(CudaBackendTest, AttentionPrefillAndDecodeEveryFormat) {
@@ -1276,17 +1283,27 @@ TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
 TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
   // One query token per sequence, fp16/q8/q4 cache, head_dim 128: attention_decode (direct within
   // one partition of k_attn_decode_part positions, partials + combine beyond); f32 caches, groups
-  // over 8 and prompts of several tokens stay on the tiled kernel.
+  // over 8 and prompts of several tokens stay on the tiled kernel. Again with the small
+  // partitions (4-warp blocks of 64 positions) that large batches get.
   const std::vector<std::vector<AttnSeqSpec>> batches = {
       {{0, 1}}, {{255, 1}}, {{256, 1}, {49, 1}}, {{700, 1}, {0, 1}, {255, 1}, {4100, 1}}, {{50, 1}, {30, 0}, {129, 1}}};
+  const std::vector<std::pair<int, int>> heads = {{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}};
   uint32_t seed = 450;
   const int page_sizes[] = {16, 64, 256};
   for (KvFormat fmt : {KvFormat::fp16, KvFormat::q8, KvFormat::q4, KvFormat::f32})
-    for (auto [NH, KVH] : std::vector<std::pair<int, int>>{{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}})
+    for (auto [NH, KVH] : heads)
       for (int window : {0, 9, 200})
         for (const auto& batch : batches) {
           const int page_size = page_sizes[seed % 3];
           attention_case(gpu(), tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
+        }
+  auto small = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "64"}});
+  for (KvFormat fmt : {KvFormat::fp16, KvFormat::q8, KvFormat::q4})
+    for (auto [NH, KVH] : heads)
+      for (int window : {0, 9, 200})
+        for (const auto& batch : batches) {
+          const int page_size = page_sizes[seed % 3];
+          attention_case(*small, tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
         }
 }
 
@@ -1492,13 +1509,28 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   EXPECT_EQ(plan.part_size, S);
   EXPECT_EQ(plan.max_parts, int(pow2_ceil((3 * P + 6 + S - 1) / S)));  // 7 partitions, bucketed
   EXPECT_FALSE(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S).direct);
-  EXPECT_THROW(cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 64), Error);
+  EXPECT_THROW(cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 32), Error);
+  // The small partitions: four warps a block, every row split past 64 positions.
+  const int Q = cuda::k_attn_decode_part_small;
+  plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, Q);
+  EXPECT_TRUE(plan.decode && !plan.direct);
+  EXPECT_EQ(plan.max_parts, int(pow2_ceil((3 * P + 6 + Q - 1) / Q)));
   // Chosen by the plan: short partitions only for small grids over several long partitions.
   const std::vector<SeqAttn> one = {{0, 1, 600, table}};
   EXPECT_EQ(cuda::plan_attention(one, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, S);
   EXPECT_EQ(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
   const std::vector<SeqAttn> long_one = {{0, 1, 4000, table}};
   EXPECT_EQ(cuda::plan_attention(long_one, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
+  // Small partitions once the (kv head, sequence) pairs reach k_attn_decode_small_from per
+  // multiprocessor (264 target blocks: 132 multiprocessors), whatever the context.
+  const int64_t pairs = 132 * cuda::k_attn_decode_small_from;
+  for (int64_t ctx : {int64_t(100), int64_t(3000)}) {
+    std::vector<SeqAttn> batch(size_t((pairs + 7) / 8), SeqAttn{0, 1, ctx, table});
+    for (size_t i = 0; i < batch.size(); ++i) batch[i].token_begin = int64_t(i);
+    EXPECT_EQ(cuda::plan_attention(batch, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, Q) << ctx;
+    batch.pop_back();
+    EXPECT_NE(cuda::plan_attention(batch, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, Q) << ctx;
+  }
 }
 
 // What a replayed step's graph depends on (step_graph.h): the grid, the staged arrays' sizes and
