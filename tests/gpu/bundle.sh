@@ -5,6 +5,8 @@
 # llama.cpp's peer folder as peer/, and BUILT_FROM (the commit, "+dirty" with uncommitted changes).
 #
 #   tests/gpu/bundle.sh [BUILD_DIR]        (default: build)
+#   TEST_PROGS="exl_kernels_tests" tests/gpu/bundle.sh   (the test programs carried; default both:
+#                                        drop one when the tree would pass 64 MiB)
 #
 # Then, in one device call: source .gpu/env.sh; PEER=.gpu/peer bash tests/gpu/issue21_bench.sh $OUT
 set -euo pipefail
@@ -13,7 +15,7 @@ build="$(cd "${1:-$root/build}" && pwd)"
 shared="$(cd "${EXL_SHARED_DIR:-$root/../shared}" && pwd)"
 cd "$root"
 progs=("$build/exlagent")
-for t in exl_kernels_tests exl_engine_tests; do [ -x "$build/tests/$t" ] && progs+=("$build/tests/$t"); done
+for t in ${TEST_PROGS-exl_kernels_tests exl_engine_tests}; do [ -x "$build/tests/$t" ] && progs+=("$build/tests/$t"); done
 "$shared/tools/gpu-bundle" "${progs[@]}" >/dev/null
 (cd .gpu/bin && strip ./* && xz -T2 -6 ./*)
 staging="$(mktemp -d)"
