@@ -64,8 +64,8 @@ AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_hea
       int64_t rows = 0;
       for (const SeqAttn& s : seqs) rows += s.n_tokens;
       const int64_t blocks = n_kv_heads * rows * ceil_div(max_ctx, k_attn_decode_part);
-      decode_part = n_kv_heads * rows >= int64_t(target_blocks) * k_attn_decode_small_from / 2
-                        ? k_attn_decode_part_small
+      decode_part = n_kv_heads * rows >= int64_t(target_blocks) * k_attn_decode_stream_from / 2
+                        ? k_attn_decode_part_stream
                     : max_ctx > k_attn_decode_part && blocks < k_attn_decode_short_below ? k_attn_decode_part_short
                                                                                           : k_attn_decode_part;
     }

@@ -46,10 +46,9 @@ inline constexpr int k_attn_min_pages = 16;
 // `min_part`: the smallest partition (a multiple of k_attn_tile, at least k_attn_tile).
 // `decode_ok`: the cache format and head_dim suit attention_decode; the plan is then a decode plan
 // when every sequence has at most one query token and the group is at most k_attn_decode_max_group,
-// with partitions of `decode_part` positions (k_attn_decode_part, _short or _small; 0: the small
-// ones when there are at least k_attn_decode_small_from (kv head, sequence) pairs per
-// multiprocessor (target_blocks / 2 multiprocessors; on the H200 at ctx 128 they gained 1.7–3%
-// at 512 and 1,024 pairs and lost 0.5–2% at 256), else the short ones when the context spans
+// with partitions of `decode_part` positions (k_attn_decode_part, _short or _stream; 0: the
+// streaming kernel's when there are at least k_attn_decode_stream_from (kv head, sequence) pairs
+// per multiprocessor (target_blocks / 2 multiprocessors), else the short ones when the context spans
 // several long ones and the grid would still have fewer than k_attn_decode_short_below blocks —
 // b=1 at 512–1024 positions gained 4–5% on the H200, larger grids lost up to 6%).
 // `decode_max_positions`: when no sequence has more query tokens than this (a speculative verify
@@ -62,7 +61,7 @@ inline constexpr int k_attn_min_pages = 16;
 // `rows_per_work`: query rows per AttnWork (k_attn_rows for the tiled kernel, k_flash_rows for
 // flash_attention.h's).
 inline constexpr int64_t k_attn_decode_short_below = 64;
-inline constexpr int64_t k_attn_decode_small_from = 3;
+inline constexpr int64_t k_attn_decode_stream_from = 1;
 inline constexpr int k_attn_decode_max_positions = 16;
 AttnPlan plan_attention(std::span<const SeqAttn> seqs, int n_heads, int n_kv_heads, int page_size, int num_pages,
                         int window, int target_blocks, int min_part = k_attn_min_part, bool decode_ok = false,

@@ -774,7 +774,7 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
     return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
   }();
-  // EXL_CUDA_ATTN_DECODE_PART=64/128/256 fixes the decode partition size (for comparisons); 0: the plan's.
+  // EXL_CUDA_ATTN_DECODE_PART=128/256/512 fixes the decode partition size (for comparisons); 0: the plan's.
   int attn_decode_part_ = [] {
     const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_PART");
     const int v = e ? std::atoi(e) : 0;

@@ -222,18 +222,16 @@ __global__ void __launch_bounds__(k_warps * 32) attention_kernel(AttnArgs a) {
   }
 }
 
+constexpr int k_dec_threads = 512;
+constexpr int k_dec_warps = k_dec_threads / 32;
 constexpr int k_dec_D = k_attn_decode_head_dim;
+constexpr int k_dec_G_max = k_attn_decode_max_group;
 static_assert(k_dec_D == 128, "half a warp holds a 128-wide K row");
 
-// Warps of an attention_decode block of P positions in clusters of CL: 16, except for the small
-// partitions (k_attn_decode_part_small) of one block, which get a sixteenth of P — each lane then
-// holds as many K and V loads as in a 256-position block.
-constexpr int decode_warps(int P, int CL) { return CL == 1 && P < k_attn_decode_part_short ? P / 16 : 16; }
-
 // Shared floats: q [G][D], scores [G][P], max and sum [16], the warps' V·P partials [warps][G][D].
-template <int G, int P, int CL>
+template <int G, int P>
 constexpr size_t decode_smem_bytes() {
-  return size_t(G * k_dec_D + G * P + 16 + decode_warps(P, CL) * G * k_dec_D) * sizeof(float);
+  return size_t(G * k_dec_D + G * P + 16 + k_dec_warps * G * k_dec_D) * sizeof(float);
 }
 
 __device__ __forceinline__ float2 half2_to_float2(uint32_t b) {
@@ -294,21 +292,17 @@ struct KvLane<3> {
 };
 
 // G: the group (query heads per kv head) rounded up to a power of two; heads ≥ group are idle.
-// W = decode_warps(P, CL) warps. Every K and V load of the partition is issued before the first is
-// used, straight into registers: half warp h scores positions h, h + 2W, ... (a lane per 8
-// dimensions), warp w weights positions w, w + W, ... (a lane per 4 dimensions). Blocks of 256
-// positions (16 warps, ~100 registers) run one per multiprocessor; those of 64 (4 warps) run five
-// or more, so that one block's loads are in flight while another computes — what a grid of many
-// (kv head, sequence) pairs needs.
+// Every K and V load of the partition is issued before the first is used, straight into registers:
+// half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
+// w, w + 16, ... (a lane per 4 dimensions).
 // CL > 1: the blocks are clusters of CL along z, each block P positions of one direct partition of
 // CL · P (blockIdx.z is its rank); their softmax partials meet in distributed shared memory and
 // rank r writes the r-th share of the group's outputs (no partials in global memory, no combine
 // launch).
 template <int G, int F, int P, int CL = 1>
-__global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_kernel(AttnArgs a) {
-  constexpr int W = decode_warps(P, CL), kT = 32 * W;
-  constexpr int kQkRounds = P / (2 * W), kPvRounds = P / W;
-  static_assert(P % (2 * W) == 0, "whole rounds of positions");
+__global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArgs a) {
+  constexpr int kQkRounds = P / (2 * k_dec_warps), kPvRounds = P / k_dec_warps;
+  static_assert(P % (2 * k_dec_warps) == 0, "whole rounds of positions");
   using Lane = KvLane<F>;
   constexpr bool kScaled = F != 1;
   extern __shared__ float4 dec_smem[];
@@ -328,24 +322,20 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
   const int n = max(0, pe - pb);  // a cluster's empty blocks still meet the others
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
   const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
-  constexpr int kQv = (G * k_dec_D / 4 + kT - 1) / kT;  // float4 of q per thread
-  float4 qv[kQv];  // stored after the K/V loads are issued, not before
-#pragma unroll
-  for (int u = 0; u < kQv; ++u) {
-    const int qi = threadIdx.x + u * kT;
-    qv[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (qi < group * (k_dec_D / 4)) qv[u] = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
-  }
+  static_assert(k_dec_G_max * k_dec_D / 4 <= k_dec_threads, "a float4 of q per thread");
+  const int qi = threadIdx.x;  // q is stored after the K/V loads are issued, not before
+  float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (qi < group * (k_dec_D / 4)) qv = __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + qi);
   // The output copy's positions (the first two of this thread's outputs), read now, not at the end.
   int out_at[2] = {0, 0};
   constexpr int kShare = G * k_dec_D / CL;  // outputs of the group a cluster rank writes (at most)
-  static_assert(CL == 1 || kShare <= kT, "one output per thread");
+  static_assert(CL == 1 || kShare <= k_dec_threads, "one output per thread");
   const int share = group * k_dec_D / CL;
   if (a.out_perm && a.direct) {
     if constexpr (CL == 1) {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const int i = threadIdx.x + u * kT;
+        const int i = threadIdx.x + u * k_dec_threads;
         if (i < group * k_dec_D) out_at[u] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + i);
       }
     } else if (threadIdx.x < share) {
@@ -360,7 +350,7 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
   const bool pow2 = (ps & (ps - 1)) == 0;
   const int psh = __ffs(ps) - 1;
   const int first_page = pb / ps, n_pages = n > 0 ? (pe - 1) / ps - first_page + 1 : 0;
-  for (int i = threadIdx.x; i < 2 * n_pages; i += kT) {
+  for (int i = threadIdx.x; i < 2 * n_pages; i += k_dec_threads) {
     const int kv = i / n_pages, pg = i - kv * n_pages;
     const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
     base_s[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
@@ -380,7 +370,7 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
   unsigned short ks[kScaled ? kQkRounds : 1], vs[kScaled ? kPvRounds : 1];
 #pragma unroll
   for (int r = 0; r < kQkRounds; ++r) {
-    const int j = hw + 2 * W * r;
+    const int j = hw + 2 * k_dec_warps * r;
     kr[r] = {};
     if (j < n) {
       const uint8_t* sp = nullptr;
@@ -390,7 +380,7 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
   }
 #pragma unroll
   for (int r = 0; r < kPvRounds; ++r) {
-    const int j = warp + W * r;
+    const int j = warp + k_dec_warps * r;
     vr[r] = {};
     if (j < n) {
       const uint8_t* sp = nullptr;
@@ -398,15 +388,13 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
       if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
     }
   }
-#pragma unroll
-  for (int u = 0; u < kQv; ++u)
-    if (threadIdx.x + u * kT < G * (k_dec_D / 4)) reinterpret_cast<float4*>(Qs)[threadIdx.x + u * kT] = qv[u];
+  if (qi < G * (k_dec_D / 4)) reinterpret_cast<float4*>(Qs)[qi] = qv;
   __syncthreads();
 
 #pragma unroll
   for (int r = 0; r < kQkRounds; ++r) {
-    const int j = hw + 2 * W * r;
-    if (hw + 2 * W * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
+    const int j = hw + 2 * k_dec_warps * r;
+    if (hw + 2 * k_dec_warps * r - (lane >> 4) >= n) break;  // both halves of the warp leave together
     float k[8];
     Lane::k_values(kr[r], kScaled ? __half2float(__ushort_as_half(ks[kScaled ? r : 0])) : 0.0f, k);
     float d[G];
@@ -430,8 +418,8 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
     if (j < n && l16 < group) Ss[l16 * P + j] = mine * a.scale;
   }
   __syncthreads();
-  for (int h = warp; h < group; h += W) {
-    float* sw = Ss + h * P;
+  if (warp < group) {
+    float* sw = Ss + warp * P;
     float mx = k_neg_inf;
     for (int j = lane; j < n; j += 32) mx = fmaxf(mx, sw[j]);
     mx = warp_max(mx);
@@ -442,13 +430,13 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
       sum += p;
     }
     sum = warp_sum(sum);
-    if (lane == 0) Ms[h] = mx, Ms[8 + h] = sum;
+    if (lane == 0) Ms[warp] = mx, Ms[8 + warp] = sum;
   }
   __syncthreads();
   float acc[G][4] = {};
 #pragma unroll
   for (int r = 0; r < kPvRounds; ++r) {
-    const int j = warp + W * r;
+    const int j = warp + k_dec_warps * r;
     if (j >= n) break;
     float v[4];
     Lane::v_values(vr[r], kScaled ? __half2float(__ushort_as_half(vs[kScaled ? r : 0])) : 0.0f, v);
@@ -471,11 +459,11 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
     // Unnormalized sums into q's place, then each rank merges its share across the cluster.
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
-    for (int i = threadIdx.x; i < group * k_dec_D; i += kT) {
+    for (int i = threadIdx.x; i < group * k_dec_D; i += k_dec_threads) {
       const int h = i / k_dec_D, d = i % k_dec_D;
       float o = 0.0f;
 #pragma unroll
-      for (int w = 0; w < W; ++w) o += red[(w * G + h) * k_dec_D + d];
+      for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
       Qs[i] = o;
     }
     cluster.sync();
@@ -507,11 +495,11 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
     cluster.sync();  // no block leaves while another reads its shared memory
 #endif
   } else {
-    for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += kT, ++u) {
+    for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += k_dec_threads, ++u) {
       const int h = i / k_dec_D, d = i % k_dec_D;
       float o = 0.0f;
 #pragma unroll
-      for (int w = 0; w < W; ++w) o += red[(w * G + h) * k_dec_D + d];
+      for (int w = 0; w < k_dec_warps; ++w) o += red[(w * G + h) * k_dec_D + d];
       const int64_t orow = qrow + h;
       if (a.direct) {
         const float v = o / Ms[8 + h];
@@ -533,14 +521,196 @@ __global__ void __launch_bounds__(32 * decode_warps(P, CL)) attention_decode_ker
   }
 }
 
+// The streaming form for grids of many (kv head, sequence) pairs: a block of 4 warps per (kv head,
+// sequence, partition of up to k_attn_decode_part_stream positions); warp w takes chunks w, w + 4,
+// ... of C positions, each an online softmax step: every K and V load of the chunk in flight at
+// once (half a warp per K row, a lane per 8 dimensions; a warp per V row, a lane per 4), its scores
+// for the group's heads, their maxima, then the weights of all C positions in every lane (each half
+// warp's through one shuffle) applied to V. No barrier inside the loop; the four warps' (max, sum,
+// weighted V) meet in shared memory at the end. Registers bounded for five blocks per
+// multiprocessor (four for groups of 8; ptxas 13, sm_90a: 96 and 128, no spills for fp16 groups of
+// 1 and 4), so that one block's loads run while others compute.
+template <int G, int F>
+__global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_kernel(AttnArgs a) {
+  constexpr int W = 4, P = k_attn_decode_part_stream, C = G <= 2 ? 16 : 8, kKr = C / 2;
+  using Lane = KvLane<F>;
+  constexpr bool kScaled = F != 1;
+  __shared__ float4 q_s[G * k_dec_D / 4];
+  __shared__ float m_s[W][G], l_s[W][G];
+  __shared__ float4 acc_s[W][G][k_dec_D / 4];
+  __shared__ const uint8_t* base_s[2][P + 1];
+  __shared__ const uint8_t* scale_s[kScaled ? 2 : 1][kScaled ? P + 1 : 1];
+  const KvDeviceLayout& L = a.layout;
+  const int kvh = blockIdx.x, part = blockIdx.z;
+  const AttnSeqDesc sq = a.seqs[blockIdx.y];
+  if (sq.n_tokens < 1) return;
+  const int group = a.n_heads / L.n_kv_heads;
+  const int pos = sq.pos_start;
+  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
+  if (pb >= pe) return;
+  const int n = pe - pb;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hf = lane >> 4;
+  const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
+  for (int i = threadIdx.x; i < G * k_dec_D / 4; i += 128)
+    q_s[i] = i < group * (k_dec_D / 4) ? __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + i)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int ps = L.page_size, vb = int(L.vec_bytes), sb = int(L.vec_scale_bytes);
+  const bool pow2 = (ps & (ps - 1)) == 0;
+  const int psh = __ffs(ps) - 1;
+  const int first_page = pb / ps, n_pages = (pe - 1) / ps - first_page + 1;
+  for (int i = threadIdx.x; i < 2 * n_pages; i += 128) {
+    const int kv = i / n_pages, pg = i - kv * n_pages;
+    const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
+    base_s[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
+    if constexpr (kScaled) scale_s[kv][pg] = page + L.scales_offset + vec_index(L, kv, kvh, 0) * L.vec_scale_bytes;
+  }
+  __syncthreads();
+  const int k_scale_at = kScaled ? 2 * (l16 * 8 / L.block) : 0, v_scale_at = kScaled ? 2 * (lane * 4 / L.block) : 0;
+  const auto row = [&](int kv, int j, const uint8_t*& scale, int scale_at) {
+    const int p = pb + j;
+    const int pg = pow2 ? (p >> psh) : p / ps, slot = pow2 ? (p & (ps - 1)) : p - pg * ps;
+    if constexpr (kScaled) scale = scale_s[kv][pg - first_page] + slot * sb + scale_at;
+    return base_s[kv][pg - first_page] + slot * vb;
+  };
+  float m[G], l[G], acc[G][4];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    m[h] = k_neg_inf, l[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[h][e] = 0.0f;
+  }
+#pragma unroll 1
+  for (int c0 = warp * C; c0 < n; c0 += W * C) {
+    typename Lane::K kr[kKr];
+    typename Lane::V vr[C];
+    unsigned short ks[kScaled ? kKr : 1], vs[kScaled ? C : 1];
+#pragma unroll
+    for (int r = 0; r < kKr; ++r) {
+      const int j = c0 + 2 * r + hf;
+      kr[r] = {};
+      if constexpr (kScaled) ks[r] = 0;  // positions past the partition: 0 · scale, never 0 · NaN
+      if (j < n) {
+        const uint8_t* sp = nullptr;
+        kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(row(0, j, sp, k_scale_at)) + l16);
+        if constexpr (kScaled) ks[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < C; ++r) {
+      const int j = c0 + r;
+      vr[r] = {};
+      if constexpr (kScaled) vs[r] = 0;
+      if (j < n) {
+        const uint8_t* sp = nullptr;
+        vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(row(1, j, sp, v_scale_at)) + lane);
+        if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
+      }
+    }
+    // Scores of the half warp's positions c0 + 2r + hf, the same in its 16 lanes.
+    float sc[kKr][G];
+#pragma unroll
+    for (int r = 0; r < kKr; ++r) {
+      float k[8];
+      Lane::k_values(kr[r], kScaled ? __half2float(__ushort_as_half(ks[kScaled ? r : 0])) : 0.0f, k);
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const float4 q0 = q_s[h * (k_dec_D / 4) + 2 * l16], q1 = q_s[h * (k_dec_D / 4) + 2 * l16 + 1];
+        float x = k[0] * q0.x;
+        x = fmaf(k[1], q0.y, x), x = fmaf(k[2], q0.z, x), x = fmaf(k[3], q0.w, x);
+        x = fmaf(k[4], q1.x, x), x = fmaf(k[5], q1.y, x), x = fmaf(k[6], q1.z, x), x = fmaf(k[7], q1.w, x);
+        sc[r][h] = x;
+      }
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < kKr; ++r)
+#pragma unroll
+        for (int h = 0; h < G; ++h) sc[r][h] += __shfl_xor_sync(0xffffffffu, sc[r][h], o);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float mc = k_neg_inf;
+#pragma unroll
+      for (int r = 0; r < kKr; ++r) {
+        sc[r][h] = c0 + 2 * r + hf < n ? sc[r][h] * a.scale : k_neg_inf;
+        mc = fmaxf(mc, sc[r][h]);
+      }
+      mc = fmaxf(mc, __shfl_xor_sync(0xffffffffu, mc, 16));
+      const float m_new = fmaxf(m[h], mc);  // finite: position c0 is in the partition
+      const float corr = __expf(m[h] - m_new);
+      m[h] = m_new, l[h] *= corr;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[h][e] *= corr;
+#pragma unroll
+      for (int r = 0; r < kKr; ++r) sc[r][h] = __expf(sc[r][h] - m_new);  // the weight of c0 + 2r + hf
+    }
+#pragma unroll
+    for (int r = 0; r < kKr; ++r) {
+      float pw[2][G];  // weights of positions c0 + 2r and c0 + 2r + 1
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const float other = __shfl_xor_sync(0xffffffffu, sc[r][h], 16);
+        pw[0][h] = hf ? other : sc[r][h], pw[1][h] = hf ? sc[r][h] : other;
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        float v[4];
+        Lane::v_values(vr[2 * r + u], kScaled ? __half2float(__ushort_as_half(vs[kScaled ? 2 * r + u : 0])) : 0.0f, v);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          l[h] += pw[u][h];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[h][e] = fmaf(pw[u][h], v[e], acc[h][e]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    acc_s[warp][h][lane] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+    if (lane == 0) m_s[warp][h] = m[h], l_s[warp][h] = l[h];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += 128, ++u) {
+    const int h = i / k_dec_D, d = i % k_dec_D;
+    float mx = k_neg_inf;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (l_s[w][h] > 0.0f) mx = fmaxf(mx, m_s[w][h]);
+    float o = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (l_s[w][h] > 0.0f) {
+        const float e = __expf(m_s[w][h] - mx);
+        o += reinterpret_cast<const float*>(&acc_s[w][h][0])[d] * e, sum += l_s[w][h] * e;
+      }
+    const int64_t orow = qrow + h;
+    if (a.direct) {
+      store_out(a, orow, d, k_dec_D, o / sum);
+    } else {
+      const int64_t pidx = orow * a.max_parts + part;
+      a.part_acc[pidx * k_dec_D + d] = o;
+      if (d == 0) a.part_max[pidx] = mx, a.part_sum[pidx] = sum;
+    }
+  }
+}
+
+template <int G, int F>
+cudaError_t launch_attention_decode_stream(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
+  const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
+  attention_decode_stream_kernel<G, F><<<grid, 128, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
 template <int G, int F, int P>
 cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
-  constexpr size_t smem = decode_smem_bytes<G, P, 1>();
+  constexpr size_t smem = decode_smem_bytes<G, P>();
   const cudaError_t e =
       cudaFuncSetAttribute(attention_decode_kernel<G, F, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
-  attention_decode_kernel<G, F, P><<<grid, 32 * decode_warps(P, 1), smem, stream>>>(a);
+  attention_decode_kernel<G, F, P><<<grid, k_dec_threads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -548,13 +718,13 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t 
 template <int G, int F, int CL>
 cudaError_t launch_attention_decode_cluster(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   constexpr int P = k_attn_decode_cluster_part;
-  constexpr size_t smem = decode_smem_bytes<G, P, CL>();
+  constexpr size_t smem = decode_smem_bytes<G, P>();
   const cudaError_t e = cudaFuncSetAttribute(attention_decode_kernel<G, F, P, CL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(CL));
-  cfg.blockDim = dim3(32 * decode_warps(P, CL));
+  cfg.blockDim = dim3(k_dec_threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -575,8 +745,7 @@ cudaError_t launch_attention_decode(const AttnArgs& a, int n_seqs, cudaStream_t 
   }
   if (a.part_size == k_attn_decode_part_short)
     return launch_attention_decode<G, F, k_attn_decode_part_short>(a, n_seqs, stream);
-  if (a.part_size == k_attn_decode_part_small)
-    return launch_attention_decode<G, F, k_attn_decode_part_small>(a, n_seqs, stream);
+  if (a.part_size == k_attn_decode_part_stream) return launch_attention_decode_stream<G, F>(a, n_seqs, stream);
   return launch_attention_decode<G, F, k_attn_decode_part>(a, n_seqs, stream);
 }
 

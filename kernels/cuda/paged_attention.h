@@ -12,7 +12,7 @@
 //
 // attention_decode is the one-query-token-per-sequence case (decode steps) for fp16, q8 and q4
 // caches with head_dim k_attn_decode_head_dim: a block per (kv head, sequence, partition of
-// k_attn_decode_part, _short or _small positions, as the plan chooses) loads the
+// k_attn_decode_part, _short or _stream positions, as the plan chooses) loads the
 // partition's K and V rows into registers with every load
 // in flight, scores all of its group's query heads (half a warp per position), and weights V (a
 // warp per position residue); one pass instead of a tile loop, for the latency-bound short
@@ -29,8 +29,9 @@ inline constexpr int k_attn_tile = 32;       // positions per K/V tile
 inline constexpr int k_attn_max_head_dim = 256;
 inline constexpr int k_attn_decode_part = 256;      // positions per attention_decode block
 inline constexpr int k_attn_decode_part_short = 128;  // the other partition sizes it is built for
-// Blocks of 4 warps for grids of many (kv head, sequence) pairs (attention_plan.h says when).
-inline constexpr int k_attn_decode_part_small = 64;
+// The streaming form's partitions, for grids of many (kv head, sequence) pairs (attention_plan.h
+// says when): blocks of 4 warps that loop over the partition in chunks of 8 or 16 positions.
+inline constexpr int k_attn_decode_part_stream = 512;
 inline constexpr int k_attn_decode_head_dim = 128;  // the only head_dim attention_decode serves
 inline constexpr int k_attn_decode_max_group = 8;   // query heads per kv head it serves
 // With AttnArgs::cluster, a direct decode plan's partition is split over a thread block cluster
@@ -109,7 +110,7 @@ inline bool attention_decode_serves(const KvDeviceLayout& L) {
 
 // Whether attention_decode is built for partitions of `part` positions.
 inline bool attention_decode_part(int part) {
-  return part == k_attn_decode_part || part == k_attn_decode_part_short || part == k_attn_decode_part_small;
+  return part == k_attn_decode_part || part == k_attn_decode_part_short || part == k_attn_decode_part_stream;
 }
 
 // The decode kernel: grid (n_kv_heads, n_seqs, max_parts) over args.seqs, whose n_tokens are 0

@@ -1194,11 +1194,11 @@ TEST_F(CudaBackendTest, DecodeAttentionStagesTheOutputProjectionsInput) {
   // input too (AttnArgs::stage; a staged hand-off, no staging kernel for o), written by the decode
   // kernel (short contexts) or by attention_combine (a context over several partitions). x equals
   // what attention, linear_residual and rms_norm_mlp_residual give as separate ops, bit for bit.
-  // Also with the small decode partitions (the decode kernel stages up to 64 positions).
-  auto small = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "64"}});
-  for (Backend* b : {gpu_.get(), small.get()}) {
+  // Also with the streaming decode kernel (which stages up to 512 positions).
+  auto stream = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "512"}});
+  for (Backend* b : {gpu_.get(), stream.get()}) {
     active_ = b;
-    SCOPED_TRACE(b == gpu_.get() ? "defaults" : "small decode partitions");
+    SCOPED_TRACE(b == gpu_.get() ? "defaults" : "streaming decode kernel");
     constexpr int D = 128, NH = 4, KVH = 2, layer = 0;
     constexpr int64_t H = 256, I = 384, QD = int64_t(NH) * D;
     uint32_t seed = 2500;
@@ -1283,8 +1283,9 @@ TEST_F(CudaBackendTest, AttentionHeadDimsAndGroupings) {
 TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
   // One query token per sequence, fp16/q8/q4 cache, head_dim 128: attention_decode (direct within
   // one partition of k_attn_decode_part positions, partials + combine beyond); f32 caches, groups
-  // over 8 and prompts of several tokens stay on the tiled kernel. Again with the small
-  // partitions (4-warp blocks of 64 positions) that large batches get.
+  // over 8 and prompts of several tokens stay on the tiled kernel. Again with the streaming
+  // kernel that large batches get (direct up to k_attn_decode_part_stream positions, partials
+  // beyond).
   const std::vector<std::vector<AttnSeqSpec>> batches = {
       {{0, 1}}, {{255, 1}}, {{256, 1}, {49, 1}}, {{700, 1}, {0, 1}, {255, 1}, {4100, 1}}, {{50, 1}, {30, 0}, {129, 1}}};
   const std::vector<std::pair<int, int>> heads = {{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}};
@@ -1297,13 +1298,13 @@ TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
           const int page_size = page_sizes[seed % 3];
           attention_case(gpu(), tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
         }
-  auto small = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "64"}});
+  auto stream = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "512"}});
   for (KvFormat fmt : {KvFormat::fp16, KvFormat::q8, KvFormat::q4})
     for (auto [NH, KVH] : heads)
       for (int window : {0, 9, 200})
         for (const auto& batch : batches) {
           const int page_size = page_sizes[seed % 3];
-          attention_case(*small, tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
+          attention_case(*stream, tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
         }
 }
 
@@ -1510,8 +1511,8 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   EXPECT_EQ(plan.max_parts, int(pow2_ceil((3 * P + 6 + S - 1) / S)));  // 7 partitions, bucketed
   EXPECT_FALSE(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, S).direct);
   EXPECT_THROW(cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, 32), Error);
-  // The small partitions: four warps a block, every row split past 64 positions.
-  const int Q = cuda::k_attn_decode_part_small;
+  // The streaming kernel's partitions.
+  const int Q = cuda::k_attn_decode_part_stream;
   plan = cuda::plan_attention(decode, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true, Q);
   EXPECT_TRUE(plan.decode && !plan.direct);
   EXPECT_EQ(plan.max_parts, int(pow2_ceil((3 * P + 6 + Q - 1) / Q)));
@@ -1521,9 +1522,9 @@ TEST(CudaAttentionPlan, DecodePlansOnlyForOneTokenPerSequence) {
   EXPECT_EQ(cuda::plan_attention(short_ctx, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
   const std::vector<SeqAttn> long_one = {{0, 1, 4000, table}};
   EXPECT_EQ(cuda::plan_attention(long_one, 32, 8, 64, 1, 0, 264, cuda::k_attn_min_part, true).part_size, P);
-  // Small partitions once the (kv head, sequence) pairs reach k_attn_decode_small_from per
+  // The streaming kernel once the (kv head, sequence) pairs reach k_attn_decode_stream_from per
   // multiprocessor (264 target blocks: 132 multiprocessors), whatever the context.
-  const int64_t pairs = 132 * cuda::k_attn_decode_small_from;
+  const int64_t pairs = 132 * cuda::k_attn_decode_stream_from;
   for (int64_t ctx : {int64_t(100), int64_t(3000)}) {
     std::vector<SeqAttn> batch(size_t((pairs + 7) / 8), SeqAttn{0, 1, ctx, table});
     for (size_t i = 0; i < batch.size(); ++i) batch[i].token_begin = int64_t(i);
