@@ -27,8 +27,7 @@ CudaContext::CudaContext(int device) : device_(device) {
     return v && std::strcmp(v, value) == 0;
   };
   overlapped_launches_ = major >= 9 && !set_to("EXL_CUDA_PDL", "0");
-  mma_form_ = {overlapped_launches_, !set_to("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device),
-               set_to("EXL_CUDA_MMA_WIDE", "1")};
+  mma_form_ = {overlapped_launches_, !set_to("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
   const char* stream_k = std::getenv("EXL_CUDA_MMA_STREAM_K");
   mma_form_.stream_k = stream_k ? std::max(0, std::atoi(stream_k)) : 1;
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -57,8 +57,7 @@ class CudaContext {
   bool overlapped_launches() const { return overlapped_launches_; }
   // How the tensor-core EXL2 kernel runs (exl2_mma_set): overlapped as overlapped_launches(); its
   // wgmma form where exl2_wgmma_available (an sm_90a device and binary) unless EXL_CUDA_WGMMA=0;
-  // wide blocks where EXL_CUDA_MMA_WIDE=1 (not yet measured against narrow ones: BENCHMARKS.md,
-  // session 27); stream-K (Exl2MmaForm::stream_k) as EXL_CUDA_MMA_STREAM_K says (unset: 1, where
+  // stream-K (Exl2MmaForm::stream_k) as EXL_CUDA_MMA_STREAM_K says (unset: 1, where
   // K-slices underfill: b=64 +6.7% on the H200, BENCHMARKS.md, session 31).
   Exl2MmaForm mma_form() const { return mma_form_; }
 

@@ -393,18 +393,15 @@ SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std
   int wrows = 0;
   for (const auto* l : set) mma = mma && l->view().n_segs > 0, wrows = std::max(wrows, l->view().max_bits);
   r.mma = mma;
-  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_cols_per_block(int(rows), ctx.mma_form().wide),
-                                       exl2_mma_target_blocks(ctx, rows, wrows))
+  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, k_exl2_gemv_cols_per_block, exl2_mma_target_blocks(ctx, rows, wrows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   r.k_slice = ks;
   int64_t slices = ceil_div(K, ks);
   if (mma) {
     int tiles = 0;
     for (const auto* l : set) tiles += exl2_gemv_tiles(l->view().N);
-    const Exl2MmaForm form = ctx.mma_form();
-    const bool narrow = !exl2_mma_wide(exl2_mma_rows_per_block(int(rows)), form.wide);
     r.s.stream_blocks =
-        exl2_mma_stream_blocks(K, tiles, rows, ks, exl2_mma_target_blocks(ctx, rows, wrows), narrow, form.stream_k);
+        exl2_mma_stream_blocks(K, tiles, rows, ks, exl2_mma_target_blocks(ctx, rows, wrows), ctx.mma_form().stream_k);
     if (r.s.stream_blocks) slices = exl2_mma_stream_slots(tiles, int(ceil_div(K, 128)), r.s.stream_blocks);
   }
   const bool split = slices > 1 || r.s.stream_blocks;  // sums written as partials (stream-K: always)
@@ -658,13 +655,12 @@ int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int
   return int(std::min(ks, ceil_div(K, 128) * 128));
 }
 
-int exl2_mma_stream_blocks(int64_t K, int64_t tiles, int64_t rows, int k_slice, int target_blocks, bool narrow,
-                           int mode) {
+int exl2_mma_stream_blocks(int64_t K, int64_t tiles, int64_t rows, int k_slice, int target_blocks, int mode) {
   if (mode <= 0 || rows > 64) return 0;
   const int64_t units = tiles * ceil_div(K, 128);
   if (mode > 1) return int(std::min<int64_t>(mode, units));
   const int64_t blocks = tiles * ceil_div(K, k_slice), waves = ceil_div(blocks, target_blocks);
-  if (!narrow || 5 * blocks >= 4 * waves * target_blocks || units < 2 * target_blocks) return 0;
+  if (5 * blocks >= 4 * waves * target_blocks || units < 2 * target_blocks) return 0;
   return target_blocks;
 }
 

@@ -178,10 +178,9 @@ int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int
 // 128-column tiles over K rows at `rows` rows whose K-slices would be `k_slice` long, aiming at
 // `target_blocks` (exl2_mma_target_blocks); one row block only (rows ≤ 64). `mode`
 // (Exl2MmaForm::stream_k): 0 never; n > 1 min(n, units) blocks (tests); 1 target_blocks where the
-// set runs `narrow` (128-column) blocks, its K-slices' blocks fill under 80% of the waves they
-// take (gate/up at 64 rows: 224 of 396) and every block gets at least two 128-row chunks.
-int exl2_mma_stream_blocks(int64_t K, int64_t tiles, int64_t rows, int k_slice, int target_blocks, bool narrow,
-                           int mode);
+// set's K-slices' blocks fill under 80% of the waves they take (gate/up at 64 rows: 224 of 396)
+// and every block gets at least two 128-row chunks.
+int exl2_mma_stream_blocks(int64_t K, int64_t tiles, int64_t rows, int k_slice, int target_blocks, int mode);
 // Tensor-core blocks aimed for, for a set whose widest group has `wrows` bits: one wave of
 // exl2_mma_resident_blocks (as many as the kernel's registers and the multiprocessors' shared
 // memory allow, in the context's form), or EXL_CUDA_MMA_BLOCKS_PER_SM (1..64) per multiprocessor.

@@ -501,24 +501,13 @@ struct BlockJob {
   int job, bx;
 };
 // `tile`: the block's column tile over all jobs (blockIdx.x, or blockIdx.y for exl2_mma_kernel)
-// in tiles of HC · k_exl2_gemv_cols_per_block columns (a job's last tile may be partly past its N).
-template <int HC = 1>
+// in tiles of k_exl2_gemv_cols_per_block columns (a job's last tile may be partly past its N).
 __device__ __forceinline__ BlockJob block_job(const Exl2GemvSet& set, int tile = int(blockIdx.x)) {
   BlockJob r{set.jobs[0].w, set.jobs[0].bias, set.jobs[0].y, set.jobs[0].partials, 0, tile};
-  if constexpr (HC == 1) {
 #pragma unroll
-    for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
-      if (j < set.n_jobs && tile >= set.jobs[j].tile_begin)
-        r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, j, tile - set.jobs[j].tile_begin};
-  } else {
-    int begin = 0;
-#pragma unroll
-    for (int j = 1; j < k_exl2_gemv_max_jobs; ++j) {
-      begin += (exl2_gemv_tiles(set.jobs[j - 1].w.N) + HC - 1) / HC;
-      if (j < set.n_jobs && tile >= begin)
-        r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, j, tile - begin};
-    }
-  }
+  for (int j = 1; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < set.n_jobs && tile >= set.jobs[j].tile_begin)
+      r = {set.jobs[j].w, set.jobs[j].bias, set.jobs[j].y, set.jobs[j].partials, j, tile - set.jobs[j].tile_begin};
   return r;
 }
 
@@ -823,8 +812,8 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
 
 // ---- exl2_mma: tensor-core products for 3..k_exl2_mma_max_rows activation rows ----------------
 
-// Floats per row of exl2_mma_kernel's result tile with HC column quads per lane (16-byte rows).
-EXL_HD constexpr int mma_out_stride(int hc) { return hc * k_exl2_gemv_cols_per_block + 4; }
+// Floats per row of exl2_mma_kernel's result tile (16-byte rows).
+constexpr int k_mma_out_stride = k_exl2_gemv_cols_per_block + 4;
 // exl2_mma_kernel's ring: double buffering. Deeper rings (3, 4, 6 stages) measured no faster at any
 // batch on the H200, and up to 30% slower at 64 rows where they cost resident blocks (BENCHMARKS.md,
 // session 19).
@@ -961,38 +950,36 @@ __device__ __forceinline__ void mma_decode_half_bits(int bits, const uint4* wl, 
   }
 }
 
-// One 128-row chunk: each half of each of the lane's HC column quads decoded (words at
-// wl[q·T + b·HC·T]), then multiplied by the chunk's activation fragments (the stage at shared
-// address xs: mma_x_index's layout; `xl` is the lane's ldmatrix row offset, mma_ldmatrix_offset)
-// for every n-tile. Consecutive mma go to different accumulators.
-template <int MT, int NT, int HC>
-__device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __half2 (&s2)[HC][4], unsigned xs,
-                                          unsigned xl, float (&acc)[HC][MT][NT][4]) {
+// One 128-row chunk: each half of the lane's column quad decoded (words at wl[b·T]), then
+// multiplied by the chunk's activation fragments (the stage at shared address xs: mma_x_index's
+// layout; `xl` is the lane's ldmatrix row offset, mma_ldmatrix_offset) for every n-tile.
+// Consecutive mma go to different accumulators.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs, unsigned xl,
+                                          float (&acc)[MT][NT][4]) {
   constexpr int T = k_exl2_gemv_threads;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h) {
+    uint32_t a[MT][2][8];
+    if (h == 0) mma_decode_half_bits<0, T>(bits, wl, s2, a);
+    else mma_decode_half_bits<1, T>(bits, wl, s2, a);
+    __syncwarp();
 #pragma unroll
-    for (int q = 0; q < HC; ++q) {
-      uint32_t a[MT][2][8];
-      if (h == 0) mma_decode_half_bits<0, HC * T>(bits, wl + q * T, s2[q], a);
-      else mma_decode_half_bits<1, HC * T>(bits, wl + q * T, s2[q], a);
-      __syncwarp();
+    for (int uu = 0; uu < 2; ++uu) {
+      const int u = 2 * h + uu, l = 4 * uu;  // l: local pair index of step 2u within this half
 #pragma unroll
-      for (int uu = 0; uu < 2; ++uu) {
-        const int u = 2 * h + uu, l = 4 * uu;  // l: local pair index of step 2u within this half
+      for (int j = 0; j < NT; ++j) {
+        uint32_t b[4];  // B fragments (b0, b1) of steps 2u and 2u + 1
+        ldmatrix_x4(b, xs + xl + unsigned((2 * u * NT + j) * 256));
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          uint32_t b[4];  // B fragments (b0, b1) of steps 2u and 2u + 1
-          ldmatrix_x4(b, xs + xl + unsigned((2 * u * NT + j) * 256));
+        for (int mt = 0; mt < MT; ++mt)
+          mma_16816(acc[mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b[0], b[1]);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            mma_16816(acc[q][mt][j], a[mt][0][l], a[mt][1][l], a[mt][0][l + 1], a[mt][1][l + 1], b[0], b[1]);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            mma_16816(acc[q][mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b[2], b[3]);
-        }
+        for (int mt = 0; mt < MT; ++mt)
+          mma_16816(acc[mt][j], a[mt][0][l + 2], a[mt][1][l + 2], a[mt][0][l + 3], a[mt][1][l + 3], b[2], b[3]);
       }
     }
+  }
 }
 
 // Byte offset of the row that lane l names to ldmatrix_x4 in mma_chunk: matrix l / 8 is (step
@@ -1051,40 +1038,39 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int&
   return r;
 }
 
-// Block (row block x, column tile y, K-slice z): 4 warps on 128·HC columns (a warp on HC runs of
-// 32: in each, two 16-column m-tiles whose A rows g, g+8 of m-tiles 0, 1 are the lane's columns
-// 4g .. 4g+3 of the run's 32, its "column quad"), MB = 8·NT activation rows (NT n-tiles of 8), one K-slice (a multiple of
+// Block (row block x, column tile y, K-slice z): 4 warps on 128 columns (a warp on 32: two
+// 16-column m-tiles whose A rows g, g+8 of m-tiles 0, 1 are the lane's columns 4g .. 4g+3 of the
+// warp's 32, its "column quad"), MB = 8·NT activation rows (NT n-tiles of 8), one K-slice (a multiple of
 // k_mma_chunk), chunk by chunk through a ring of S stages in shared memory filled by cp.async
 // S − 1 chunks ahead: the chunk's activations (staged in fragment order by exl2_mma_stage_kernel,
-// shared by the block) and each lane's own words of its 32-row block for its column quads (`wrows`
-// 16-byte rows per lane, quad and stage: the widest block of the set), their scale codes, its
+// shared by the block) and each lane's own words of its 32-row block for its column quad (`wrows`
+// 16-byte rows per lane and stage: the widest block of the set), their scale codes, its
 // group's scale maximum (as the aligned pair of fp16 that holds it) and its block's width. No registers hold a
 // chunk in flight, and a lane's weights need no barrier (it reads back only what it copied). Each
 // lane decodes its block into scaled fp16 pairs, then the warp runs m16n8k16 mma with fp32
 // accumulation. With several K-slices each block writes its partial sums and exl2_mma_sum_kernel
 // adds them up.
-// Registers bounded for exl2_mma_blocks_per_sm (ptxas 13, sm_90a: narrow 80, 80, 128 and 168
-// at 8, 16, 32 and 64 rows, spilling 4 bytes at 32 rows and, in the mma.sync form of 64 rows, 108;
-// wide 96, 96 and 167, no spills; wgmma 168, no spills).
+// Registers bounded for exl2_mma_blocks_per_sm (ptxas 13, sm_90a: 80, 80, 128 and 168 at 8, 16,
+// 32 and 64 rows, spilling 4 bytes at 32 rows and, in the mma.sync form of 64 rows, 108; wgmma
+// 168, no spills).
 // ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
 // decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
-template <int NT, int HC, bool ASYNC, bool STREAM>
-__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT, HC == 2))
+template <int NT, bool ASYNC, bool STREAM>
+__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT))
     exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
-  static_assert(HC == 1 || (HC == 2 && !ASYNC && !STREAM), "wgmma and stream-K blocks have one column quad per lane");
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads, S = k_mma_stages;
   constexpr int SX = ASYNC ? k_wgmma_x_stages : S;
-  constexpr int kCols = HC * k_exl2_gemv_cols_per_block, kOutStride = mma_out_stride(HC);
-  constexpr int SR = HC + 2;  // ring words per lane and stage: HC scale codes, the scale-maximum pair, meta
+  constexpr int kCols = k_exl2_gemv_cols_per_block, kOutStride = k_mma_out_stride;
+  constexpr int SR = 3;  // ring words per lane and stage: the scale code, the scale-maximum pair, meta
   extern __shared__ uint4 xs_raw[];
   uint4* const wring = xs_raw + SX * kChunkVecs;
-  uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * HC * T);  // [S][SR][T]
+  uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);  // [S][SR][T]
   __shared__ Exl2Segment segs[k_exl2_max_segments];
   // One K-slice [c_begin, c_end) (in 128-row chunks) of block tile `tile_index`, its sums written
   // to y or (split) to partials slot `part_slot`.
   const auto run = [&](const int tile_index, const int c_begin, const int c_end, const int part_slot) {
-    const auto [w, bias, y, part, job, bx] = block_job<HC>(set, tile_index);
+    const auto [w, bias, y, part, job, bx] = block_job(set, tile_index);
     const int k0 = c_begin * k_mma_chunk, k1 = min(w.K, c_end * k_mma_chunk);
     const int chunks = c_end - c_begin;
     const int m0 = blockIdx.x * MB, mc = min(MB, rows - m0);
@@ -1100,15 +1086,15 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     const int slot = warp * 32 + t * 8 + ((g + 2 * t) & 7);
     // One scale-maximum pair per word row (t): copied by the lane with g = 0, read by all eight.
     const int max_slot = warp * 32 + t * 8;
-    const int nw = bx * kCols + warp * 32 * HC, n4 = nw + 4 * g;  // quad q: columns n4 + 32q .. + 3
+    const int n4 = bx * kCols + warp * 32 + 4 * g;  // the lane's column quad: n4 .. n4 + 3
     const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
     const uint4* tile = reinterpret_cast<const uint4*>(staged) +
                         (size_t(job * gridDim.x + blockIdx.x) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
     const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
     int s_fetch = 0;
-    // A lane's stage: words [wrows][HC][T] in wring; in sring [SR][T]: the quads' scale codes, the
-    // scale-maximum pair, and the block's width | (group parity << 4) | (quads in the columns << 5)
-    // (0: nothing to add), so the consumer walks no segments.
+    // A lane's stage: words [wrows][T] in wring; in sring [SR][T]: the quad's scale codes, the
+    // scale-maximum pair, and the block's width | (group parity << 4) (0: nothing to add, the quad
+    // past the columns or the block past the K-slice), so the consumer walks no segments.
     // The chunk's activations (written by exl2_mma_stage_kernel: after wait_for_inputs) and the
     // lane's weights (before it: the prologue's overlap the previous kernel when launched overlapped).
     const auto fetch_x = [&](int c) {
@@ -1124,21 +1110,18 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       if (c < chunks) {
         const int st = c % S;
         const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
-        uint32_t quads = 0;
+        const bool in = at.bits && n4 < view.Np;
+        if (in) {
+          const uint4* src = reinterpret_cast<const uint4*>(view.q_weight + size_t(at.qrow) * np + n4);
 #pragma unroll
-        for (int q = 0; q < HC; ++q)
-          if (at.bits && n4 + 32 * q < view.Np) {
-            const uint4* src = reinterpret_cast<const uint4*>(view.q_weight + size_t(at.qrow) * np + n4 + 32 * q);
-#pragma unroll
-            for (int b = 0; b < 8; ++b)
-              if (b < at.bits) cp_async16(wring + ((st * wrows + b) * HC + q) * T + slot, src + size_t(b) * (np >> 2));
-            cp_async4(sring + (SR * st + q) * T + slot, view.q_scale + size_t(at.grp) * sstride + ((n4 + 32 * q) >> 3));
-            quads |= 1u << q;
-          }
-        if (g == 0 && quads)  // lane g = 0 has quad 0 in the columns whenever any lane of its row has one
-          cp_async4(sring + (SR * st + HC) * T + max_slot,
-                    reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
-        sring[(SR * st + HC + 1) * T + slot] = quads ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 | quads << 5 : 0u;
+          for (int b = 0; b < 8; ++b)
+            if (b < at.bits) cp_async16(wring + (st * wrows + b) * T + slot, src + size_t(b) * (np >> 2));
+          cp_async4(sring + SR * st * T + slot, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
+          if (g == 0)  // lane g = 0 is in the columns whenever any lane of its row is
+            cp_async4(sring + (SR * st + 1) * T + max_slot,
+                      reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
+        }
+        sring[(SR * st + 2) * T + slot] = in ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
       }
     };
 #pragma unroll
@@ -1150,15 +1133,13 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       cp_async_commit();
     }
 
-    float acc[HC][MT][NT][4];
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int q = 0; q < HC; ++q)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[q][mt][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
     const unsigned lane_ld = mma_ldmatrix_offset(NT, lane);
 #pragma unroll 1
     for (int c = 0; c < chunks; ++c) {
@@ -1171,33 +1152,27 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       fetch_x(c + S - 1);
       cp_async_commit();
       const int st = c % S;
-      const uint32_t meta = sring[(SR * st + HC + 1) * T + slot];
+      const uint32_t meta = sring[(SR * st + 2) * T + slot];
       const int bits = int(meta & 15u);
       float smax = 0.0f;
-      uint32_t scode[HC] = {};
-      if (bits) {
-        const uint32_t pair = sring[(SR * st + HC) * T + max_slot];
+      uint32_t scode = 0;
+      if (bits) {  // else the quad is past the columns or the block past the K-slice: the scale 0
+        const uint32_t pair = sring[(SR * st + 1) * T + max_slot];
         smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) *
                (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
-#pragma unroll
-        for (int q = 0; q < HC; ++q) scode[q] = sring[(SR * st + q) * T + slot] >> (4 * (n4 & 7));
+        scode = sring[SR * st * T + slot] >> (4 * (n4 & 7));
       }
-      __half2 s2[HC][4];
+      __half2 s2[4];
 #pragma unroll
-      for (int q = 0; q < HC; ++q) {
-        // A quad past the columns (its code and words whatever the ring held) gets the scale 0.
-        const float sm = HC == 1 || ((meta >> (5 + q)) & 1u) ? smax : 0.0f;
-#pragma unroll
-        for (int col = 0; col < 4; ++col) {
-          const uint32_t code = (scode[q] >> (4 * col)) & 15u;
-          s2[q][col] = __float2half2_rn(q_minus((code + 1) * (code + 1), 8388608.0f) * sm);  // no int→float unit
-        }
+      for (int col = 0; col < 4; ++col) {
+        const uint32_t code = (scode >> (4 * col)) & 15u;
+        s2[col] = __float2half2_rn(q_minus((code + 1) * (code + 1), 8388608.0f) * smax);  // no int→float unit
       }
       const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + (c % SX) * kChunkVecs));
-      const uint4* wl = wring + st * wrows * HC * T + slot;
+      const uint4* wl = wring + st * wrows * T + slot;
       if constexpr (ASYNC) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        wgmma_chunk<NT>(bits, wl, s2[0], xs, acc[0]);
+        wgmma_chunk<NT>(bits, wl, s2, xs, acc);
 #endif
       } else {
         mma_chunk(bits, wl, s2, xs, lane_ld, acc);
@@ -1207,7 +1182,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (ASYNC) {
       wgmma_wait<0>();
-      wgmma_fence_operands(acc[0]);
+      wgmma_fence_operands(acc);
     }
 #endif
     cp_async_wait<0>();
@@ -1218,17 +1193,14 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     // fragments' own layout would touch four sectors per 128 useful bytes.
     float* out_tile = reinterpret_cast<float*>(xs_raw);
 #pragma unroll
-    for (int q = 0; q < HC; ++q)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int cc = 0; cc < 2; ++cc)
 #pragma unroll
-        for (int cc = 0; cc < 2; ++cc)
+        for (int j = 0; j < NT; ++j)
 #pragma unroll
-          for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              out_tile[(8 * j + 2 * t + e) * kOutStride + warp * 32 * HC + 32 * q + 4 * g + 2 * mt + cc] =
-                  acc[q][mt][j][2 * cc + e];
+          for (int e = 0; e < 2; ++e)
+            out_tile[(8 * j + 2 * t + e) * kOutStride + warp * 32 + 4 * g + 2 * mt + cc] = acc[mt][j][2 * cc + e];
     __syncthreads();
     const bool split = gridDim.z > 1 || STREAM;
     const int nb = bx * kCols, ncols = min(kCols, w.N - nb);
@@ -1493,18 +1465,17 @@ bool exl2_wgmma_available(int device) {
 // codes, the scale-maximum pair and the meta word), reused for the result tile once it is done.
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form) {
   const int mb = exl2_mma_rows_per_block(rows);
-  const size_t hc = exl2_mma_wide(mb, form.wide) ? 2 : 1;
   const size_t x_stages = form.wgmma && mb == 64 ? k_wgmma_x_stages : k_mma_stages;
-  const size_t per_lane = 16 * size_t(wrows) * hc + 4 * (hc + 2);
+  const size_t per_lane = 16 * size_t(wrows) + 4 * 3;
   return std::max(x_stages * size_t(mb) * 256 + size_t(k_mma_stages) * size_t(k_exl2_gemv_threads) * per_lane,
-                  size_t(mb) * size_t(mma_out_stride(int(hc))) * sizeof(float));
+                  size_t(mb) * size_t(k_mma_out_stride) * sizeof(float));
 }
 
 int exl2_mma_resident_blocks(int rows, int wrows, Exl2MmaForm form, size_t smem_per_sm) {
   // Besides the dynamic part: the segment table, and the 1 KiB the system reserves per block (sm_80+).
   const size_t per_block = exl2_mma_smem_bytes(rows, wrows, form) + sizeof(Exl2Segment) * k_exl2_max_segments + 1024;
   const int by_smem = int(smem_per_sm / per_block);
-  return std::max(1, std::min(exl2_mma_blocks_per_sm(rows, form.wide), by_smem));
+  return std::max(1, std::min(exl2_mma_blocks_per_sm(rows), by_smem));
 }
 
 int exl2_mma_stream_slots(int tiles, int chunks, int blocks) {
@@ -1526,7 +1497,6 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       (!streamk && k_slice < 1) || set.stream_blocks < 0 || (streamk && rows > 64) || set.norm_w ||
       set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
     return cudaErrorInvalidValue;
-  if (streamk) form.wide = false;
   // Whether the K-slice sums run (they then also do what swiglu_to, norm_to and rope ask).
   const bool summed = streamk || set.jobs[0].w.K > k_slice;
   const Exl2MmaStaging& to = set.swiglu_to;
@@ -1545,22 +1515,20 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
                set.jobs[2].w.N != set.jobs[1].w.N || set.jobs[0].w.N % k_exl2_gemv_cols_per_block != 0))
     return cudaErrorInvalidValue;
   const int mb = exl2_mma_rows_per_block(rows), K = set.jobs[0].w.K;
-  const bool wide = exl2_mma_wide(mb, form.wide), wgmma = form.wgmma && mb == 64;
-  const int hc = wide ? 2 : 1;
-  int tiles = 0, block_tiles = 0, wrows = 0;
+  const bool wgmma = form.wgmma && mb == 64;
+  int tiles = 0, wrows = 0;
   for (int j = 0; j < set.n_jobs; ++j) {
     const Exl2DeviceView& v = set.jobs[j].w;
     if (set.jobs[j].tile_begin != tiles || v.K != K || v.n_segs < 1 || v.max_bits < 2 || v.max_bits > 8)
       return cudaErrorInvalidValue;
     tiles += exl2_gemv_tiles(v.N);
-    block_tiles += (exl2_gemv_tiles(v.N) + hc - 1) / hc;
     wrows = std::max(wrows, v.max_bits);
   }
   if (streamk && int64_t(set.stream_blocks) > int64_t(tiles) * mma_chunks(K)) return cudaErrorInvalidValue;
   // Row blocks of one column tile are neighbours in launch order, so that beyond 64 rows the later
   // ones find the tile's weights in L2.
   const dim3 grid = streamk ? dim3(1, unsigned(set.stream_blocks), 1)
-                           : dim3((rows + mb - 1) / mb, unsigned(block_tiles), (K + k_slice - 1) / k_slice);
+                           : dim3((rows + mb - 1) / mb, unsigned(tiles), (K + k_slice - 1) / k_slice);
   const int slices = streamk ? 0 : int(grid.z);  // stream-K: the sums count each tile's slots
   const dim3 stage_grid(unsigned(mma_chunks(K)), grid.x * unsigned(mb / 8), unsigned(set.n_jobs));
   const size_t smem = exl2_mma_smem_bytes(rows, wrows, form);
@@ -1596,21 +1564,18 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     return cudaGetLastError();
   };
   switch (mb) {
-    case 8: return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 1, false, true>)
-                   : wide  ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 2, false, false>)
-                           : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, 1, false, false>);
-    case 16: return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 1, false, true>)
-                    : wide  ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 2, false, false>)
-                            : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, 1, false, false>);
-    case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 1, false, true>)
-                    : wide  ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 2, false, false>)
-                            : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, 1, false, false>);
+    case 8: return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, true>)
+                           : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, false>);
+    case 16: return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, true>)
+                            : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, false>);
+    case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, true>)
+                            : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, false>);
     default:
       if (streamk)
-        return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, true, true>)
-                     : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, false, true>);
-      return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, true, false>)
-                   : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, 1, false, false>);
+        return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true>)
+                     : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false, true>);
+      return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false>)
+                   : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false, false>);
   }
 }
 

@@ -194,13 +194,12 @@ cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int 
 // (saturated at ±65504) in fragment order, into `staged` (exl2_mma_staged_bytes; the caller's
 // scratch, overwritten). Then each block streams its K-slice of them, and each lane its own words,
 // through a double-buffered ring of shared memory (cp.async); each lane of a quad decodes one
-// 32-row block of a 128-row chunk for four columns, or for two runs of four 32 columns apart
-// (Exl2MmaForm::wide), straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to
+// 32-row block of a 128-row chunk for four columns, straight into scaled fp16 mma fragments (w = (q − z)·scale rounded once to
 // fp16, as exl2_reconstruct forms it), and m16n8k16 mma accumulate in fp32; K-slices (their
 // partial sums in the jobs' `partials`, no counters) are added in slice order by a third kernel
 // (deterministic), a thread per output.
 // Blocks take exl2_mma_rows_per_block(rows) rows (8, 16, 32 or 64; more rows use more blocks) and
-// exl2_mma_cols_per_block columns of one job.
+// k_exl2_gemv_cols_per_block columns of one job.
 // Needs streamed layouts (every job's n_segs > 0), k_slice a multiple of 128 and no norm or
 // hand-off; x_up, residual and bias as in the gemv. With several K-slices the sums may go on:
 // rope (jobs q, k, v, no residual) rotates and stores each head as the gemv does; swiglu_to and
@@ -216,10 +215,9 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // chunk (only where exl2_wgmma_available; the same results up to the order of fp32 additions
 // inside the tensor cores). Fewer rows keep mma.sync, measured faster there (BENCHMARKS.md,
 // session 26).
-// wide: blocks of up to 32 rows cover 256 columns, a lane 8 of them, so that a chunk's fixed costs
-// (its segment walk, copy addresses, scale maximum, barrier and activation fetch) are paid once
-// per 8 columns (64-row blocks keep 4 per lane: 128 accumulators would not fit beside the
-// fragments). Over the same K-slices, the same results as narrow blocks, bit for bit.
+// (Blocks of up to 32 rows over 256 columns, a lane on two column quads so that a chunk's fixed
+// costs are paid once per 8 columns, lost 5–10% at 4–32 rows on the H200: BENCHMARKS.md, session
+// 32; removed.)
 // stream_k: 1 = sets of one row block whose K-slices would fill few of the resident blocks run
 // stream-K (Exl2GemvSet::stream_blocks; cuda_linear.cpp, exl2_mma_stream_blocks); n > 1 = every
 // set of one row block runs on n blocks (tests: uneven shares at small sizes); 0 = never. Over the
@@ -227,17 +225,10 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;
-  bool wide = false;
   int stream_k = 0;
 };
-EXL_HD constexpr bool exl2_mma_wide(int rows, bool wide) { return wide && rows <= 32; }
-EXL_HD constexpr int exl2_mma_cols_per_block(int rows, bool wide) {
-  return exl2_mma_wide(rows, wide) ? 2 * k_exl2_gemv_cols_per_block : k_exl2_gemv_cols_per_block;
-}
 // Resident blocks per multiprocessor the kernel's registers are bounded for.
-EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows, bool wide) {
-  return exl2_mma_wide(rows, wide) ? (rows <= 16 ? 5 : 3) : rows <= 16 ? 6 : rows <= 32 ? 4 : 3;
-}
+EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
 // Dynamic shared memory of an exl2_mma_set block of `rows` rows whose set's widest group has
 // `wrows` bits.
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form);

@@ -14,12 +14,11 @@
 #
 # Expects the bundle of tests/gpu/bundle.sh (its xz'd programs and shared assets are unpacked here)
 # or exlagent on PATH. Environment:
-#   FORMS   space-separated: narrow (EXL_CUDA_MMA_WIDE=0), wide (EXL_CUDA_MMA_WIDE=1), unchained
-#           (narrow with EXL_CUDA_LAYER_CHAINS=0 and EXL_CUDA_MMA_STREAM_K=0: each op stages its
-#           own tensor-core input and K-slices everywhere, the code before session 30), chained
-#           (narrow with the layer chains at every row count, as session 30 had them), default
-#           (none of them), or VAR=value[+VAR=value...] (the defaults with those variables set);
-#           default "narrow unchained wide"
+#   FORMS   space-separated: narrow (the defaults), unchained (EXL_CUDA_LAYER_CHAINS=0 and
+#           EXL_CUDA_MMA_STREAM_K=0: each op stages its own tensor-core input and K-slices
+#           everywhere, the code before session 30), chained (the layer chains at every row count,
+#           as session 30 had them), or VAR=value[+VAR=value...] (the defaults with those
+#           variables set); default "narrow unchained"
 #   PEER    a copied peer folder (e.g. .gpu/peer); unset: no llama.cpp
 #   TESTS=0 skip the kernel and engine GPU tests
 #   TEST_FORMS  the forms the tests run under (default: FORMS)
@@ -34,7 +33,7 @@ set -uo pipefail
 out=${1:?OUT_DIR}
 mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
-forms=${FORMS:-narrow unchained wide}
+forms=${FORMS:-narrow unchained}
 rounds=${ROUNDS:-2}
 work=${WORK:-/tmp/issue21}
 mkdir -p "$work"
@@ -60,11 +59,9 @@ echo "built from: $(cat "${GPU_DATA:-/nonexistent}/../BUILT_FROM" 2>/dev/null ||
 
 form_env() {
   case "$1" in
-    narrow) echo EXL_CUDA_MMA_WIDE=0 ;;
-    wide) echo EXL_CUDA_MMA_WIDE=1 ;;
-    unchained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=0 EXL_CUDA_MMA_STREAM_K=0 ;;
-    chained) echo EXL_CUDA_MMA_WIDE=0 EXL_CUDA_LAYER_CHAINS=64 ;;
-    default) ;;
+    narrow | default) ;;
+    unchained) echo EXL_CUDA_LAYER_CHAINS=0 EXL_CUDA_MMA_STREAM_K=0 ;;
+    chained) echo EXL_CUDA_LAYER_CHAINS=64 ;;
     *=*) echo "${1//+/ }" ;;
     *) echo "issue21_bench: unknown form '$1'" >&2; exit 2 ;;
   esac

@@ -500,30 +500,6 @@ TEST_F(CudaBackendTest, LinearExl2MatchesNaiveDequantization) {
   }
 }
 
-TEST_F(CudaBackendTest, WideTensorCoreBlocksMatchNarrowOnesBitForBit) {
-  // 256-column blocks (a lane on two column quads) against 128-column ones (EXL_CUDA_MMA_WIDE=0,
-  // read when a backend is made): K = 1024 gives 128-row K-slices in both forms at these rows, so
-  // every output is the same sum in the same order. N = 200 leaves the second quad of the last
-  // lanes past the columns; every width and the bias are in play.
-  auto wide = backend_with({{"EXL_CUDA_MMA_WIDE", "1"}}), narrow = backend_with({{"EXL_CUDA_MMA_WIDE", "0"}});
-  auto w = test::random_exl2(1024, 200, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}, 91, true);
-  auto pw = wide->prepare_linear(w.m), pn = narrow->prepare_linear(w.m);
-  for (int64_t rows : {3, 8, 16, 32}) {
-    const auto x = test::random_floats(size_t(rows * 1024), 92 + uint32_t(rows));
-    std::vector<float> yw(size_t(rows * 200)), yn(yw.size());
-    for (auto [b, p, y] : {std::tuple{wide.get(), pw.get(), &yw}, std::tuple{narrow.get(), pn.get(), &yn}}) {
-      Buffer dx = b->alloc(x.size() * 4), dy = b->alloc(y->size() * 4);
-      b->upload(dx.data(), x.data(), x.size() * 4);
-      b->linear(*p, dx.f32(), dy.f32(), rows);
-      b->download(y->data(), dy.data(), y->size() * 4);
-    }
-    EXPECT_EQ(std::memcmp(yw.data(), yn.data(), yw.size() * 4), 0) << rows << " rows";
-    std::vector<float> ref(yw.size());
-    cpu::linear_exl2(tp_, w.m, x.data(), ref.data(), rows);
-    EXPECT_LT(rel_err(yw, ref), exl2_tol(rows)) << rows << " rows";
-  }
-}
-
 TEST_F(CudaBackendTest, StreamKTensorCoreSetsMatchCpu) {
   // EXL_CUDA_MMA_STREAM_K=n: every tensor-core set of one row block runs on n blocks that share its
   // (column tile, 128-row chunk) units, most of them ending inside a tile (three jobs of 3 + 2 + 1
@@ -1678,26 +1654,24 @@ TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
 
 TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   constexpr size_t h100 = 233472;  // shared memory per multiprocessor of sm_90
-  const cuda::Exl2MmaForm narrow{}, wide{false, false, true}, wgmma{false, true, false};
-  for (const cuda::Exl2MmaForm& f : {narrow, wide, wgmma})
+  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true};
+  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma})
     for (int rows : {3, 8, 16, 20, 32, 64, 200})
       for (int wrows = 2; wrows <= 8; ++wrows) {
         const int n = cuda::exl2_mma_resident_blocks(rows, wrows, f, h100);
         EXPECT_GE(n, 1);
-        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows, f.wide));
+        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows));
         EXPECT_LE(size_t(n) * (cuda::exl2_mma_smem_bytes(rows, wrows, f) + 1024), h100) << rows << " " << wrows;
         if (wrows > 2) {
           EXPECT_LE(cuda::exl2_mma_smem_bytes(rows, wrows, f), cuda::exl2_mma_smem_bytes(rows, wrows - 1, f) + 8192);
         }
       }
-  // A wide 8-row block of 8-bit words: 2 stages · 128 lanes · (2 quads · 8 · 16 + 16) bytes of
-  // ring and 4 KiB of activations, 73,728 bytes: three fit, where registers would allow five.
-  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 8, wide), 73728u);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 8, wide, h100), 3);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 4, wide, h100), 5);
-  // Past 32 rows blocks are narrow whatever the form: 64-row wgmma blocks of 4-bit words hold
-  // 3 · 64 · 256 + 2 · 128 · (64 + 12) bytes, 68,608.
-  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, {false, true, true}), 68608u);
+  // An 8-row block of 8-bit words: 2 stages · 128 lanes · (8 · 16 + 12) bytes of ring and 2 · 2 KiB
+  // of activations, 39,936 bytes. 64-row wgmma blocks of 4-bit words hold 3 · 64 · 256 + 2 · 128 ·
+  // (64 + 12) bytes, 68,608: three fit, as the registers allow.
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 8, mma_sync), 39936u);
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, wgmma), 68608u);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, wgmma, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, {false, true, true}, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 8, {false, true, true}, h100), 2);
 }
@@ -1735,7 +1709,7 @@ TEST(CudaLinearPlan, StreamKSharesUnitsEquallyAndRunsWhereSlicesUnderfill) {
   const int target = 396;
   const auto blocks = [&](int64_t K, int64_t N, int64_t rows, int mode) {
     const int ks = cuda::exl2_mma_k_slice(K, N, rows, 128, target);
-    return cuda::exl2_mma_stream_blocks(K, (N + 127) / 128, rows, ks, target, true, mode);
+    return cuda::exl2_mma_stream_blocks(K, (N + 127) / 128, rows, ks, target, mode);
   };
   EXPECT_EQ(blocks(4096, 2 * 14336, 64, 1), 396);
   EXPECT_EQ(cuda::exl2_mma_stream_slots(224, 32, 396), 3);
@@ -1745,7 +1719,6 @@ TEST(CudaLinearPlan, StreamKSharesUnitsEquallyAndRunsWhereSlicesUnderfill) {
   EXPECT_EQ(blocks(4096, 2 * 14336, 65, 1), 0);    // two row blocks
   EXPECT_EQ(blocks(4096, 2 * 14336, 64, 1000), 1000);
   EXPECT_EQ(blocks(256, 256, 8, 1000), 4);          // forced: no more blocks than units
-  EXPECT_EQ(cuda::exl2_mma_stream_blocks(4096, 224, 64, 4096, target, false, 1), 0);  // wide blocks
   EXPECT_EQ(blocks(256, 2 * 14336, 64, 1), 0);      // 448 units: under two a block
 }
 
