@@ -291,6 +291,44 @@ struct KvLane<3> {
   }
 };
 
+// Where the K and V rows of positions [pb, pe) of kv head `kvh` lie: the block stages the base of
+// each of their pages (and, q8/q4, of its scales) in shared memory (`Bases`: NP ≥ the pages of a
+// partition), then maps a position to its page by shifts when the page size is a power of two
+// (integer division costs dozens of instructions per position).
+template <bool kScaled, int NP>
+struct PartitionPages {
+  const uint8_t* base[2][NP];
+  const uint8_t* scale[kScaled ? 2 : 1][kScaled ? NP : 1];
+};
+template <bool kScaled, int NP>
+struct PartitionRows {
+  const PartitionPages<kScaled, NP>& pages;
+  int pb, first_page, ps, psh, vb, sb;
+  bool pow2;
+  // Every thread of the block calls it (nthreads of them), then the block synchronises.
+  __device__ PartitionRows(PartitionPages<kScaled, NP>& s, const AttnArgs& a, const AttnSeqDesc& sq, int kvh, int pb_,
+                           int pe, int nthreads)
+      : pages(s), pb(pb_), first_page(pb_ / a.layout.page_size), ps(a.layout.page_size), psh(0),
+        vb(int(a.layout.vec_bytes)), sb(int(a.layout.vec_scale_bytes)), pow2((ps & (ps - 1)) == 0) {
+    while ((1 << psh) < ps) ++psh;
+    const KvDeviceLayout& L = a.layout;
+    const int n_pages = pe > pb ? (pe - 1) / ps - first_page + 1 : 0;
+    for (int i = threadIdx.x; i < 2 * n_pages; i += nthreads) {
+      const int kv = i / n_pages, pg = i - kv * n_pages;
+      const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
+      s.base[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
+      if constexpr (kScaled) s.scale[kv][pg] = page + L.scales_offset + vec_index(L, kv, kvh, 0) * L.vec_scale_bytes;
+    }
+  }
+  // Row data of K (kv 0) or V (1) at position pb + j and (q8/q4) the scale at byte `scale_at` of its scales.
+  __device__ const uint8_t* row(int kv, int j, const uint8_t*& scale, int scale_at) const {
+    const int p = pb + j;
+    const int pg = pow2 ? (p >> psh) : p / ps, slot = pow2 ? (p & (ps - 1)) : p - pg * ps;
+    if constexpr (kScaled) scale = pages.scale[kv][pg - first_page] + slot * sb + scale_at;
+    return pages.base[kv][pg - first_page] + slot * vb;
+  }
+};
+
 // G: the group (query heads per kv head) rounded up to a power of two; heads ≥ group are idle.
 // Every K and V load of the partition is issued before the first is used, straight into registers:
 // half warp h scores positions h, h + 32, ... (a lane per 8 dimensions), warp w weights positions
@@ -342,29 +380,11 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
       out_at[0] = __ldg(a.out_inv_perm + (kvh * group) * k_dec_D + part * share + threadIdx.x);
     }
   }
-  // The partition's K and V page bases into shared memory; positions map to pages by shifts when
-  // the page size is a power of two (integer division costs dozens of instructions per position).
-  __shared__ const uint8_t* base_s[2][P + 1];
-  __shared__ const uint8_t* scale_s[kScaled ? 2 : 1][kScaled ? P + 1 : 1];
-  const int ps = L.page_size, vb = int(L.vec_bytes), sb = int(L.vec_scale_bytes);
-  const bool pow2 = (ps & (ps - 1)) == 0;
-  const int psh = __ffs(ps) - 1;
-  const int first_page = pb / ps, n_pages = n > 0 ? (pe - 1) / ps - first_page + 1 : 0;
-  for (int i = threadIdx.x; i < 2 * n_pages; i += k_dec_threads) {
-    const int kv = i / n_pages, pg = i - kv * n_pages;
-    const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
-    base_s[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
-    if constexpr (kScaled) scale_s[kv][pg] = page + L.scales_offset + vec_index(L, kv, kvh, 0) * L.vec_scale_bytes;
-  }
+  __shared__ PartitionPages<kScaled, P + 1> pages_s;
+  const PartitionRows<kScaled, P + 1> rows(pages_s, a, sq, kvh, pb, pe, k_dec_threads);
   __syncthreads();
-  // Row data and (q8/q4) the lane's scale of position pb + j; a lane's dimensions lie in one block.
+  // The lane's scale (q8/q4) of a K or V row: a lane's dimensions lie in one block.
   const int k_scale_at = kScaled ? 2 * (l16 * 8 / L.block) : 0, v_scale_at = kScaled ? 2 * (lane * 4 / L.block) : 0;
-  const auto row = [&](int kv, int j, const uint8_t*& scale, int scale_at) {
-    const int p = pb + j;
-    const int pg = pow2 ? (p >> psh) : p / ps, slot = pow2 ? (p & (ps - 1)) : p - pg * ps;
-    if constexpr (kScaled) scale = scale_s[kv][pg - first_page] + slot * sb + scale_at;
-    return base_s[kv][pg - first_page] + slot * vb;
-  };
   typename Lane::K kr[kQkRounds];
   typename Lane::V vr[kPvRounds];
   unsigned short ks[kScaled ? kQkRounds : 1], vs[kScaled ? kPvRounds : 1];
@@ -374,7 +394,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     kr[r] = {};
     if (j < n) {
       const uint8_t* sp = nullptr;
-      kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(row(0, j, sp, k_scale_at)) + l16);
+      kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(rows.row(0, j, sp, k_scale_at)) + l16);
       if constexpr (kScaled) ks[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
     }
   }
@@ -384,7 +404,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
     vr[r] = {};
     if (j < n) {
       const uint8_t* sp = nullptr;
-      vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(row(1, j, sp, v_scale_at)) + lane);
+      vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(rows.row(1, j, sp, v_scale_at)) + lane);
       if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
     }
   }
@@ -538,8 +558,7 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
   __shared__ float4 q_s[G * k_dec_D / 4];
   __shared__ float m_s[W][G], l_s[W][G];
   __shared__ float4 acc_s[W][G][k_dec_D / 4];
-  __shared__ const uint8_t* base_s[2][P + 1];
-  __shared__ const uint8_t* scale_s[kScaled ? 2 : 1][kScaled ? P + 1 : 1];
+  __shared__ PartitionPages<kScaled, P + 1> pages_s;
   const KvDeviceLayout& L = a.layout;
   const int kvh = blockIdx.x, part = blockIdx.z;
   const AttnSeqDesc sq = a.seqs[blockIdx.y];
@@ -555,24 +574,9 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
   for (int i = threadIdx.x; i < G * k_dec_D / 4; i += 128)
     q_s[i] = i < group * (k_dec_D / 4) ? __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + i)
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const int ps = L.page_size, vb = int(L.vec_bytes), sb = int(L.vec_scale_bytes);
-  const bool pow2 = (ps & (ps - 1)) == 0;
-  const int psh = __ffs(ps) - 1;
-  const int first_page = pb / ps, n_pages = (pe - 1) / ps - first_page + 1;
-  for (int i = threadIdx.x; i < 2 * n_pages; i += 128) {
-    const int kv = i / n_pages, pg = i - kv * n_pages;
-    const uint8_t* page = a.pool + int64_t(a.pages[sq.page_offset + first_page + pg]) * L.page_bytes;
-    base_s[kv][pg] = page + vec_index(L, kv, kvh, 0) * L.vec_bytes;
-    if constexpr (kScaled) scale_s[kv][pg] = page + L.scales_offset + vec_index(L, kv, kvh, 0) * L.vec_scale_bytes;
-  }
+  const PartitionRows<kScaled, P + 1> rows(pages_s, a, sq, kvh, pb, pe, 128);
   __syncthreads();
   const int k_scale_at = kScaled ? 2 * (l16 * 8 / L.block) : 0, v_scale_at = kScaled ? 2 * (lane * 4 / L.block) : 0;
-  const auto row = [&](int kv, int j, const uint8_t*& scale, int scale_at) {
-    const int p = pb + j;
-    const int pg = pow2 ? (p >> psh) : p / ps, slot = pow2 ? (p & (ps - 1)) : p - pg * ps;
-    if constexpr (kScaled) scale = scale_s[kv][pg - first_page] + slot * sb + scale_at;
-    return base_s[kv][pg - first_page] + slot * vb;
-  };
   float m[G], l[G], acc[G][4];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
@@ -592,7 +596,7 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
       if constexpr (kScaled) ks[r] = 0;  // positions past the partition: 0 · scale, never 0 · NaN
       if (j < n) {
         const uint8_t* sp = nullptr;
-        kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(row(0, j, sp, k_scale_at)) + l16);
+        kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(rows.row(0, j, sp, k_scale_at)) + l16);
         if constexpr (kScaled) ks[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
       }
     }
@@ -603,7 +607,7 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
       if constexpr (kScaled) vs[r] = 0;
       if (j < n) {
         const uint8_t* sp = nullptr;
-        vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(row(1, j, sp, v_scale_at)) + lane);
+        vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(rows.row(1, j, sp, v_scale_at)) + lane);
         if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
       }
     }
