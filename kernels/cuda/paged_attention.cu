@@ -291,6 +291,19 @@ struct KvLane<3> {
   }
 };
 
+// A decode block's (kv head, sequence, partition of P positions) — grid (kv heads, sequences,
+// partitions) — and the positions [pb, pe) of the partition its query sees (causal, window).
+struct DecodePartition {
+  int kvh, part, group;
+  AttnSeqDesc sq;
+  int pb, pe;
+  __device__ DecodePartition(const AttnArgs& a, int P)
+      : kvh(int(blockIdx.x)), part(int(blockIdx.z)), group(a.n_heads / a.layout.n_kv_heads), sq(a.seqs[blockIdx.y]) {
+    const int pos = sq.pos_start, lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
+  }
+};
+
 // Where the K and V rows of positions [pb, pe) of kv head `kvh` lie: the block stages the base of
 // each of their pages (and, q8/q4, of its scales) in shared memory (`Bases`: NP ≥ the pages of a
 // partition), then maps a position to its page by shifts when the page size is a power of two
@@ -349,13 +362,10 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   float* Ms = Ss + G * P;  // [0, G) max, [8, 8 + G) sum
   float* red = Ms + 16;
   const KvDeviceLayout& L = a.layout;
-  const int kvh = blockIdx.x, part = blockIdx.z;
-  const AttnSeqDesc sq = a.seqs[blockIdx.y];
+  const DecodePartition dp(a, P);
+  const AttnSeqDesc& sq = dp.sq;
   if (sq.n_tokens < 1) return;
-  const int group = a.n_heads / L.n_kv_heads;
-  const int pos = sq.pos_start;
-  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  const int pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
+  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe;
   if (CL == 1 && pb >= pe) return;
   const int n = max(0, pe - pb);  // a cluster's empty blocks still meet the others
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
@@ -560,13 +570,10 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
   __shared__ float4 acc_s[W][G][k_dec_D / 4];
   __shared__ PartitionPages<kScaled, P + 1> pages_s;
   const KvDeviceLayout& L = a.layout;
-  const int kvh = blockIdx.x, part = blockIdx.z;
-  const AttnSeqDesc sq = a.seqs[blockIdx.y];
+  const DecodePartition dp(a, P);
+  const AttnSeqDesc& sq = dp.sq;
   if (sq.n_tokens < 1) return;
-  const int group = a.n_heads / L.n_kv_heads;
-  const int pos = sq.pos_start;
-  const int lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  const int pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
+  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe;
   if (pb >= pe) return;
   const int n = pe - pb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hf = lane >> 4;
