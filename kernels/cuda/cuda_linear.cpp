@@ -114,7 +114,12 @@ class Exl2Linear final : public CudaLinear {
               "kernels: cuda: exl2 linear: groups do not cover all ", K, " rows");
     Exl2Segment segs[k_exl2_max_segments];
     const int n_segs = exl2_segments(groups.data(), int(G), int(K), segs);
-    if (n_segs > 0) segs_ = ctx.upload_new(segs, size_t(n_segs) * sizeof(Exl2Segment));
+    if (n_segs > 0) {
+      segs_ = ctx.upload_new(segs, size_t(n_segs) * sizeof(Exl2Segment));
+      std::vector<Exl2Block> blocks(size_t(K / 32));
+      exl2_blocks(groups.data(), int(G), blocks.data());
+      blocks_ = ctx.upload_new(blocks);
+    }
     q_weight_ = ctx.upload_new(m.q_weight, size_t(m.q_rows * Np) * 4);
     q_scale_ = ctx.upload_new(m.q_scale, size_t(G * (Np / 8)) * 4);
     std::vector<uint16_t> scale_max(m.q_scale_max, m.q_scale_max + G);
@@ -147,6 +152,7 @@ class Exl2Linear final : public CudaLinear {
     view_.perm = static_cast<const int32_t*>(perm_.data());
     view_.segs = static_cast<const Exl2Segment*>(segs_.data());
     view_.n_segs = n_segs;
+    view_.blocks = static_cast<const Exl2Block*>(blocks_.data());
     view_.n_groups = int(G);
     view_.max_bits = std::max_element(groups.begin(), groups.end(), [](const Exl2GroupDesc& a, const Exl2GroupDesc& b) {
                        return a.bits < b.bits;
@@ -215,7 +221,7 @@ class Exl2Linear final : public CudaLinear {
     gemv_set(ctx, self, ys, rows, in);
   }
 
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, stage_at_;
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, blocks_, stage_at_;
   std::shared_ptr<const std::vector<int32_t>> perm_host_;
   std::shared_ptr<const Buffer> inv_perm_;  // shared with the hand-offs that name it (handoff.h)
   Exl2DeviceView view_;

@@ -1024,16 +1024,13 @@ struct MmaBlockAt {
   int bits, qrow, grp;
 };
 
-// `s` is the lane's cursor into the segments; rows only move forward.
-__device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Segment* segs, int& s, int rb, int k1) {
+__device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Block* blocks, int rb, int k1) {
   MmaBlockAt r{0, 0, 0};
   if (rb < k1) {
-    while (rb >= segs[s].row_start + segs[s].rows) ++s;
-    const Exl2Segment& sg = segs[s];
-    const int boff = (rb - sg.row_start) >> 5;
-    r.bits = sg.bits;
-    r.qrow = sg.qrow_start + boff * sg.bits;
-    r.grp = sg.group0 + (sg.block_shift >= 0 ? boff >> sg.block_shift : boff * 32 / sg.group_rows);
+    const Exl2Block b = blocks[rb >> 5];
+    r.bits = b.meta & 15;
+    r.qrow = b.qrow;
+    r.grp = b.meta >> 4;
   }
   return r;
 }
@@ -1066,7 +1063,6 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   extern __shared__ uint4 xs_raw[];
   uint4* const wring = xs_raw + SX * kChunkVecs;
   uint32_t* const sring = reinterpret_cast<uint32_t*>(wring + S * wrows * T);  // [S][SR][T]
-  __shared__ Exl2Segment segs[k_exl2_max_segments];
   // One K-slice [c_begin, c_end) (in 128-row chunks) of block tile `tile_index`, its sums written
   // to y or (split) to partials slot `part_slot`.
   const auto run = [&](const int tile_index, const int c_begin, const int c_end, const int part_slot) {
@@ -1074,8 +1070,6 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     const int k0 = c_begin * k_mma_chunk, k1 = min(w.K, c_end * k_mma_chunk);
     const int chunks = c_end - c_begin;
     const int m0 = blockIdx.x * MB, mc = min(MB, rows - m0);
-    if (int(threadIdx.x) < w.n_segs) segs[threadIdx.x] = w.segs[threadIdx.x];
-    __syncthreads();
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // The lane's slot in the ring's per-lane rows: by quad lane t, then group g rotated by 2t. The
@@ -1089,39 +1083,44 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     const int n4 = bx * kCols + warp * 32 + 4 * g;  // the lane's column quad: n4 .. n4 + 3
     const size_t np = size_t(w.Np), sstride = size_t(w.Np) >> 3;
     const uint4* tile = reinterpret_cast<const uint4*>(staged) +
-                        (size_t(job * gridDim.x + blockIdx.x) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs;
+                        (size_t(job * gridDim.x + blockIdx.x) * mma_chunks(w.K) + k0 / k_mma_chunk) * kChunkVecs +
+                        threadIdx.x;
     const Exl2DeviceView& view = w;  // lambdas do not capture structured bindings before C++20
-    int s_fetch = 0;
+    // The lane's shared-window addresses in stage 0 (a stage further: + its stride): the copies
+    // below are predicated instructions on them, no block per copy that rebuilds its address.
+    uint32_t* const s_lane = sring + slot;
+    const uint32_t* const m_lane = sring + T + max_slot;
+    const uint4* const w_lane = wring + slot;
+    const unsigned x_at = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + threadIdx.x));
+    const unsigned w_at = static_cast<unsigned>(__cvta_generic_to_shared(w_lane));
+    const unsigned s_at = static_cast<unsigned>(__cvta_generic_to_shared(s_lane));
+    const unsigned m_at = static_cast<unsigned>(__cvta_generic_to_shared(m_lane));
     // A lane's stage: words [wrows][T] in wring; in sring [SR][T]: the quad's scale codes, the
     // scale-maximum pair, and the block's width | (group parity << 4) (0: nothing to add, the quad
     // past the columns or the block past the K-slice), so the consumer walks no segments.
     // The chunk's activations (written by exl2_mma_stage_kernel: after wait_for_inputs) and the
     // lane's weights (before it: the prologue's overlap the previous kernel when launched overlapped).
     const auto fetch_x = [&](int c) {
-      if (c < chunks) {
-        const int st = c % SX;
+      const unsigned st = unsigned(c % SX) * kChunkVecs * 16;
 #pragma unroll
-        for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
-          cp_async16(xs_raw + st * kChunkVecs + r * T + threadIdx.x,
-                     tile + size_t(c) * kChunkVecs + r * T + threadIdx.x);
-      }
+      for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
+        cp_async16_if(x_at + st + unsigned(r * T * 16), tile + size_t(c) * kChunkVecs + r * T, c < chunks);
     };
     const auto fetch_w = [&](int c) {
       if (c < chunks) {
         const int st = c % S;
-        const MmaBlockAt at = mma_block_at(segs, s_fetch, k0 + c * k_mma_chunk + 32 * t, k1);
+        const MmaBlockAt at = mma_block_at(view.blocks, k0 + c * k_mma_chunk + 32 * t, k1);
         const bool in = at.bits && n4 < view.Np;
-        if (in) {
-          const uint4* src = reinterpret_cast<const uint4*>(view.q_weight + size_t(at.qrow) * np + n4);
+        const char* src = reinterpret_cast<const char*>(view.q_weight + size_t(at.qrow) * np + n4);
+        const unsigned wst = w_at + unsigned(st * wrows * T * 16);
 #pragma unroll
-          for (int b = 0; b < 8; ++b)
-            if (b < at.bits) cp_async16(wring + (st * wrows + b) * T + slot, src + size_t(b) * (np >> 2));
-          cp_async4(sring + SR * st * T + slot, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3));
-          if (g == 0)  // lane g = 0 is in the columns whenever any lane of its row is
-            cp_async4(sring + (SR * st + 1) * T + max_slot,
-                      reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1));
-        }
-        sring[(SR * st + 2) * T + slot] = in ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
+        for (int b = 0; b < 8; ++b)
+          cp_async16_if(wst + unsigned(b * T * 16), src + size_t(b) * np * 4, in && b < at.bits);
+        const unsigned sst = unsigned(SR * st * T * 4);
+        cp_async4_if(s_at + sst, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3), in);
+        // lane g = 0 is in the columns whenever any lane of its row is
+        cp_async4_if(m_at + sst, reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1), in && g == 0);
+        s_lane[(SR * st + 2) * T] = in ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
       }
     };
 #pragma unroll
@@ -1152,15 +1151,15 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       fetch_x(c + S - 1);
       cp_async_commit();
       const int st = c % S;
-      const uint32_t meta = sring[(SR * st + 2) * T + slot];
+      const uint32_t meta = s_lane[(SR * st + 2) * T];
       const int bits = int(meta & 15u);
       float smax = 0.0f;
       uint32_t scode = 0;
       if (bits) {  // else the quad is past the columns or the block past the K-slice: the scale 0
-        const uint32_t pair = sring[(SR * st + 1) * T + max_slot];
+        const uint32_t pair = m_lane[SR * st * T];
         smax = __half2float(__ushort_as_half(uint16_t(pair >> (meta & 16u)))) *
                (bits == 8 ? 16.0f / 256.0f : 1.0f / 256.0f);
-        scode = sring[SR * st * T + slot] >> (4 * (n4 & 7));
+        scode = s_lane[SR * st * T] >> (4 * (n4 & 7));
       }
       __half2 s2[4];
 #pragma unroll
@@ -1169,7 +1168,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
         s2[col] = __float2half2_rn(q_minus((code + 1) * (code + 1), 8388608.0f) * smax);  // no int→float unit
       }
       const unsigned xs = static_cast<unsigned>(__cvta_generic_to_shared(xs_raw + (c % SX) * kChunkVecs));
-      const uint4* wl = wring + st * wrows * T + slot;
+      const uint4* wl = w_lane + st * wrows * T;
       if constexpr (ASYNC) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         wgmma_chunk<NT>(bits, wl, s2, xs, acc);
@@ -1246,7 +1245,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 #pragma unroll 1
     for (bool first = true; u < u_end; first = false) {
       const int tile_index = u / C, c_begin = u % C, c_end = min(C, c_begin + (u_end - u));
-      if (!first) __syncthreads();  // the previous tile's results have left the ring, its segments unread
+      if (!first) __syncthreads();  // the previous tile's results have left the ring
       run(tile_index, c_begin, c_end, int(blockIdx.y) - exl2_mma_stream_block(int64_t(tile_index) * C, U, P));
       u += c_end - c_begin;
     }
@@ -1402,6 +1401,12 @@ int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment*
     g = e;
   }
   return n > 0 && out[n - 1].row_start + out[n - 1].rows == K ? n : 0;
+}
+
+void exl2_blocks(const Exl2GroupDesc* groups, int n_groups, Exl2Block* out) {
+  for (int g = 0; g < n_groups; ++g)
+    for (int i = 0; i < groups[g].rows / 32; ++i)
+      out[groups[g].row_start / 32 + i] = {groups[g].qrow_start + i * groups[g].bits, g << 4 | groups[g].bits};
 }
 
 cudaError_t exl2_gemv_set(const Exl2GemvSet& set, const float* x, int rows, int k_slice, unsigned* counters,

@@ -47,6 +47,13 @@ struct alignas(16) Exl2Segment {
 };
 inline constexpr int k_exl2_max_segments = 8;
 
+// A 32-row block of a layout whose groups are whole 32-row blocks (exl2_segments > 0), as the
+// tensor-core kernel fetches it: its first word row and (scale group << 4) | width.
+struct alignas(8) Exl2Block {
+  int32_t qrow;
+  int32_t meta;
+};
+
 struct Exl2DeviceView {
   const uint32_t* q_weight = nullptr;     // [QR, Np]
   const uint32_t* q_scale = nullptr;      // [G, Np/8]
@@ -56,6 +63,7 @@ struct Exl2DeviceView {
   const int32_t* perm = nullptr;          // [K] permuted row j holds input feature perm[j]
   const Exl2Segment* segs = nullptr;      // [n_segs] covering rows [0, K) in order; null when the
   int n_segs = 0;                         // layout has no such runs (the gemv walks groups instead)
+  const Exl2Block* blocks = nullptr;      // [K / 32] where n_segs > 0, else null
   int n_groups = 0;
   int K = 0, N = 0, Np = 0;
   int max_bits = 0;  // the widest group
@@ -65,6 +73,10 @@ struct Exl2DeviceView {
 // k_exl2_max_segments); returns their count, or 0 when some group is not made of whole 32-row
 // blocks or there are more runs than fit.
 int exl2_segments(const Exl2GroupDesc* groups, int n_groups, int K, Exl2Segment* out);
+
+// The [K / 32] Exl2Blocks of `groups` (in row order, covering [0, K), every group whole 32-row
+// blocks: where exl2_segments finds runs) written to `out` (host).
+void exl2_blocks(const Exl2GroupDesc* groups, int n_groups, Exl2Block* out);
 
 // Benchmarks: true makes exl2_gemv walk groups even where segments could be streamed.
 void exl2_gemv_walk_only(bool on);

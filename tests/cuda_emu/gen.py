@@ -5,7 +5,8 @@
 # - each inline PTX statement asm [volatile]("op a, b, ..." : outputs : inputs [: clobbers]) becomes
 #   ::emu::asm_<op with '.' as '_'>(operands in template order): outputs as lvalues, {v0, v1} lists
 #   flattened, [addr] as the address, immediates as written. emu.h defines those functions; an
-#   instruction it lacks is a compile error that names it.
+#   instruction it lacks is a compile error that names it. One instruction under a predicate,
+#   "{ .reg .pred p; setp.ne.b32 p, %K, 0; @p op ...; }", becomes if (operand K != 0) op(...).
 import re, sys, pathlib
 
 src = pathlib.Path(sys.argv[1]); out = pathlib.Path(sys.argv[2])
@@ -168,6 +169,17 @@ for m in re.finditer(r'\basm\s*(?:volatile\s*)?\(', s):
     ops = operands(sections[1]) if len(sections) > 1 else []
     ops += operands(sections[2]) if len(sections) > 2 else []
     insns = [x.strip() for x in templ.split(';') if x.strip()]
+    # One instruction under a predicate set from an operand:
+    # "{ .reg .pred p; setp.ne.b32 p, %K, 0; @p op ...; }" becomes if ((operand K) != 0) op(...).
+    guard = None
+    t = templ.replace('\\n', ' ').strip()
+    if t.startswith('{') and t.endswith('}'):
+        parts = [x.strip() for x in t[1:-1].split(';') if x.strip() and not x.strip().startswith('.reg')]
+        g = re.fullmatch(r'setp\.ne\.b32\s+p\s*,\s*%(\d+)\s*,\s*0', parts[0]) if len(parts) == 2 else None
+        if not g or not parts[1].startswith('@p ') or int(g.group(1)) >= len(ops):
+            fail(f'asm block not understood (one predicated instruction expected): {templ!r}')
+        guard = ops[int(g.group(1))]
+        insns = [parts[1][3:].strip()]
     if len(insns) != 1:
         fail(f'asm with {len(insns)} instructions (one expected): {templ!r}')
     mm = re.fullmatch(r'([\w.:]+)\s*(.*)', insns[0], re.S)
@@ -190,7 +202,8 @@ for m in re.finditer(r'\basm\s*(?:volatile\s*)?\(', s):
             else:
                 fail(f'asm operand {x!r} not understood in {templ!r}')
     res.append(s[pos:m.start()])
-    res.append(f'::emu::asm_{opcode.replace(".", "_").replace(":", "_")}({", ".join(args)})')
+    call = f'::emu::asm_{opcode.replace(".", "_").replace(":", "_")}({", ".join(args)})'
+    res.append(f'if (({guard}) != 0) {call}' if guard is not None else call)
     pos = end
     n_asm += 1
 res.append(s[pos:])

@@ -1652,6 +1652,26 @@ TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
   EXPECT_EQ(cuda::exl2_segments(a.data(), int(a.size()), 640, s), 0);
 }
 
+TEST(CudaLinearPlan, Exl2BlocksNameEachBlocksWordsWidthAndGroup) {
+  using G = cuda::Exl2GroupDesc;
+  // Runs of 32- and 128-row groups, a shorter 4-bit group, 96-row groups, one 3-bit group.
+  const std::vector<G> a = {{8, 0, 32, 0},     {8, 32, 32, 8},    {4, 64, 128, 16}, {4, 192, 64, 32},
+                            {4, 256, 96, 40},  {4, 352, 96, 52},  {3, 448, 128, 64}};
+  const int K = 576;
+  std::vector<cuda::Exl2Block> b(K / 32, cuda::Exl2Block{-1, -1});
+  cuda::exl2_blocks(a.data(), int(a.size()), b.data());
+  for (int kb = 0; kb < K / 32; ++kb) {
+    const int row = 32 * kb;
+    int g = 0;
+    while (!(row >= a[size_t(g)].row_start && row < a[size_t(g)].row_start + a[size_t(g)].rows)) ++g;
+    const G& gd = a[size_t(g)];
+    // The block's first value sits at bit (row − row_start)·bits of the group's stream: a whole word.
+    EXPECT_EQ(b[size_t(kb)].qrow, gd.qrow_start + (row - gd.row_start) * gd.bits / 32) << "block " << kb;
+    EXPECT_EQ(b[size_t(kb)].meta & 15, gd.bits) << "block " << kb;
+    EXPECT_EQ(b[size_t(kb)].meta >> 4, g) << "block " << kb;
+  }
+}
+
 TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   constexpr size_t h100 = 233472;  // shared memory per multiprocessor of sm_90
   const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true};
