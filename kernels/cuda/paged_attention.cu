@@ -557,12 +557,16 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
 // once (half a warp per K row, a lane per 8 dimensions; a warp per V row, a lane per 4), its scores
 // for the group's heads, their maxima, then the weights of all C positions in every lane (each half
 // warp's through one shuffle) applied to V. No barrier inside the loop; the four warps' (max, sum,
-// weighted V) meet in shared memory at the end. Registers bounded for five blocks per
-// multiprocessor (four for groups of 8; ptxas 13, sm_90a: 96 and 128, no spills for fp16 groups of
-// 1 and 4), so that one block's loads run while others compute.
+// weighted V) meet in shared memory at the end. Groups of 1 issue the next chunk's loads before
+// using the current one (H100, llama2-7b b=32: +2.4% decode; for groups of 4 the same lost 2% at
+// llama3-8b b=64, whether with 4 or 3 blocks per multiprocessor: BENCHMARKS.md, session 33).
+// Registers bounded for five blocks per multiprocessor (four for groups of 8; ptxas 13, sm_90a: 96
+// and 128, no spills for fp16 groups of 1 and 4), so that one block's loads run while others compute.
 template <int G, int F>
 __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_kernel(AttnArgs a) {
-  constexpr int W = 4, P = k_attn_decode_part_stream, C = G <= 2 ? 16 : 8, kKr = C / 2;
+  // Groups of 1 fetch a chunk ahead (chunks of 8 positions, so that two fit the registers).
+  constexpr bool kAhead = G == 1;
+  constexpr int W = 4, P = k_attn_decode_part_stream, C = G <= 2 && !kAhead ? 16 : 8, kKr = C / 2;
   using Lane = KvLane<F>;
   constexpr bool kScaled = F != 1;
   __shared__ float4 q_s[G * k_dec_D / 4];
@@ -591,33 +595,42 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[h][e] = 0.0f;
   }
-#pragma unroll 1
-  for (int c0 = warp * C; c0 < n; c0 += W * C) {
+  // A chunk's K and V as the lane loads them (with kAhead, the next chunk's loads are issued
+  // before the current one is used).
+  struct Chunk {
     typename Lane::K kr[kKr];
     typename Lane::V vr[C];
     unsigned short ks[kScaled ? kKr : 1], vs[kScaled ? C : 1];
+  };
+  const auto load = [&](int c0, Chunk& ch) {
 #pragma unroll
     for (int r = 0; r < kKr; ++r) {
       const int j = c0 + 2 * r + hf;
-      kr[r] = {};
-      if constexpr (kScaled) ks[r] = 0;  // positions past the partition: 0 · scale, never 0 · NaN
+      ch.kr[r] = {};
+      if constexpr (kScaled) ch.ks[r] = 0;  // positions past the partition: 0 · scale, never 0 · NaN
       if (j < n) {
         const uint8_t* sp = nullptr;
-        kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(rows.row(0, j, sp, k_scale_at)) + l16);
-        if constexpr (kScaled) ks[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
+        ch.kr[r] = __ldg(reinterpret_cast<const typename Lane::K*>(rows.row(0, j, sp, k_scale_at)) + l16);
+        if constexpr (kScaled) ch.ks[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
       }
     }
 #pragma unroll
     for (int r = 0; r < C; ++r) {
       const int j = c0 + r;
-      vr[r] = {};
-      if constexpr (kScaled) vs[r] = 0;
+      ch.vr[r] = {};
+      if constexpr (kScaled) ch.vs[r] = 0;
       if (j < n) {
         const uint8_t* sp = nullptr;
-        vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(rows.row(1, j, sp, v_scale_at)) + lane);
-        if constexpr (kScaled) vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
+        ch.vr[r] = __ldg(reinterpret_cast<const typename Lane::V*>(rows.row(1, j, sp, v_scale_at)) + lane);
+        if constexpr (kScaled) ch.vs[r] = __ldg(reinterpret_cast<const unsigned short*>(sp));
       }
     }
+  };
+  const auto step = [&](int c0, const Chunk& ch) {
+    const auto& kr = ch.kr;
+    const auto& vr = ch.vr;
+    const auto& ks = ch.ks;
+    const auto& vs = ch.vs;
     // Scores of the half warp's positions c0 + 2r + hf, the same in its 16 lanes.
     float sc[kKr][G];
 #pragma unroll
@@ -675,6 +688,25 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
           for (int e = 0; e < 4; ++e) acc[h][e] = fmaf(pw[u][h], v[e], acc[h][e]);
         }
       }
+    }
+  };
+  if constexpr (kAhead) {
+    Chunk ch[2];
+    load(warp * C, ch[0]);
+#pragma unroll 1
+    for (int c0 = warp * C; c0 < n; c0 += 2 * W * C) {
+      load(c0 + W * C, ch[1]);
+      step(c0, ch[0]);
+      if (c0 + W * C >= n) break;
+      load(c0 + 2 * W * C, ch[0]);
+      step(c0 + W * C, ch[1]);
+    }
+  } else {
+#pragma unroll 1
+    for (int c0 = warp * C; c0 < n; c0 += W * C) {
+      Chunk ch;
+      load(c0, ch);
+      step(c0, ch);
     }
   }
 #pragma unroll
