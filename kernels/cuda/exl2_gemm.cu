@@ -1104,7 +1104,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       const unsigned st = unsigned(c % SX) * kChunkVecs * 16;
 #pragma unroll
       for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
-        cp_async16_if(x_at + st + unsigned(r * T * 16), tile + size_t(c) * kChunkVecs + r * T, c < chunks);
+        cp_async_if<16>(x_at + st + unsigned(r * T * 16), tile + size_t(c) * kChunkVecs + r * T, c < chunks);
     };
     const auto fetch_w = [&](int c) {
       if (c < chunks) {
@@ -1115,11 +1115,11 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
         const unsigned wst = w_at + unsigned(st * wrows * T * 16);
 #pragma unroll
         for (int b = 0; b < 8; ++b)
-          cp_async16_if(wst + unsigned(b * T * 16), src + size_t(b) * np * 4, in && b < at.bits);
+          cp_async_if<16>(wst + unsigned(b * T * 16), src + size_t(b) * np * 4, in && b < at.bits);
         const unsigned sst = unsigned(SR * st * T * 4);
-        cp_async4_if(s_at + sst, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3), in);
+        cp_async_if<4>(s_at + sst, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3), in);
         // lane g = 0 is in the columns whenever any lane of its row is
-        cp_async4_if(m_at + sst, reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1), in && g == 0);
+        cp_async_if<4>(m_at + sst, reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1), in && g == 0);
         s_lane[(SR * st + 2) * T] = in ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
       }
     };

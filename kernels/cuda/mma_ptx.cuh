@@ -20,22 +20,19 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(at), "l"(gmem) : "memory");
 }
-// The same at a shared-window address (__cvta_generic_to_shared, computed once by the caller),
-// issued only where `pred` holds: one predicated instruction, no branch, so that a loop of them
-// keeps its addresses in registers instead of rebuilding them in a block per copy.
-__device__ __forceinline__ void cp_async16_if(unsigned smem_at, const void* gmem, bool pred) {
-  asm volatile(
-      "{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"
-      "  @p cp.async.cg.shared.global [%0], [%1], 16; }" ::"r"(smem_at),
-      "l"(gmem), "r"(int(pred))
-      : "memory");
-}
-__device__ __forceinline__ void cp_async4_if(unsigned smem_at, const void* gmem, bool pred) {
-  asm volatile(
-      "{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"
-      "  @p cp.async.ca.shared.global [%0], [%1], 4; }" ::"r"(smem_at),
-      "l"(gmem), "r"(int(pred))
-      : "memory");
+// The same (N = 16 or 4) at a shared-window address (__cvta_generic_to_shared, computed once by
+// the caller), issued only where `pred` holds: one predicated instruction, no branch, so that a
+// loop of them keeps its addresses in registers instead of rebuilding them in a block per copy.
+template <int N>
+__device__ __forceinline__ void cp_async_if(unsigned smem_at, const void* gmem, bool pred) {
+  static_assert(N == 16 || N == 4, "cp_async_if: 16 or 4 bytes");
+  if constexpr (N == 16) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0;\n  @p cp.async.cg.shared.global [%0], [%1], 16; }"
+                 ::"r"(smem_at), "l"(gmem), "r"(int(pred)) : "memory");
+  } else {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0;\n  @p cp.async.ca.shared.global [%0], [%1], 4; }"
+                 ::"r"(smem_at), "l"(gmem), "r"(int(pred)) : "memory");
+  }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
