@@ -1053,11 +1053,14 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Block* blocks, int 
 // ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
 // decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
-template <int NT, bool ASYNC, bool STREAM>
-__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT))
+// X2 (with ASYNC, Exl2MmaForm::wgmma_x2): two stages of activations; a warp waits for all its
+// products before the barrier at the top of each chunk, so the stage fetched next is free.
+template <int NT, bool ASYNC, bool STREAM, bool X2 = false>
+__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT, X2))
     exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
+  static_assert(!X2 || ASYNC, "exl2_mma_kernel: X2 is a wgmma form");
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads, S = k_mma_stages;
-  constexpr int SX = ASYNC ? k_wgmma_x_stages : S;
+  constexpr int SX = ASYNC ? (X2 ? 2 : k_wgmma_x_stages) : S;
   constexpr int kCols = k_exl2_gemv_cols_per_block, kOutStride = k_mma_out_stride;
   constexpr int SR = 3;  // ring words per lane and stage: the scale code, the scale-maximum pair, meta
   extern __shared__ uint4 xs_raw[];
@@ -1144,6 +1147,12 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     for (int c = 0; c < chunks; ++c) {
       cp_async_wait<S - 2>();
       if constexpr (ASYNC) fence_proxy_async_shared();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      if constexpr (X2) {
+        wgmma_wait<0>();
+        wgmma_fence_operands(acc);
+      }
+#endif
       // Chunk c is in; every warp is done with chunk c − 1 (ASYNC: its wgmma with chunk c − 2), whose
       // stage is refilled.
       __syncthreads();
@@ -1470,17 +1479,18 @@ bool exl2_wgmma_available(int device) {
 // codes, the scale-maximum pair and the meta word), reused for the result tile once it is done.
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form) {
   const int mb = exl2_mma_rows_per_block(rows);
-  const size_t x_stages = form.wgmma && mb == 64 ? k_wgmma_x_stages : k_mma_stages;
+  const size_t x_stages = form.wgmma && mb == 64 ? (form.wgmma_x2 ? 2 : k_wgmma_x_stages) : k_mma_stages;
   const size_t per_lane = 16 * size_t(wrows) + 4 * 3;
   return std::max(x_stages * size_t(mb) * 256 + size_t(k_mma_stages) * size_t(k_exl2_gemv_threads) * per_lane,
                   size_t(mb) * size_t(k_mma_out_stride) * sizeof(float));
 }
 
 int exl2_mma_resident_blocks(int rows, int wrows, Exl2MmaForm form, size_t smem_per_sm) {
-  // Besides the dynamic part: the segment table, and the 1 KiB the system reserves per block (sm_80+).
-  const size_t per_block = exl2_mma_smem_bytes(rows, wrows, form) + sizeof(Exl2Segment) * k_exl2_max_segments + 1024;
+  // Besides the dynamic part: the 1 KiB the system reserves per block (sm_80+).
+  const size_t per_block = exl2_mma_smem_bytes(rows, wrows, form) + 1024;
   const int by_smem = int(smem_per_sm / per_block);
-  return std::max(1, std::min(exl2_mma_blocks_per_sm(rows), by_smem));
+  const bool x2 = form.wgmma && form.wgmma_x2 && exl2_mma_rows_per_block(rows) == 64;
+  return std::max(1, std::min(exl2_mma_blocks_per_sm(rows, x2), by_smem));
 }
 
 int exl2_mma_stream_slots(int tiles, int chunks, int blocks) {
@@ -1539,8 +1549,8 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
   const size_t smem = exl2_mma_smem_bytes(rows, wrows, form);
   constexpr int T = k_exl2_gemv_threads;
   const auto launch = [&](auto stage, auto kernel) -> cudaError_t {
-    // The kernel's static shared memory (segments) counts against the 48 KiB default too: a full
-    // 48 KiB ring launches only with the opt-in (measured: cudaErrorInvalidValue).
+    // A ring of 47 KiB or more launches only with the opt-in (measured: cudaErrorInvalidValue
+    // when the kernel still had static shared memory).
     if (smem + 1024 > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
@@ -1576,6 +1586,9 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, true>)
                             : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, false>);
     default:
+      if (wgmma && form.wgmma_x2)
+        return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, true>)
+                       : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, true>);
       if (streamk)
         return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true>)
                      : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false, true>);

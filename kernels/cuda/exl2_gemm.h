@@ -234,18 +234,27 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // stream-K (Exl2GemvSet::stream_blocks; cuda_linear.cpp, exl2_mma_stream_blocks); n > 1 = every
 // set of one row block runs on n blocks (tests: uneven shares at small sizes); 0 = never. Over the
 // same inputs the sums group differently from K-slices (fp32 order), so not bit for bit.
+// wgmma_x2 (with wgmma): 64-row blocks keep two stages of activations instead of three, each chunk's
+// products waited for before the barrier that lets its stage be refilled, so that the registers
+// (128) and, up to 4-bit words, the shared memory hold four blocks per multiprocessor instead of
+// three — for a kernel that ncu finds latency-bound at 3 warps per scheduler (BENCHMARKS.md,
+// session 33). EXL_CUDA_WGMMA_X2=1; off until measured on a device.
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;
   int stream_k = 0;
+  bool wgmma_x2 = false;
 };
-// Resident blocks per multiprocessor the kernel's registers are bounded for.
-EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
+// Resident blocks per multiprocessor the kernel's registers are bounded for (x2: the wgmma_x2
+// form of 64-row blocks).
+EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows, bool x2 = false) {
+  return rows <= 16 ? 6 : rows <= 32 ? 4 : x2 ? 4 : 3;
+}
 // Dynamic shared memory of an exl2_mma_set block of `rows` rows whose set's widest group has
 // `wrows` bits.
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form);
-// Blocks of such a set that one multiprocessor holds at once: exl2_mma_blocks_per_sm, or fewer
-// where `smem_per_sm` bytes of shared memory hold fewer.
+// Blocks of such a set that one multiprocessor holds at once: exl2_mma_blocks_per_sm (of the form),
+// or fewer where `smem_per_sm` bytes of shared memory hold fewer.
 int exl2_mma_resident_blocks(int rows, int wrows, Exl2MmaForm form, size_t smem_per_sm);
 size_t exl2_mma_staged_bytes(int rows, int K, int n_jobs);
 // x null: `staged` already holds the input, written by its producer (Exl2MmaStaging); no staging

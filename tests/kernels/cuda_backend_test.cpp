@@ -1674,13 +1674,13 @@ TEST(CudaLinearPlan, Exl2BlocksNameEachBlocksWordsWidthAndGroup) {
 
 TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   constexpr size_t h100 = 233472;  // shared memory per multiprocessor of sm_90
-  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true};
-  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma})
+  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true}, x2{false, true, 0, true};
+  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma, x2})
     for (int rows : {3, 8, 16, 20, 32, 64, 200})
       for (int wrows = 2; wrows <= 8; ++wrows) {
         const int n = cuda::exl2_mma_resident_blocks(rows, wrows, f, h100);
         EXPECT_GE(n, 1);
-        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows));
+        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows, f.wgmma_x2 && cuda::exl2_mma_rows_per_block(rows) == 64));
         EXPECT_LE(size_t(n) * (cuda::exl2_mma_smem_bytes(rows, wrows, f) + 1024), h100) << rows << " " << wrows;
         if (wrows > 2) {
           EXPECT_LE(cuda::exl2_mma_smem_bytes(rows, wrows, f), cuda::exl2_mma_smem_bytes(rows, wrows - 1, f) + 8192);
@@ -1694,6 +1694,13 @@ TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, wgmma, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, {false, true, true}, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 8, {false, true, true}, h100), 2);
+  // The x2 form: 2 · 64 · 256 + 2 · 128 · (64 + 12) = 52,224 bytes: four blocks of 4-bit and of
+  // 5-bit words fit (4 · (56,320 + 1,024) = 229,376), three of 6-bit; fewer rows are unchanged.
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, x2), 52224u);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, x2, h100), 4);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 5, x2, h100), 4);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 6, x2, h100), 3);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(32, 4, x2, h100), cuda::exl2_mma_resident_blocks(32, 4, wgmma, h100));
 }
 
 TEST(CudaLinearPlan, StreamKSharesUnitsEquallyAndRunsWhereSlicesUnderfill) {
