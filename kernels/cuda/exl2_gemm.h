@@ -236,7 +236,7 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // same inputs the sums group differently from K-slices (fp32 order), so not bit for bit.
 // wgmma_x2 (with wgmma): 64-row blocks keep two stages of activations instead of three, each chunk's
 // products waited for before the barrier that lets its stage be refilled, so that the registers
-// (128) and, up to 4-bit words, the shared memory hold four blocks per multiprocessor instead of
+// (128) and, up to 5-bit words, the shared memory hold four blocks per multiprocessor instead of
 // three — for a kernel that ncu finds latency-bound at 3 warps per scheduler (BENCHMARKS.md,
 // session 33). EXL_CUDA_WGMMA_X2=1; off until measured on a device.
 struct Exl2MmaForm {
