@@ -399,7 +399,7 @@ SetLaunch plan_set(CudaContext& ctx, std::span<const Exl2Linear* const> set, std
   int wrows = 0;
   for (const auto* l : set) mma = mma && l->view().n_segs > 0, wrows = std::max(wrows, l->view().max_bits);
   r.mma = mma;
-  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, k_exl2_gemv_cols_per_block, exl2_mma_target_blocks(ctx, rows, wrows))
+  const int ks = mma ? exl2_mma_k_slice(K, n_total, rows, exl2_mma_target_blocks(ctx, rows, wrows))
                      : exl2_gemv_k_slice(K, n_total, rows, exl2_target_blocks(ctx, rows));
   r.k_slice = ks;
   int64_t slices = ceil_div(K, ks);
@@ -653,9 +653,9 @@ int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   return int(std::min(ks, ceil_div(K, 32) * 32));
 }
 
-int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int target_blocks) {
+int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks) {
   const int64_t mb = exl2_mma_rows_per_block(int(rows));
-  const int64_t base = ceil_div(N, int64_t(cols_per_block)) * ceil_div(rows, mb);
+  const int64_t base = ceil_div(N, int64_t(k_exl2_gemv_cols_per_block)) * ceil_div(rows, mb);
   const int64_t splits = std::max<int64_t>(1, target_blocks / base);
   const int64_t ks = std::clamp<int64_t>(ceil_div(ceil_div(K, splits), 128) * 128, 128, 4096);
   return int(std::min(ks, ceil_div(K, 128) * 128));

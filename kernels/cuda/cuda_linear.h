@@ -170,10 +170,10 @@ std::unique_ptr<CudaLinear> prepare_cuda_linear(CudaContext& ctx, const LinearWe
 // K is smaller) in 128..1024 that gives at most about `target_blocks` blocks (one wave at b=1).
 int exl2_gemv_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 
-// K-slice of the tensor-core kernel (exl2_mma_set) with blocks of `cols_per_block` columns
-// (exl2_mma_cols_per_block): a multiple of 128 that gives about `target_blocks` blocks (at most
-// 4096 rows: the activations stream through a ring of chunks).
-int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int cols_per_block, int target_blocks);
+// K-slice of the tensor-core kernel (exl2_mma_set, blocks of k_exl2_gemv_cols_per_block columns): a
+// multiple of 128 that gives about `target_blocks` blocks (at most 4096 rows: the activations
+// stream through a ring of chunks).
+int exl2_mma_k_slice(int64_t K, int64_t N, int64_t rows, int target_blocks);
 // Stream-K blocks (Exl2GemvSet::stream_blocks, 0: K-slices) for a tensor-core set of `tiles`
 // 128-column tiles over K rows at `rows` rows whose K-slices would be `k_slice` long, aiming at
 // `target_blocks` (exl2_mma_target_blocks); one row block only (rows ≤ 64). `mode`

@@ -238,7 +238,8 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // products waited for before the barrier that lets its stage be refilled, so that the registers
 // (128) and, up to 5-bit words, the shared memory hold four blocks per multiprocessor instead of
 // three — for a kernel that ncu finds latency-bound at 3 warps per scheduler (BENCHMARKS.md,
-// session 33). EXL_CUDA_WGMMA_X2=1; off until measured on a device.
+// session 33). ptxas 13 warns (C7512) that at 128 registers it serializes the form's wgmma.
+// EXL_CUDA_WGMMA_X2=1; off until measured on a device.
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;

@@ -9,20 +9,17 @@
 
 namespace exl::cuda {
 
-// 16 (cached at L2 only) or 4 bytes (also in L1) from global to shared memory, asynchronously:
-// a commit closes the group of copies issued since the last one, and cp_async_wait<N> waits until
-// at most N of the thread's groups are still in flight.
+// 16 bytes (cached at L2 only) from global to shared memory, asynchronously: a commit closes the
+// group of copies issued since the last one, and cp_async_wait<N> waits until at most N of the
+// thread's groups are still in flight.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(at), "l"(gmem) : "memory");
-}
-// The same (N = 16 or 4) at a shared-window address (__cvta_generic_to_shared, computed once by
-// the caller), issued only where `pred` holds: one predicated instruction, no branch, so that a
-// loop of them keeps its addresses in registers instead of rebuilding them in a block per copy.
+// The same for N = 16, or 4 bytes (also cached in L1), at a shared-window address
+// (__cvta_generic_to_shared, computed once by the caller), issued only where `pred` holds: one
+// predicated instruction, no branch, so that a loop of them keeps its addresses in registers
+// instead of rebuilding them in a block per copy.
 template <int N>
 __device__ __forceinline__ void cp_async_if(unsigned smem_at, const void* gmem, bool pred) {
   static_assert(N == 16 || N == 4, "cp_async_if: 16 or 4 bytes");

@@ -1735,7 +1735,7 @@ TEST(CudaLinearPlan, StreamKSharesUnitsEquallyAndRunsWhereSlicesUnderfill) {
   // most); q/k/v (48 tiles, 8 slices: 384) and down (32 tiles, K 14,336: 12 slices) stay K-sliced.
   const int target = 396;
   const auto blocks = [&](int64_t K, int64_t N, int64_t rows, int mode) {
-    const int ks = cuda::exl2_mma_k_slice(K, N, rows, 128, target);
+    const int ks = cuda::exl2_mma_k_slice(K, N, rows, target);
     return cuda::exl2_mma_stream_blocks(K, (N + 127) / 128, rows, ks, target, mode);
   };
   EXPECT_EQ(blocks(4096, 2 * 14336, 64, 1), 396);
