@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
         const int qr = sg.qrow_start + ((kw0 - sg.row_start) >> 5) * sg.bits;
         const int qend = sg.qrow_start + (sg.rows >> 5) * sg.bits;
         for (int b = 0; b < sg.bits && qr + b < qend; ++b)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+          prefetch_l2(w.q_weight + size_t(qr + b) * w.Np + n0);
         break;
       }
     } else if (kw0 < kw1 && n0 < w.N) {
@@ -624,7 +624,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, MB == 1 ? 8 : MB == 2 ? 5
       const int qr = gd.qrow_start + ((kw0 - gd.row_start) * gd.bits >> 5);
       const int qend = gd.qrow_start + (gd.rows * gd.bits + 31) / 32;
       for (int b = 0; b < gd.bits && qr + b < qend; ++b)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.q_weight + size_t(qr + b) * w.Np + n0));
+        prefetch_l2(w.q_weight + size_t(qr + b) * w.Np + n0);
     }
     // The permutation entries are read first, then every activation load is in flight at once.
     int pj[k_perm_regs];
@@ -1019,20 +1019,9 @@ __device__ __forceinline__ void wgmma_chunk(int bits, const uint4* wl, const __h
 }
 #endif
 
-// A lane's 32-row block of a chunk: its width (0 past the K-slice), first word row and scale group.
-struct MmaBlockAt {
-  int bits, qrow, grp;
-};
-
-__device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Block* blocks, int rb, int k1) {
-  MmaBlockAt r{0, 0, 0};
-  if (rb < k1) {
-    const Exl2Block b = blocks[rb >> 5];
-    r.bits = b.meta & 15;
-    r.qrow = b.qrow;
-    r.grp = b.meta >> 4;
-  }
-  return r;
+// A lane's 32-row block of a chunk (meta 0, i.e. width 0, past the K-slice).
+__device__ __forceinline__ Exl2Block mma_block_at(const Exl2Block* blocks, int rb, int k1) {
+  return rb < k1 ? blocks[rb >> 5] : Exl2Block{0, 0};
 }
 
 // Block (row block x, column tile y, K-slice z): 4 warps on 128 columns (a warp on 32: two
@@ -1046,7 +1035,10 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Block* blocks, int 
 // chunk in flight, and a lane's weights need no barrier (it reads back only what it copied). Each
 // lane decodes its block into scaled fp16 pairs, then the warp runs m16n8k16 mma with fp32
 // accumulation. With several K-slices each block writes its partial sums and exl2_mma_sum_kernel
-// adds them up.
+// adds them up. A lane looks its block up in the Exl2Block table a chunk before it copies it, so
+// that no copy's address waits for a load inside the loop; S (Exl2MmaForm::small_stages at up to
+// 16 rows) and l2_ahead (chunks past the ring asked of L2) set how much of a block's weights is
+// requested before it waits for the previous kernel.
 // Registers bounded for exl2_mma_blocks_per_sm (ptxas 13, sm_90a: 80, 80, 128 and 168 at 8, 16,
 // 32 and 64 rows, spilling 4 bytes at 32 rows and, in the mma.sync form of 64 rows, 108; wgmma
 // 168, no spills).
@@ -1055,11 +1047,13 @@ __device__ __forceinline__ MmaBlockAt mma_block_at(const Exl2Block* blocks, int 
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
 // X2 (with ASYNC, Exl2MmaForm::wgmma_x2): two stages of activations; a warp waits for all its
 // products before the barrier at the top of each chunk, so the stage fetched next is free.
-template <int NT, bool ASYNC, bool STREAM, bool X2 = false>
+template <int NT, bool ASYNC, bool STREAM, bool X2 = false, int S = k_mma_stages>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT, X2))
-    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
+    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows,
+                    int l2_ahead) {
   static_assert(!X2 || ASYNC, "exl2_mma_kernel: X2 is a wgmma form");
-  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads, S = k_mma_stages;
+  static_assert(S >= 2, "exl2_mma_kernel: a ring of two stages or more");
+  constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads;
   constexpr int SX = ASYNC ? (X2 ? 2 : k_wgmma_x_stages) : S;
   constexpr int kCols = k_exl2_gemv_cols_per_block, kOutStride = k_mma_out_stride;
   constexpr int SR = 3;  // ring words per lane and stage: the scale code, the scale-maximum pair, meta
@@ -1109,25 +1103,41 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       for (int r = 0; r < NT; ++r)  // kChunkVecs = NT · T
         cp_async_if<16>(x_at + st + unsigned(r * T * 16), tile + size_t(c) * kChunkVecs + r * T, c < chunks);
     };
-    const auto fetch_w = [&](int c) {
+    // A lane's block of chunk c (width 0 past the slice), looked up a chunk before its copies are
+    // issued: the copies' addresses then wait for no load inside the loop.
+    const auto block_of = [&](int c) { return mma_block_at(view.blocks, k0 + c * k_mma_chunk + 32 * t, k1); };
+    const auto fetch_w = [&](int c, const Exl2Block at) {
       if (c < chunks) {
         const int st = c % S;
-        const MmaBlockAt at = mma_block_at(view.blocks, k0 + c * k_mma_chunk + 32 * t, k1);
-        const bool in = at.bits && n4 < view.Np;
+        const int bits = at.meta & 15, grp = at.meta >> 4;
+        const bool in = bits && n4 < view.Np;
         const char* src = reinterpret_cast<const char*>(view.q_weight + size_t(at.qrow) * np + n4);
         const unsigned wst = w_at + unsigned(st * wrows * T * 16);
 #pragma unroll
         for (int b = 0; b < 8; ++b)
-          cp_async_if<16>(wst + unsigned(b * T * 16), src + size_t(b) * np * 4, in && b < at.bits);
+          cp_async_if<16>(wst + unsigned(b * T * 16), src + size_t(b) * np * 4, in && b < bits);
         const unsigned sst = unsigned(SR * st * T * 4);
-        cp_async_if<4>(s_at + sst, view.q_scale + size_t(at.grp) * sstride + (n4 >> 3), in);
+        cp_async_if<4>(s_at + sst, view.q_scale + size_t(grp) * sstride + (n4 >> 3), in);
         // lane g = 0 is in the columns whenever any lane of its row is
-        cp_async_if<4>(m_at + sst, reinterpret_cast<const uint32_t*>(view.q_scale_max) + (at.grp >> 1), in && g == 0);
-        s_lane[(SR * st + 2) * T] = in ? uint32_t(at.bits) | uint32_t(at.grp & 1) << 4 : 0u;
+        cp_async_if<4>(m_at + sst, reinterpret_cast<const uint32_t*>(view.q_scale_max) + (grp >> 1), in && g == 0);
+        s_lane[(SR * st + 2) * T] = in ? uint32_t(bits) | uint32_t(grp & 1) << 4 : 0u;
       }
     };
 #pragma unroll
-    for (int c = 0; c < S - 1; ++c) fetch_w(c);
+    for (int c = 0; c < S - 1; ++c) fetch_w(c, block_of(c));
+    Exl2Block ahead = block_of(S - 1);
+    // One lane per 128-byte run of a word row (g = 0: the warp's 32 columns) asks L2 for the
+    // runs of the next l2_ahead chunks (every table load in flight before the first request).
+    if (l2_ahead > 0 && g == 0 && n4 < view.Np) {
+      Exl2Block at[k_mma_l2_ahead_max];
+#pragma unroll
+      for (int i = 0; i < k_mma_l2_ahead_max; ++i) at[i] = i < l2_ahead ? block_of(S - 1 + i) : Exl2Block{0, 0};
+#pragma unroll
+      for (int i = 0; i < k_mma_l2_ahead_max; ++i) {
+        const char* src = reinterpret_cast<const char*>(view.q_weight + size_t(at[i].qrow) * np + n4);
+        for (int b = 0; b < (at[i].meta & 15); ++b) prefetch_l2(src + size_t(b) * np * 4);
+      }
+    }
     wait_for_inputs();
 #pragma unroll
     for (int c = 0; c < S - 1; ++c) {
@@ -1156,7 +1166,8 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       // Chunk c is in; every warp is done with chunk c − 1 (ASYNC: its wgmma with chunk c − 2), whose
       // stage is refilled.
       __syncthreads();
-      fetch_w(c + S - 1);
+      fetch_w(c + S - 1, ahead);
+      ahead = block_of(c + S);
       fetch_x(c + S - 1);
       cp_async_commit();
       const int st = c % S;
@@ -1477,11 +1488,15 @@ bool exl2_wgmma_available(int device) {
 
 // The ring (activations, then per lane and stage `wrows` words per column quad, the quads' scale
 // codes, the scale-maximum pair and the meta word), reused for the result tile once it is done.
+// Stages of exl2_mma_kernel's weight ring in blocks of `mb` rows under `form`.
+static int mma_weight_stages(int mb, Exl2MmaForm form) { return mb <= 16 ? form.small_stages : k_mma_stages; }
+
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form) {
   const int mb = exl2_mma_rows_per_block(rows);
-  const size_t x_stages = form.wgmma && mb == 64 ? (form.wgmma_x2 ? 2 : k_wgmma_x_stages) : k_mma_stages;
+  const size_t w_stages = size_t(mma_weight_stages(mb, form));
+  const size_t x_stages = form.wgmma && mb == 64 ? (form.wgmma_x2 ? 2 : k_wgmma_x_stages) : w_stages;
   const size_t per_lane = 16 * size_t(wrows) + 4 * 3;
-  return std::max(x_stages * size_t(mb) * 256 + size_t(k_mma_stages) * size_t(k_exl2_gemv_threads) * per_lane,
+  return std::max(x_stages * size_t(mb) * 256 + w_stages * size_t(k_exl2_gemv_threads) * per_lane,
                   size_t(mb) * size_t(k_mma_out_stride) * sizeof(float));
 }
 
@@ -1509,6 +1524,7 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
                          Exl2MmaForm form, cudaStream_t stream) {
   const bool streamk = set.stream_blocks > 0;
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || (!streamk && k_slice % k_mma_chunk != 0) ||
+      (form.small_stages != 2 && form.small_stages != 3) || form.l2_ahead < 0 || form.l2_ahead > k_mma_l2_ahead_max ||
       (!streamk && k_slice < 1) || set.stream_blocks < 0 || (streamk && rows > 64) || set.norm_w ||
       set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
     return cudaErrorInvalidValue;
@@ -1569,20 +1585,30 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (x) e = launch_overlapped(stage, stage_grid, dim3(k_mma_chunk), 0, stream, set, x, rows, st16);
       if (e == cudaSuccess)
         e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
-                              wrows);
+                              wrows, form.l2_ahead);
       if (e == cudaSuccess && summed) e = launch_overlapped(sum, sum_grid, sum_block, 0, stream, set, rows, slices);
       return e;
     }
     if (x) stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
-    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
+    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows,
+                                      form.l2_ahead);
     if (summed) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, slices);
     return cudaGetLastError();
   };
+  const bool s3 = form.small_stages == 3;
   switch (mb) {
-    case 8: return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, true>)
-                           : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, false>);
-    case 16: return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, true>)
-                            : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, false>);
+    case 8:
+      if (s3)
+        return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, true, false, 3>)
+                       : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, false, false, 3>);
+      return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, true>)
+                     : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, false>);
+    case 16:
+      if (s3)
+        return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, true, false, 3>)
+                       : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, false, false, 3>);
+      return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, true>)
+                     : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, false>);
     case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, true>)
                             : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, false>);
     default:

@@ -240,11 +240,21 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // three — for a kernel that ncu finds latency-bound at 3 warps per scheduler (BENCHMARKS.md,
 // session 33). ptxas 13 warns (C7512) that at 128 registers it serializes the form's wgmma.
 // EXL_CUDA_WGMMA_X2=1; off until measured on a device.
+// small_stages (2 or 3): the weight ring's stages in blocks of up to 16 rows, i.e. the chunks
+// fetched ahead (stages − 1) — before the wait for the previous kernel among them, where q/k/v
+// and o blocks at 8 rows hold about two chunks each. EXL_CUDA_MMA_SMALL_STAGES=3; 2 until
+// measured on a device (BENCHMARKS.md, session 34).
+// l2_ahead: before waiting for the previous kernel, a block asks L2 for the weights of up to this
+// many of its chunks past those the ring fetches (prefetch.L2, one request per 128-byte run).
+// EXL_CUDA_MMA_L2_AHEAD=N (0..k_mma_l2_ahead_max); 0 until measured on a device.
+inline constexpr int k_mma_l2_ahead_max = 8;
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;
   int stream_k = 0;
   bool wgmma_x2 = false;
+  int small_stages = 2;
+  int l2_ahead = 0;
 };
 // Resident blocks per multiprocessor the kernel's registers are bounded for (x2: the wgmma_x2
 // form of 64-row blocks).

@@ -31,6 +31,8 @@ __device__ __forceinline__ void cp_async_if(unsigned smem_at, const void* gmem, 
                  ::"r"(smem_at), "l"(gmem), "r"(int(pred)) : "memory");
   }
 }
+// A request that L2 hold the 128-byte line at p (global memory); nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

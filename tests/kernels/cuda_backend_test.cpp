@@ -1674,8 +1674,8 @@ TEST(CudaLinearPlan, Exl2BlocksNameEachBlocksWordsWidthAndGroup) {
 
 TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   constexpr size_t h100 = 233472;  // shared memory per multiprocessor of sm_90
-  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true}, x2{false, true, 0, true};
-  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma, x2})
+  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true}, x2{false, true, 0, true}, s3{false, true, 0, false, 3};
+  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma, x2, s3})
     for (int rows : {3, 8, 16, 20, 32, 64, 200})
       for (int wrows = 2; wrows <= 8; ++wrows) {
         const int n = cuda::exl2_mma_resident_blocks(rows, wrows, f, h100);
@@ -1696,6 +1696,14 @@ TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 8, {false, true, true}, h100), 2);
   // The x2 form: 2 · 64 · 256 + 2 · 128 · (64 + 12) = 52,224 bytes: four blocks of 4-bit and of
   // 5-bit words fit (4 · (56,320 + 1,024) = 229,376), three of 6-bit; fewer rows are unchanged.
+  // Three stages at up to 16 rows: 3 · 2 KiB + 3 · 128 · (4 · 16 + 12) = 35,328 bytes for an 8-row
+  // block of 4-bit words (six fit, as the registers allow), 59,904 of 8-bit words (three fit);
+  // 64-row blocks keep two.
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 4, s3), 35328u);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 4, s3, h100), 6);
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 8, s3), 59904u);
+  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 8, s3, h100), 3);
+  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, s3), cuda::exl2_mma_smem_bytes(64, 4, wgmma));
   EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, x2), 52224u);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, x2, h100), 4);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 5, x2, h100), 4);
