@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/overlapped_launch.cuh"
@@ -844,36 +845,37 @@ __device__ __forceinline__ __half2 pair_adjacent(const uint32_t (&w)[8]) {
   return __hadd2(half2_bits(h), half2_bits(zero));
 }
 
-// Pairs 8h .. 8h+7 (fragment slots 16h .. 16h+15) of a block's words, times the scale s2.
-template <int BITS, int H>
-__device__ __forceinline__ void mma_dequant(const uint32_t (&w)[8], __half2 s2, uint32_t (&out)[8]) {
+// Pairs F .. F+P−1 (fragment slots 2F .. 2F+2P−1) of a block's words, times the scale s2.
+template <int BITS, int F, int P>
+__device__ __forceinline__ void mma_dequant(const uint32_t (&w)[8], __half2 s2, uint32_t (&out)[P]) {
+  static_assert(P == 4 || P == 8, "mma_dequant: quarters or halves of a block");
 #pragma unroll
-  for (int li = 0; li < 8; ++li) {
-    const int i = 8 * H + li;
+  for (int li = 0; li < P; ++li) {
+    const int i = F + li;
     __half2 v;
     if constexpr (BITS == 2 || BITS == 4 || BITS == 8) {
-      constexpr int P = 16 / BITS;
-      const uint32_t word = w[i / P];
-      switch (i % P) {  // compile-time after unrolling
+      constexpr int PW = 16 / BITS;  // pairs per word
+      const uint32_t word = w[i / PW];
+      switch (i % PW) {  // compile-time after unrolling
         case 0: v = pair_minus_zero<BITS, 0>(word, word >> 8); break;
-        case 1: v = pair_minus_zero<BITS, (P > 1 ? 1 : 0)>(word, word >> 8); break;
-        case 2: v = pair_minus_zero<BITS, (P > 2 ? 2 : 0)>(word, word >> 8); break;
-        case 3: v = pair_minus_zero<BITS, (P > 3 ? 3 : 0)>(word, word >> 8); break;
-        case 4: v = pair_minus_zero<BITS, (P > 4 ? 4 : 0)>(word, word >> 8); break;
-        case 5: v = pair_minus_zero<BITS, (P > 5 ? 5 : 0)>(word, word >> 8); break;
-        case 6: v = pair_minus_zero<BITS, (P > 6 ? 6 : 0)>(word, word >> 8); break;
-        default: v = pair_minus_zero<BITS, (P > 7 ? 7 : 0)>(word, word >> 8); break;
+        case 1: v = pair_minus_zero<BITS, (PW > 1 ? 1 : 0)>(word, word >> 8); break;
+        case 2: v = pair_minus_zero<BITS, (PW > 2 ? 2 : 0)>(word, word >> 8); break;
+        case 3: v = pair_minus_zero<BITS, (PW > 3 ? 3 : 0)>(word, word >> 8); break;
+        case 4: v = pair_minus_zero<BITS, (PW > 4 ? 4 : 0)>(word, word >> 8); break;
+        case 5: v = pair_minus_zero<BITS, (PW > 5 ? 5 : 0)>(word, word >> 8); break;
+        case 6: v = pair_minus_zero<BITS, (PW > 6 ? 6 : 0)>(word, word >> 8); break;
+        default: v = pair_minus_zero<BITS, (PW > 7 ? 7 : 0)>(word, word >> 8); break;
       }
     } else {
-      switch (li) {
-        case 0: v = pair_adjacent<BITS, 8 * H + 0>(w); break;
-        case 1: v = pair_adjacent<BITS, 8 * H + 1>(w); break;
-        case 2: v = pair_adjacent<BITS, 8 * H + 2>(w); break;
-        case 3: v = pair_adjacent<BITS, 8 * H + 3>(w); break;
-        case 4: v = pair_adjacent<BITS, 8 * H + 4>(w); break;
-        case 5: v = pair_adjacent<BITS, 8 * H + 5>(w); break;
-        case 6: v = pair_adjacent<BITS, 8 * H + 6>(w); break;
-        default: v = pair_adjacent<BITS, 8 * H + 7>(w); break;
+      switch (li) {  // cases past P are never taken
+        case 0: v = pair_adjacent<BITS, F + 0>(w); break;
+        case 1: v = pair_adjacent<BITS, F + 1>(w); break;
+        case 2: v = pair_adjacent<BITS, F + 2>(w); break;
+        case 3: v = pair_adjacent<BITS, F + 3>(w); break;
+        case 4: v = pair_adjacent<BITS, F + (P > 4 ? 4 : 0)>(w); break;
+        case 5: v = pair_adjacent<BITS, F + (P > 5 ? 5 : 0)>(w); break;
+        case 6: v = pair_adjacent<BITS, F + (P > 6 ? 6 : 0)>(w); break;
+        default: v = pair_adjacent<BITS, F + (P > 7 ? 7 : 0)>(w); break;
       }
     }
     const __half2 r = __hmul2(v, s2);
@@ -916,11 +918,11 @@ __global__ void __launch_bounds__(k_mma_chunk)
   for (int r = 0; r < kRows; ++r) out[mma_x_index(MB, mlo + r, k, p)] = __float2half_rn(v[r]);
 }
 
-// Half H of a lane's 32-row block of BITS for four of its columns (words at wl[b·R], b < BITS; R:
-// the ring's stride between word rows) as scaled fp16 A fragments.
-template <int BITS, int H, int R, int MT>
-__device__ __forceinline__ void mma_decode_half(const uint4* wl, const __half2 (&s2)[4], uint32_t (&a)[MT][2][8]) {
-  uint32_t wv[4][8];  // the other half's words are dead code
+// Pairs F .. F+P−1 of a lane's 32-row block of BITS for four of its columns (words at wl[b·R],
+// b < BITS; R: the ring's stride between word rows) as scaled fp16 A fragments.
+template <int BITS, int F, int P, int R, int MT>
+__device__ __forceinline__ void mma_decode_part(const uint4* wl, const __half2 (&s2)[4], uint32_t (&a)[MT][2][P]) {
+  uint32_t wv[4][8];  // the other parts' words are dead code
 #pragma unroll
   for (int b = 0; b < 8; ++b) {
     const uint4 v = b < BITS ? wl[b * R] : make_uint4(0u, 0u, 0u, 0u);
@@ -929,24 +931,24 @@ __device__ __forceinline__ void mma_decode_half(const uint4* wl, const __half2 (
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int cc = 0; cc < 2; ++cc) mma_dequant<BITS, H>(wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
+    for (int cc = 0; cc < 2; ++cc) mma_dequant<BITS, F, P>(wv[2 * mt + cc], s2[2 * mt + cc], a[mt][cc]);
 }
 
 // The lane's width is its own (the four lanes of a quad may hold blocks of different widths), so
-// decoding branches per lane, once per half, and the warp then meets at the mma (mma.sync needs
+// decoding branches per lane, once per part, and the warp then meets at the mma (mma.sync needs
 // every lane). Width 0 (past the K-slice or the columns) decodes whatever its ring slot holds as
 // 4-bit words under the scale 0 that such a lane gets: finite values times 0, zero fragments
 // without a branch of their own (which the compiler hoisted: 32 register clears per chunk).
-template <int H, int R, int MT>
-__device__ __forceinline__ void mma_decode_half_bits(int bits, const uint4* wl, const __half2 (&s2)[4],
-                                                     uint32_t (&a)[MT][2][8]) {
+template <int F, int P, int R, int MT>
+__device__ __forceinline__ void mma_decode_part_bits(int bits, const uint4* wl, const __half2 (&s2)[4],
+                                                     uint32_t (&a)[MT][2][P]) {
   switch (bits) {
-    case 2: mma_decode_half<2, H, R>(wl, s2, a); break;
-    case 3: mma_decode_half<3, H, R>(wl, s2, a); break;
-    case 5: mma_decode_half<5, H, R>(wl, s2, a); break;
-    case 6: mma_decode_half<6, H, R>(wl, s2, a); break;
-    case 8: mma_decode_half<8, H, R>(wl, s2, a); break;
-    default: mma_decode_half<4, H, R>(wl, s2, a); break;
+    case 2: mma_decode_part<2, F, P, R>(wl, s2, a); break;
+    case 3: mma_decode_part<3, F, P, R>(wl, s2, a); break;
+    case 5: mma_decode_part<5, F, P, R>(wl, s2, a); break;
+    case 6: mma_decode_part<6, F, P, R>(wl, s2, a); break;
+    case 8: mma_decode_part<8, F, P, R>(wl, s2, a); break;
+    default: mma_decode_part<4, F, P, R>(wl, s2, a); break;
   }
 }
 
@@ -961,8 +963,8 @@ __device__ __forceinline__ void mma_chunk(int bits, const uint4* wl, const __hal
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     uint32_t a[MT][2][8];
-    if (h == 0) mma_decode_half_bits<0, T>(bits, wl, s2, a);
-    else mma_decode_half_bits<1, T>(bits, wl, s2, a);
+    if (h == 0) mma_decode_part_bits<0, 8, T>(bits, wl, s2, a);
+    else mma_decode_part_bits<8, 8, T>(bits, wl, s2, a);
     __syncwarp();
 #pragma unroll
     for (int uu = 0; uu < 2; ++uu) {
@@ -989,33 +991,45 @@ __device__ __forceinline__ unsigned mma_ldmatrix_offset(int NT, int l) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Part F / P of wgmma_chunk: pairs F .. F+P−1 of the lane's block decoded, then their P / 2 k-steps
+// queued as one wgmma group; the warp waits for the group before it, so the fragments that group
+// read may be overwritten by the next part.
+template <int NT, int P, int F>
+__device__ __forceinline__ void wgmma_part(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs,
+                                           float (&acc)[2][NT][4]) {
+  uint32_t a[2][2][P];
+  mma_decode_part_bits<F, P, k_exl2_gemv_threads>(bits, wl, s2, a);
+  __syncwarp();
+  wgmma_fence_operands(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int li = 0; li < P; li += 2) {
+    const uint64_t desc = wgmma_desc_k_major(xs + unsigned(((F + li) / 2) * NT * 256), 128, 256);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+      wgmma_f16_rs<8 * NT>(acc[mt], a[mt][0][li], a[mt][1][li], a[mt][0][li + 1], a[mt][1][li + 1], desc);
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_fence_operands(acc);
+}
+
+template <int NT, int P, int... Parts>
+__device__ __forceinline__ void wgmma_parts(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs,
+                                            float (&acc)[2][NT][4], std::integer_sequence<int, Parts...>) {
+  (wgmma_part<NT, P, Parts * P>(bits, wl, s2, xs, acc), ...);
+}
+
 // The same chunk as wgmma (sm_90a): the warpgroup's four warps form 64-column A tiles (m-tile mt of
 // every warp, a warp's A rows as mma_chunk's), B is the stage in place (descriptors, no copy to
-// registers). Half h's products run while the lane decodes the next half: after each half's group
-// of wgmma the warp waits only for the group before it, so the fragments that group read may be
-// overwritten. acc[mt] is wgmma's m64nN accumulator (N = 8·NT), laid out as mma_chunk's.
-template <int NT>
+// registers). Each part's products (halves, P = 8; quarters, P = 4) run while the lane decodes the
+// next part. acc[mt] is wgmma's m64nN accumulator (N = 8·NT), laid out as mma_chunk's. Quarters
+// keep half the A registers in flight: the x2 form's 128 registers hold 64 accumulators, two
+// groups' fragments and the rest, where halves made ptxas serialize the wgmma (C7512).
+template <int NT, int P>
 __device__ __forceinline__ void wgmma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs,
                                             float (&acc)[2][NT][4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    uint32_t a[2][2][8];
-    if (h == 0) mma_decode_half_bits<0, k_exl2_gemv_threads>(bits, wl, s2, a);
-    else mma_decode_half_bits<1, k_exl2_gemv_threads>(bits, wl, s2, a);
-    __syncwarp();
-    wgmma_fence_operands(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int li = 0; li < 8; li += 2) {
-      const uint64_t desc = wgmma_desc_k_major(xs + unsigned((4 * h + li / 2) * NT * 256), 128, 256);
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-        wgmma_f16_rs<8 * NT>(acc[mt], a[mt][0][li], a[mt][1][li], a[mt][0][li + 1], a[mt][1][li + 1], desc);
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
-    wgmma_fence_operands(acc);
-  }
+  wgmma_parts<NT, P>(bits, wl, s2, xs, acc, std::make_integer_sequence<int, 16 / P>{});
 }
 #endif
 
@@ -1045,14 +1059,16 @@ __device__ __forceinline__ Exl2Block mma_block_at(const Exl2Block* blocks, int r
 // ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
 // decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
+// PG (with ASYNC, Exl2MmaForm::wgmma_quarters): pairs per wgmma group, 8 (halves) or 4 (quarters).
 // X2 (with ASYNC, Exl2MmaForm::wgmma_x2): two stages of activations; a warp waits for all its
 // products before the barrier at the top of each chunk, so the stage fetched next is free.
-template <int NT, bool ASYNC, bool STREAM, bool X2 = false, int S = k_mma_stages>
+template <int NT, bool ASYNC, bool STREAM, bool X2 = false, int S = k_mma_stages, int PG = 8>
 __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT, X2))
     exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows,
                     int l2_ahead) {
   static_assert(!X2 || ASYNC, "exl2_mma_kernel: X2 is a wgmma form");
   static_assert(S >= 2, "exl2_mma_kernel: a ring of two stages or more");
+  static_assert(PG == 8 || (ASYNC && PG == 4), "exl2_mma_kernel: wgmma groups of halves or quarters");
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads;
   constexpr int SX = ASYNC ? (X2 ? 2 : k_wgmma_x_stages) : S;
   constexpr int kCols = k_exl2_gemv_cols_per_block, kOutStride = k_mma_out_stride;
@@ -1191,7 +1207,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       const uint4* wl = w_lane + st * wrows * T;
       if constexpr (ASYNC) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        wgmma_chunk<NT>(bits, wl, s2, xs, acc);
+        wgmma_chunk<NT, PG>(bits, wl, s2, xs, acc);
 #endif
       } else {
         mma_chunk(bits, wl, s2, xs, lane_ld, acc);
@@ -1612,9 +1628,15 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, true>)
                             : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, false>);
     default:
+      if (wgmma && form.wgmma_x2 && form.wgmma_quarters)
+        return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, true, 2, 4>)
+                       : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, true, 2, 4>);
       if (wgmma && form.wgmma_x2)
         return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, true>)
                        : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, true>);
+      if (wgmma && form.wgmma_quarters)
+        return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, false, 2, 4>)
+                       : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, false, 2, 4>);
       if (streamk)
         return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true>)
                      : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false, true>);

@@ -247,6 +247,11 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // l2_ahead: before waiting for the previous kernel, a block asks L2 for the weights of up to this
 // many of its chunks past those the ring fetches (prefetch.L2, one request per 128-byte run).
 // EXL_CUDA_MMA_L2_AHEAD=N (0..k_mma_l2_ahead_max); 0 until measured on a device.
+// wgmma_quarters (with wgmma): a chunk's products queued in four groups instead of two, each
+// decoded while the one before runs, so half the A registers are in flight: the x2 form's 128
+// registers then hold them without ptxas serializing the wgmma (C7512), at 64 bytes of spill,
+// and the three-block form needs 153 registers (155 stream-K, no spill; halves: 168, stream-K
+// spilling 40 bytes; ptxas 13). EXL_CUDA_WGMMA_QUARTERS=1; off until measured on a device.
 inline constexpr int k_mma_l2_ahead_max = 8;
 struct Exl2MmaForm {
   bool overlapped = false;
@@ -255,6 +260,7 @@ struct Exl2MmaForm {
   bool wgmma_x2 = false;
   int small_stages = 2;
   int l2_ahead = 0;
+  bool wgmma_quarters = false;
 };
 // Resident blocks per multiprocessor the kernel's registers are bounded for (x2: the wgmma_x2
 // form of 64-row blocks).
