@@ -24,6 +24,11 @@
 #   TEST_FORMS  the forms the tests run under (default: FORMS)
 #   ROUNDS  bench runs per form and shape (default 2), interleaved across forms
 #   QUICK=1 decode only (no prefill and prefix cases)
+#   CASES   bench arguments replacing the prefill and prefix cases (e.g. "--prefix-len 4096
+#           --suffix-len 64"; with QUICK=1 ignored)
+#   L3_BATCHES, L2_BATCHES  decode batch sizes per shape (defaults 1,4,8,16,32,64 and 1,8,32; empty:
+#           the shape is skipped)
+#   BASE    another exlagent binary, run as form "base" (its own defaults) where FORMS names it
 #   SWEEP   EXL_CUDA_MMA_BLOCKS_PER_SM values to try on llama3-8b per form (e.g. "2 3 4 6")
 #   PROFILE=1  after the rounds, EXL_CUDA_PROFILE=1 op tables (llama3-8b) of decode at b=8 and
 #           b=64 and of the 64-token suffix on a 4,096-token prefix (profile-*.txt in results.tgz)
@@ -59,7 +64,7 @@ echo "built from: $(cat "${GPU_DATA:-/nonexistent}/../BUILT_FROM" 2>/dev/null ||
 
 form_env() {
   case "$1" in
-    narrow | default) ;;
+    narrow | default | base) ;;
     unchained) echo EXL_CUDA_LAYER_CHAINS=0 EXL_CUDA_MMA_STREAM_K=0 ;;
     chained) echo EXL_CUDA_LAYER_CHAINS=64 ;;
     *=*) echo "${1//+/ }" ;;
@@ -118,7 +123,9 @@ fi
 exl_bench() {  # form model args...: exlagent bench on the device under the form's environment
   local f=$1 model=$2
   shift 2
-  env $(form_env "$f") exlagent bench --model "$model" --backend cuda --context 128 "$@"
+  local prog=exlagent
+  [ "$f" = base ] && prog=${BASE:?BASE names the base binary}
+  env $(form_env "$f") "$prog" bench --model "$model" --backend cuda --context 128 "$@"
 }
 
 bench() {  # form name model batches extra...
@@ -146,10 +153,11 @@ PY
 for round in $(seq 1 "$rounds"); do
   for f in $forms; do
     section "round $round, $f"
-    bench "$f" "l3-$f-$round" "$models/l3" 1,4,8,16,32,64 \
-      $([ "${QUICK:-0}" = 1 ] || echo --prefill 2048 --prefix-len 4096 --suffix-len 64)
-    bench "$f" "l2-$f-$round" "$models/l2" 1,8,32 \
-      $([ "${QUICK:-0}" = 1 ] || echo --prefill 128,2048 --prefix-len 4096 --suffix-len 64)
+    l3=${L3_BATCHES-1,4,8,16,32,64} l2=${L2_BATCHES-1,8,32}
+    [ -z "$l3" ] || bench "$f" "l3-$f-$round" "$models/l3" "$l3" \
+      $([ "${QUICK:-0}" = 1 ] || echo "${CASES:---prefill 2048 --prefix-len 4096 --suffix-len 64}")
+    [ -z "$l2" ] || bench "$f" "l2-$f-$round" "$models/l2" "$l2" \
+      $([ "${QUICK:-0}" = 1 ] || echo "${CASES:---prefill 128,2048 --prefix-len 4096 --suffix-len 64}")
   done
 done
 
