@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cuda/exl2_gemm.h"
@@ -1611,38 +1612,35 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     if (summed) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, slices);
     return cudaGetLastError();
   };
+  // The kernel of one form (NT, wgmma, x2, weight stages, pairs per wgmma group), stream-K or not.
+  const auto run = [&](auto nt, auto async, auto x2, auto stages, auto pg) {
+    constexpr int NT = decltype(nt)::value, S = decltype(stages)::value, PG = decltype(pg)::value;
+    constexpr bool A = decltype(async)::value, X2 = decltype(x2)::value;
+    return streamk ? launch(exl2_mma_stage_kernel<8 * NT>, exl2_mma_kernel<NT, A, true, X2, S, PG>)
+                   : launch(exl2_mma_stage_kernel<8 * NT>, exl2_mma_kernel<NT, A, false, X2, S, PG>);
+  };
+  using Two = std::integral_constant<int, k_mma_stages>;
+  using Three = std::integral_constant<int, 3>;
+  using Halves = std::integral_constant<int, 8>;
+  using Quarters = std::integral_constant<int, 4>;
+  using Yes = std::true_type;
+  using No = std::false_type;
   const bool s3 = form.small_stages == 3;
   switch (mb) {
-    case 8:
-      if (s3)
-        return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, true, false, 3>)
-                       : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, false, false, 3>);
-      return streamk ? launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, true>)
-                     : launch(exl2_mma_stage_kernel<8>, exl2_mma_kernel<1, false, false>);
-    case 16:
-      if (s3)
-        return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, true, false, 3>)
-                       : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, false, false, 3>);
-      return streamk ? launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, true>)
-                     : launch(exl2_mma_stage_kernel<16>, exl2_mma_kernel<2, false, false>);
-    case 32: return streamk ? launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, true>)
-                            : launch(exl2_mma_stage_kernel<32>, exl2_mma_kernel<4, false, false>);
-    default:
-      if (wgmma && form.wgmma_x2 && form.wgmma_quarters)
-        return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, true, 2, 4>)
-                       : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, true, 2, 4>);
-      if (wgmma && form.wgmma_x2)
-        return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, true>)
-                       : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, true>);
-      if (wgmma && form.wgmma_quarters)
-        return streamk ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true, false, 2, 4>)
-                       : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false, false, 2, 4>);
-      if (streamk)
-        return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, true>)
-                     : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false, true>);
-      return wgmma ? launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, true, false>)
-                   : launch(exl2_mma_stage_kernel<64>, exl2_mma_kernel<8, false, false>);
+    case 8: return s3 ? run(std::integral_constant<int, 1>{}, No{}, No{}, Three{}, Halves{})
+                      : run(std::integral_constant<int, 1>{}, No{}, No{}, Two{}, Halves{});
+    case 16: return s3 ? run(std::integral_constant<int, 2>{}, No{}, No{}, Three{}, Halves{})
+                       : run(std::integral_constant<int, 2>{}, No{}, No{}, Two{}, Halves{});
+    case 32: return run(std::integral_constant<int, 4>{}, No{}, No{}, Two{}, Halves{});
+    default: {
+      constexpr std::integral_constant<int, 8> nt{};
+      if (!wgmma) return run(nt, No{}, No{}, Two{}, Halves{});
+      if (form.wgmma_x2)
+        return form.wgmma_quarters ? run(nt, Yes{}, Yes{}, Two{}, Quarters{}) : run(nt, Yes{}, Yes{}, Two{}, Halves{});
+      return form.wgmma_quarters ? run(nt, Yes{}, No{}, Two{}, Quarters{}) : run(nt, Yes{}, No{}, Two{}, Halves{});
+    }
   }
+
 }
 
 void exl2_mma_stage_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
