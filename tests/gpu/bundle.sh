@@ -7,6 +7,8 @@
 #   tests/gpu/bundle.sh [BUILD_DIR]        (default: build)
 #   TEST_PROGS="exl_kernels_tests" tests/gpu/bundle.sh   (the test programs carried; default both:
 #                                        drop one when the tree would pass 64 MiB)
+#   EXL2_REF=0 tests/gpu/bundle.sh        (shared-min without data/exl2-ref, 20 MiB less: the engine
+#                                        tests' reference models; the kernel tests do not read it)
 #
 # Then, in one device call: source .gpu/env.sh; PEER=.gpu/peer bash tests/gpu/issue21_bench.sh $OUT
 set -euo pipefail
@@ -24,7 +26,7 @@ mkdir -p "$staging/shared-min/models" "$staging/shared-min/data"
 for m in llama2-tokenizer llama3-tokenizer stories260K stories260K-hf; do
   cp -r "$shared/models/$m" "$staging/shared-min/models/"
 done
-cp -r "$shared/data/exl2-ref" "$staging/shared-min/data/"
+[ "${EXL2_REF:-1}" = 0 ] || cp -r "$shared/data/exl2-ref" "$staging/shared-min/data/"
 tar -C "$staging" -cJf .gpu/data/shared-min.tar.xz shared-min
 [ -d "$shared/peers/llama.cpp" ] && cp -r "$shared/peers/llama.cpp" .gpu/peer
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' || echo +dirty)" > .gpu/BUILT_FROM
