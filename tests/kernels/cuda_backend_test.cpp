@@ -94,7 +94,8 @@ class CudaBackendTest : public ::testing::Test {
   Backend& gpu() { return active_ ? *active_ : *gpu_; }
   // A CUDA backend made while each environment variable named is set to its value (the backends
   // read their settings when made); the variables are restored after.
-  static std::unique_ptr<Backend> backend_with(std::initializer_list<std::pair<const char*, const char*>> env) {
+  using EnvList = std::vector<std::pair<const char*, const char*>>;
+  static std::unique_ptr<Backend> backend_with(const EnvList& env) {
     std::vector<std::pair<const char*, std::optional<std::string>>> saved;
     for (const auto& [name, value] : env) {
       const char* before = std::getenv(name);
@@ -117,6 +118,34 @@ class CudaBackendTest : public ::testing::Test {
     std::vector<float> v(n);
     gpu().download(v.data(), b.data(), n * 4);
     return v;
+  }
+  // The set of `ms` (one input, several outputs: Backend::linears) on backend b over `rows` random
+  // rows of x (seed), each job against the CPU at tensor-core precision.
+  void expect_set_matches_cpu(Backend& b, std::initializer_list<const test::OwnedExl2*> ms, int64_t rows,
+                              uint32_t seed) {
+    const int64_t K = in_features((*ms.begin())->m);
+    std::vector<std::unique_ptr<PreparedLinear>> ps;
+    std::vector<const PreparedLinear*> ws;
+    std::vector<Buffer> dys;
+    std::vector<float*> outs;
+    for (const auto* w : ms) {
+      ps.push_back(b.prepare_linear(w->m));
+      ws.push_back(ps.back().get());
+      dys.push_back(b.alloc(size_t(rows * out_features(w->m)) * 4));
+      outs.push_back(dys.back().f32());
+    }
+    const auto x = test::random_floats(size_t(rows * K), seed);
+    Buffer dx = b.alloc(x.size() * 4);
+    b.upload(dx.data(), x.data(), x.size() * 4);
+    b.linears(ws, dx.f32(), outs, rows);
+    int j = 0;
+    for (const auto* w : ms) {
+      std::vector<float> got(size_t(rows * out_features(w->m))), ref(got.size());
+      b.download(got.data(), dys[size_t(j)].data(), got.size() * 4);
+      cpu::linear_exl2(tp_, w->m, x.data(), ref.data(), rows);
+      EXPECT_LT(rel_err(got, ref), exl2_tol(rows)) << "job " << j;
+      ++j;
+    }
   }
   // y = x · Wᵀ on the GPU for `rows` rows of x, stored `x_offset` floats into its buffer.
   std::vector<float> gpu_linear(const LinearWeights& w, const std::vector<float>& x, int64_t rows,
@@ -511,28 +540,36 @@ TEST_F(CudaBackendTest, StreamKTensorCoreSetsMatchCpu) {
   auto wv = test::random_exl2(1152, 100, {{4, 1152}}, 1712, false);
   for (const char* n : {"7", "11", "53"}) {
     auto sk = backend_with({{"EXL_CUDA_MMA_STREAM_K", n}});
-    auto pq = sk->prepare_linear(wq.m), pk = sk->prepare_linear(wk.m), pv = sk->prepare_linear(wv.m);
-    const PreparedLinear* ws[3] = {pq.get(), pk.get(), pv.get()};
     for (int64_t rows : {3, 16, 33, 64}) {
       SCOPED_TRACE(std::string("blocks=") + n + " rows=" + std::to_string(rows));
-      const auto x = test::random_floats(size_t(rows * 1152), 1713 + uint32_t(rows));
-      Buffer dx = sk->alloc(x.size() * 4);
-      sk->upload(dx.data(), x.data(), x.size() * 4);
-      std::vector<Buffer> dys;
-      std::vector<float*> outs;
-      for (const auto* w : {&wq, &wk, &wv}) {
-        dys.push_back(sk->alloc(size_t(rows * out_features(w->m)) * 4));
-        outs.push_back(dys.back().f32());
-      }
-      sk->linears(ws, dx.f32(), outs, rows);
-      int j = 0;
-      for (const auto* w : {&wq, &wk, &wv}) {
-        std::vector<float> got(size_t(rows * out_features(w->m))), ref(got.size());
-        sk->download(got.data(), dys[size_t(j)].data(), got.size() * 4);
-        cpu::linear_exl2(tp_, w->m, x.data(), ref.data(), rows);
-        EXPECT_LT(rel_err(got, ref), exl2_tol(rows)) << "job " << j;
-        ++j;
-      }
+      expect_set_matches_cpu(*sk, {&wq, &wk, &wv}, rows, 1713 + uint32_t(rows));
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, TensorCoreFormsMatchCpu) {
+  // The opt-in forms of the tensor-core kernel (Exl2MmaForm: three weight stages at up to 16 rows,
+  // L2 requests of the next chunks before the wait, wgmma groups of quarter chunks, the x2 form),
+  // alone and together with stream-K, on a set of three jobs of mixed widths (9 chunks each, so
+  // that blocks hold a few chunks and the L2 requests reach past the slice), against the CPU. On a
+  // device without wgmma the two wgmma forms run the default kernel.
+  auto wq = test::random_exl2(1152, 300, {{8, 128}, {6, 256}, {5, 256}, {4, 256}, {3, 256}}, 1720, true);
+  auto wk = test::random_exl2(1152, 256, {{2, 384}, {4, 768}}, 1721, true);
+  auto wv = test::random_exl2(1152, 100, {{4, 1152}}, 1722, false);
+  const std::pair<const char*, EnvList> forms[] = {
+      {"3 stages", {{"EXL_CUDA_MMA_SMALL_STAGES", "3"}}},
+      {"L2 ahead 3", {{"EXL_CUDA_MMA_L2_AHEAD", "3"}}},
+      {"3 stages, L2 ahead 8, stream-K 7",
+       {{"EXL_CUDA_MMA_SMALL_STAGES", "3"}, {"EXL_CUDA_MMA_L2_AHEAD", "8"}, {"EXL_CUDA_MMA_STREAM_K", "7"}}},
+      {"quarters", {{"EXL_CUDA_WGMMA_QUARTERS", "1"}}},
+      {"quarters, stream-K 11", {{"EXL_CUDA_WGMMA_QUARTERS", "1"}, {"EXL_CUDA_MMA_STREAM_K", "11"}}},
+      {"x2 quarters", {{"EXL_CUDA_WGMMA_X2", "1"}, {"EXL_CUDA_WGMMA_QUARTERS", "1"}}},
+  };
+  for (const auto& [name, env] : forms) {
+    auto b = backend_with(env);
+    for (int64_t rows : {3, 8, 16, 64}) {
+      SCOPED_TRACE(std::string(name) + ", rows=" + std::to_string(rows));
+      expect_set_matches_cpu(*b, {&wq, &wk, &wv}, rows, 1723 + uint32_t(rows));
     }
   }
 }
