@@ -181,24 +181,15 @@ TEST(CudaBackendFactory, ThrowsClearlyWithoutDevice) {
 
 // ---- linear -------------------------------------------------------------------------------------
 
-struct Exl2Case {
-  int64_t K, N;
-  std::vector<std::pair<int, int64_t>> groups;
-};
+using test::Exl2Case;
 
 TEST_F(CudaBackendTest, LinearExl2EveryWidthAndMix) {
-  const std::vector<Exl2Case> cases = {
-      {32, 1, {{8, 32}}},
-      {64, 33, {{6, 32}, {5, 32}}},
-      {128, 70, {{4, 64}, {3, 64}}},
-      {96, 40, {{2, 16}, {2, 80}}},
-      {256, 96, {{8, 32}, {6, 32}, {5, 64}, {4, 64}, {3, 32}, {2, 32}}},
-      {160, 7, {{3, 128}, {3, 32}}},
-      {208, 31, {{4, 128}, {2, 80}}},
+  std::vector<Exl2Case> cases = test::exl2_width_cases();
+  cases.insert(cases.end(), {
       {512, 130, {{6, 256}, {4, 256}}},  // groups spanning gemv K-slices
       {1024, 517, {{8, 64}, {6, 128}, {5, 128}, {4, 320}, {3, 256}, {2, 128}}},
       {2048, 64, {{4, 2048}}},
-  };
+  });
   uint32_t seed = 1;
   for (const auto& c : cases)
     for (bool bias : {false, true}) {

@@ -19,22 +19,9 @@ double max_rel_err(const std::vector<float>& got, const std::vector<double>& ref
   return err / scale;
 }
 
-struct Exl2Case {
-  int64_t K, N;
-  std::vector<std::pair<int, int64_t>> groups;
-};
-
 TEST(CpuLinear, Exl2AllWidthsAndMixes) {
   ThreadPool tp(2);
-  std::vector<Exl2Case> cases = {
-      {32, 1, {{8, 32}}},
-      {64, 33, {{6, 32}, {5, 32}}},
-      {128, 70, {{4, 64}, {3, 64}}},
-      {96, 40, {{2, 16}, {2, 80}}},
-      {256, 96, {{8, 32}, {6, 32}, {5, 64}, {4, 64}, {3, 32}, {2, 32}}},
-      {160, 7, {{3, 128}, {3, 32}}},
-      {208, 31, {{4, 128}, {2, 80}}},  // last group not a multiple of 32
-  };
+  const std::vector<test::Exl2Case> cases = test::exl2_width_cases();
   uint32_t seed = 1;
   for (const auto& c : cases) {
     for (bool bias : {false, true}) {

@@ -20,6 +20,26 @@ struct OwnedExl2 {
   Exl2Matrix m;
 };
 
+// A shape of EXL2 matrix for random_exl2: K, N and its groups (bits, rows).
+struct Exl2Case {
+  int64_t K, N;
+  std::vector<std::pair<int, int64_t>> groups;
+};
+
+// Every width alone and in mixes, groups shorter and longer than 32 rows, one past a multiple of
+// 32 at the end: the shapes every backend's EXL2 linear is checked on.
+inline std::vector<Exl2Case> exl2_width_cases() {
+  return {
+      {32, 1, {{8, 32}}},
+      {64, 33, {{6, 32}, {5, 32}}},
+      {128, 70, {{4, 64}, {3, 64}}},
+      {96, 40, {{2, 16}, {2, 80}}},
+      {256, 96, {{8, 32}, {6, 32}, {5, 64}, {4, 64}, {3, 32}, {2, 32}}},
+      {160, 7, {{3, 128}, {3, 32}}},
+      {208, 31, {{4, 128}, {2, 80}}},  // last group not a multiple of 32
+  };
+}
+
 // Groups: (bits, rows) in order; rows must sum to K and rows·bits be a multiple of 32 (as in the
 // format: a group fills whole words).
 inline OwnedExl2 random_exl2(int64_t K, int64_t N, const std::vector<std::pair<int, int64_t>>& groups, uint32_t seed,

@@ -386,36 +386,32 @@ inline const dim3& gridDim = ::emu::grid_dim;
 
 inline void __syncthreads() { emu::block_sync(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_sync(); }
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int o) {
+namespace emu {
+// Lane l of the warp gets the v of lane src(l), or keeps its own where src(l) < 0.
+template <class T, class Src>
+inline T warp_exchange(T v, Src src) {
   static_assert(sizeof(T) <= 8);
-  const unsigned t = emu::cur->lin, w = t / 32, lane = t % 32;
+  const unsigned t = cur->lin, w = t / 32, lane = t % 32;
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  emu::shfl[t] = bits;
-  emu::warp_sync();
-  T r;
-  bits = emu::shfl[w * 32 + (lane ^ unsigned(o))];
-  std::memcpy(&r, &bits, sizeof(T));
-  emu::warp_sync();
-  return r;
-}
-
-template <class T>
-inline T __shfl_up_sync(unsigned, T v, unsigned d) {
-  static_assert(sizeof(T) <= 8);
-  const unsigned t = emu::cur->lin, w = t / 32, lane = t % 32;
-  uint64_t bits = 0;
-  std::memcpy(&bits, &v, sizeof(T));
-  emu::shfl[t] = bits;
-  emu::warp_sync();
+  shfl[t] = bits;
+  warp_sync();
   T r = v;
-  if (lane >= d) {
-    bits = emu::shfl[w * 32 + lane - d];
+  if (const int from = src(lane); from >= 0) {
+    bits = shfl[w * 32 + unsigned(from)];
     std::memcpy(&r, &bits, sizeof(T));
   }
-  emu::warp_sync();
+  warp_sync();
   return r;
+}
+}  // namespace emu
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int o) {
+  return emu::warp_exchange(v, [o](unsigned lane) { return int(lane ^ unsigned(o)); });
+}
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, unsigned d) {
+  return emu::warp_exchange(v, [d](unsigned lane) { return lane >= d ? int(lane - d) : -1; });
 }
 // Every live thread's predicate, or-ed (a block barrier, like __syncthreads).
 inline int __syncthreads_or(int pred) {
