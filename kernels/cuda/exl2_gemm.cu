@@ -1123,12 +1123,16 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     // A lane's block of chunk c (width 0 past the slice), looked up a chunk before its copies are
     // issued: the copies' addresses then wait for no load inside the loop.
     const auto block_of = [&](int c) { return mma_block_at(view.blocks, k0 + c * k_mma_chunk + 32 * t, k1); };
+    // The first word of the lane's column quad in block `at` (its word rows np words apart).
+    const auto words_of = [&](const Exl2Block at) {
+      return reinterpret_cast<const char*>(view.q_weight + size_t(at.qrow) * np + n4);
+    };
     const auto fetch_w = [&](int c, const Exl2Block at) {
       if (c < chunks) {
         const int st = c % S;
         const int bits = at.meta & 15, grp = at.meta >> 4;
         const bool in = bits && n4 < view.Np;
-        const char* src = reinterpret_cast<const char*>(view.q_weight + size_t(at.qrow) * np + n4);
+        const char* src = words_of(at);
         const unsigned wst = w_at + unsigned(st * wrows * T * 16);
 #pragma unroll
         for (int b = 0; b < 8; ++b)
@@ -1151,7 +1155,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       for (int i = 0; i < k_mma_l2_ahead_max; ++i) at[i] = i < l2_ahead ? block_of(S - 1 + i) : Exl2Block{0, 0};
 #pragma unroll
       for (int i = 0; i < k_mma_l2_ahead_max; ++i) {
-        const char* src = reinterpret_cast<const char*>(view.q_weight + size_t(at[i].qrow) * np + n4);
+        const char* src = words_of(at[i]);
         for (int b = 0; b < (at[i].meta & 15); ++b) prefetch_l2(src + size_t(b) * np * 4);
       }
     }
