@@ -170,6 +170,7 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   a.logits = logits;
   a.vocab = vocab;
   a.n_entries = int32_t(rows.size());
+  a.slices = sample_slices(int64_t(rows.size()), ctx_.sm_count());
   a.descs = reinterpret_cast<const SampleDesc*>(base + o_desc);
   a.bias_ids = reinterpret_cast<const int32_t*>(base + o_bid);
   a.bias_vals = reinterpret_cast<const float*>(base + o_bval);

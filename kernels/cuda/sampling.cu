@@ -144,14 +144,49 @@ __device__ Crossing find_crossing(const float* w, int n, double target, bool inc
   return c;
 }
 
-// Launch 1a, block b of entry e (grid k_sample_slices × entries): its slice of the vocabulary —
-// masked logits into x, the bias and penalties of its tokens, its argmax — then the entry's last
-// block merges the slices' argmaxes (lowest id among equal maxima: any order gives the same).
-__device__ __forceinline__ void slice_of(int64_t V, int b, int64_t& begin, int64_t& end) {
-  const int64_t per = (V + k_sample_slices - 1) / k_sample_slices;
+// Block b of `slices` blocks: its contiguous part [begin, end) of the vocabulary.
+__device__ __forceinline__ void slice_of(int64_t V, int slices, int b, int64_t& begin, int64_t& end) {
+  const int64_t per = (V + slices - 1) / slices;
   begin = min(V, int64_t(b) * per), end = min(V, begin + per);
 }
 
+// Block b's argmax of entry e (bad: a NaN or +inf logit in its slice) into the entry's slots. The
+// entry's last block (found by an acq_rel counter; `last` is the block's shared flag) merges every
+// slice's, one warp loading them at once, and decides greedy entries (others become
+// k_sample_pending with their maximum logit).
+__device__ void merge_slices(const SampleArgs& a, int e, int b, const SampleDesc& d, ArgMax m, int bad, bool& last) {
+  const int slot = e * k_sample_slices + b;
+  if (threadIdx.x == 0) {
+    a.slice_max[slot] = m.v, a.slice_arg[slot] = bad ? k_sample_bad : m.i;
+    unsigned prev;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(a.counters + e) : "memory");
+    last = prev == unsigned(a.slices) - 1;
+    if (last) a.counters[e] = 0;
+  }
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  ArgMax t{-INFINITY, INT_MAX};
+  bool any_bad = false;
+  for (int k = threadIdx.x; k < a.slices; k += 32) {
+    const int arg = __ldcg(a.slice_arg + e * k_sample_slices + k);
+    const float v = __ldcg(a.slice_max + e * k_sample_slices + k);
+    if (arg == k_sample_bad) any_bad = true;
+    else t = better(t, ArgMax{v, arg});
+  }
+  any_bad = __any_sync(k_all, any_bad);
+  for (int o = 16; o > 0; o >>= 1) t = better(t, ArgMax{__shfl_xor_sync(k_all, t.v, o), __shfl_xor_sync(k_all, t.i, o)});
+  if (threadIdx.x == 0) {
+    if (any_bad) a.out[e] = k_sample_bad;
+    else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
+    else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0;
+  }
+}
+
+// Launch 1a, block b of entry e (grid slices × entries): its slice of the vocabulary — masked
+// logits into x, the bias and penalties of its tokens, its argmax — then the entry's last block
+// merges the slices' argmaxes (lowest id among equal maxima: any order gives the same). A greedy
+// entry without bias or penalties takes the argmax of the masked logits as it loads them (x is
+// read only by launches 1b and 3, which greedy entries skip).
 __global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
   __shared__ Shared sh;
   __shared__ bool last;
@@ -162,9 +197,21 @@ __global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
   const uint32_t* mask = d.mask_begin >= 0 ? a.mask + d.mask_begin : nullptr;
   float* x = a.x + int64_t(e) * V;
   int64_t begin, end;
-  slice_of(V, b, begin, end);
+  slice_of(V, a.slices, b, begin, end);
 
   int bad = 0;
+  ArgMax m{-INFINITY, INT_MAX};
+  if (d.temperature == 0.0f && d.bias_count == 0 && d.pen_count == 0) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
+      const float l = logits[i];
+      if (isnan(l) || l == INFINITY) bad = 1;
+      const float v = allowed(mask, i) ? l : -INFINITY;
+      m = better(m, ArgMax{v, v > -INFINITY ? int(i) : INT_MAX});
+    }
+    bad = __syncthreads_or(bad);
+    merge_slices(a, e, b, d, block_argmax(m, sh.f, sh.i), bad, last);
+    return;
+  }
   for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
     const float l = logits[i];
     if (isnan(l) || l == INFINITY) bad = 1;
@@ -187,39 +234,9 @@ __global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
     x[t] = __fsub_rn(l, sub);
   }
   __syncthreads();
-  ArgMax m{-INFINITY, INT_MAX};
   for (int64_t i = begin + threadIdx.x; i < end; i += k_threads)
     m = better(m, ArgMax{x[i], x[i] > -INFINITY ? int(i) : INT_MAX});
-  m = block_argmax(m, sh.f, sh.i);
-  const int slot = e * k_sample_slices + b;
-  if (threadIdx.x == 0) {
-    a.slice_max[slot] = m.v, a.slice_arg[slot] = bad ? k_sample_bad : m.i;
-    unsigned prev;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(a.counters + e) : "memory");
-    last = prev == k_sample_slices - 1;
-    if (last) a.counters[e] = 0;
-  }
-  __syncthreads();
-  if (!last) return;
-  if (threadIdx.x < 32) {  // one warp, every slice's result loaded at once
-    static_assert(k_sample_slices % 32 == 0, "whole slices per lane");
-    ArgMax t{-INFINITY, INT_MAX};
-    bool any_bad = false;
-#pragma unroll
-    for (int k = threadIdx.x; k < k_sample_slices; k += 32) {
-      const int arg = __ldcg(a.slice_arg + e * k_sample_slices + k);
-      const float v = __ldcg(a.slice_max + e * k_sample_slices + k);
-      if (arg == k_sample_bad) any_bad = true;
-      else t = better(t, ArgMax{v, arg});
-    }
-    any_bad = __any_sync(k_all, any_bad);
-    for (int o = 16; o > 0; o >>= 1) t = better(t, ArgMax{__shfl_xor_sync(k_all, t.v, o), __shfl_xor_sync(k_all, t.i, o)});
-    if (threadIdx.x == 0) {
-      if (any_bad) a.out[e] = k_sample_bad;
-      else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
-      else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0;
-    }
-  }
+  merge_slices(a, e, b, d, block_argmax(m, sh.f, sh.i), bad, last);
 }
 
 // Launch 1b (same grid): for entries still pending, every candidate of the slice (post-penalty
@@ -234,7 +251,7 @@ __global__ void __launch_bounds__(k_threads) sample_candidates_kernel(SampleArgs
   uint32_t* keys = a.keys + int64_t(e) * V;
   const float mx = a.max_logit[e];
   int64_t begin, end;
-  slice_of(V, blockIdx.x, begin, end);
+  slice_of(V, a.slices, blockIdx.x, begin, end);
   int n = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
     const float l = x[i];
@@ -311,7 +328,8 @@ __global__ void iota_kernel(int32_t* iota, int n) {
 
 cudaError_t sample_prepare(const SampleArgs& a, bool greedy_only, cudaStream_t stream) {
   if (a.n_entries <= 0) return cudaSuccess;
-  const dim3 grid(k_sample_slices, unsigned(a.n_entries));
+  if (a.slices < 1 || a.slices > k_sample_slices) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned(a.slices), unsigned(a.n_entries));
   sample_scan_kernel<<<grid, k_threads, 0, stream>>>(a);
   if (!greedy_only) sample_candidates_kernel<<<grid, k_threads, 0, stream>>>(a);
   return cudaGetLastError();

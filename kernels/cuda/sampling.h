@@ -2,7 +2,8 @@
 // mode, so that only the token id leaves the device.
 //
 // Three launches (cuda_sampler.cpp drives them):
-//   1. sample_prepare (k_sample_slices blocks per entry, then the entry's last block): raw logits (NaN/+inf → k_sample_bad_logit), mask (clear bit → -inf),
+//   1. sample_prepare (SampleArgs::slices blocks per entry, then the entry's last block): raw
+//      logits (NaN/+inf → k_sample_bad_logit), mask (clear bit → -inf),
 //      bias (l + b on allowed tokens), penalties (l > 0 ? l / rp : l · rp, then
 //      l - (count · fp + pp)), argmax (lowest id among equal maxima; none →
 //      k_sample_nothing_allowed). Greedy entries end here. Otherwise every candidate
@@ -47,6 +48,7 @@ struct SampleArgs {
   const float* logits = nullptr;  // [*, vocab]
   int64_t vocab = 0;
   int32_t n_entries = 0;
+  int32_t slices = 1;  // blocks per entry in launches 1a/1b, 1..k_sample_slices (sample_slices)
   const SampleDesc* descs = nullptr;
   const int32_t* bias_ids = nullptr;
   const float* bias_vals = nullptr;
@@ -59,15 +61,24 @@ struct SampleArgs {
   float* w = nullptr;          // probabilities in walk order
   int32_t* n_cand = nullptr;   // candidates per entry
   int32_t* out = nullptr;      // result per entry (k_sample_pending until decided)
-  // Launch 1's slices: per entry k_sample_slices argmax values and ids (k_sample_bad: a bad logit
-  // in the slice), the maximum logit, and a counter (zero between launches).
+  // Launch 1's slices: per entry room for k_sample_slices argmax values and ids (k_sample_bad: a
+  // bad logit in the slice), the maximum logit, and a counter (zero between launches).
   float* slice_max = nullptr;
   int32_t* slice_arg = nullptr;
   float* max_logit = nullptr;
   unsigned* counters = nullptr;
 };
-// Blocks per entry in launch 1 (each a contiguous slice of the vocabulary).
+// The most blocks per entry in launch 1 (each a contiguous slice of the vocabulary).
 constexpr int k_sample_slices = 64;
+
+// Blocks per entry for `entries` entries on `sm_count` multiprocessors: about two blocks of 1024
+// threads per multiprocessor in all (one wave), at least one and at most k_sample_slices per entry.
+// One entry gets 64 slices; 64 entries of a 128K vocabulary get 5 blocks of ~26K ids each instead
+// of 64 blocks of ~2K (4,096 blocks whose barriers and merge dominated their two loads per thread).
+constexpr int sample_slices(int64_t entries, int sm_count) {
+  const int64_t want = entries < 1 ? 1 : (2 * int64_t(sm_count < 1 ? 1 : sm_count) + entries - 1) / entries;
+  return int(want < 1 ? 1 : want > k_sample_slices ? k_sample_slices : want);
+}
 
 // Result codes as in kernels/row_sampling.h (C++20, which nvcc's C++17 does not read; the host
 // side static_asserts that they agree), plus the internal "not decided yet".

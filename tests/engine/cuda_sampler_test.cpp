@@ -8,10 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
+#include <span>
+#include <utility>
 
 #include "engine/generate/device_sampling.h"
 #include "kernels/cuda/cuda_sampler.h"
+#include "kernels/cuda/sampling.h"
 #include "kernels/error.h"
 #include "kernels/cuda_device.h"
 
@@ -32,59 +36,131 @@ int32_t reference_near(std::span<const float> logits, RowSampling r, int32_t got
   return want;
 }
 
+// k_rows rows of normal logits over V ids, with a three-way tie at the top (17, 300 and 901 when V
+// has them) and ties below it.
+std::vector<float> tied_logits(int64_t V, int k_rows, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(size_t(k_rows * V));
+  for (float& x : logits) x = nd(rng) + 0.125f;
+  for (int r = 0; r < k_rows; ++r) {
+    float* row = logits.data() + r * V;
+    const float top = *std::max_element(row, row + V);
+    for (int64_t t : {17, 300, 901})
+      if (t < V) row[t] = top;
+    for (int64_t i = 0; i < 40 && 500 + i < V; ++i) row[500 + i] = row[100 + i % 7];
+  }
+  return logits;
+}
+
+// Every setting combination (greedy ones without u, top_k, top_p or min_p) with and without a mask
+// and penalties + biases, over logits rows 0 .. k_rows - 1 in turn.
+std::vector<RowSampling> every_setting(int k_rows, std::span<const uint32_t> mask, std::span<const TokenCount> pens,
+                                       std::span<const TokenBias> bias) {
+  std::vector<RowSampling> rows;
+  for (float t : {0.0f, 0.6f, 1.0f})
+    for (int32_t k : {0, 1, 30})
+      for (float p : {1.0f, 0.85f})
+        for (float mp : {0.0f, 0.1f})
+          for (int extras = 0; extras < 4; ++extras)
+            for (double u : {0.0, 0.37, 0.9999999}) {
+              if (t == 0.0f && (k || p < 1.0f || mp > 0.0f || u > 0.0)) continue;
+              RowSampling r;
+              r.row = int64_t(rows.size() % k_rows);
+              r.temperature = t, r.top_k = k, r.top_p = p, r.min_p = mp, r.u = u;
+              if (extras & 1) r.mask = mask;
+              if (extras & 2) {
+                r.penalties = pens, r.bias = bias;
+                r.repetition_penalty = 1.4f, r.frequency_penalty = 0.3f, r.presence_penalty = 0.2f;
+              }
+              rows.push_back(r);
+            }
+  return rows;
+}
+
+struct Agreement {
+  int64_t total = 0, exact = 0;
+};
+
+// Samples `rows` in one call and asserts each id against the host reference (reference_near).
+void expect_reference(cuda::CudaContext& ctx, cuda::CudaSampler& sampler, std::span<const float> logits, int64_t V,
+                      std::span<const RowSampling> rows, Agreement& agreed) {
+  Buffer dl = ctx.upload_new(std::vector<float>(logits.begin(), logits.end()));
+  std::vector<int32_t> got(rows.size());
+  sampler.run(dl.f32(), V, rows, got);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowSampling& r = rows[i];
+    const std::span<const float> row = logits.subspan(size_t(r.row * V), size_t(V));
+    const int32_t want = reference_near(row, r, got[i]);
+    ++agreed.total;
+    agreed.exact += reference_sample_row(row, r) == got[i];
+    ASSERT_EQ(got[i], want) << "V " << V << ", " << rows.size() << " entries: entry " << i << " T " << r.temperature
+                            << " k " << r.top_k << " p " << r.top_p << " min_p " << r.min_p << " u " << r.u
+                            << " mask " << !r.mask.empty() << " penalties " << !r.penalties.empty();
+  }
+}
+
 TEST(CudaSampler, MatchesTheHostReference) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
   cuda::CudaContext ctx(0);
   cuda::CudaSampler sampler(ctx);
   std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  int64_t total = 0, exact = 0;
+  Agreement agreed;
   for (int64_t V : {int64_t(1000), int64_t(1537)}) {
     constexpr int k_rows = 3;
-    std::vector<float> logits(size_t(k_rows * V));
-    for (float& x : logits) x = nd(rng) + 0.125f;
-    for (int r = 0; r < k_rows; ++r) {
-      float* row = logits.data() + r * V;
-      row[17] = row[300] = row[901] = *std::max_element(row, row + V);  // tie at the top
-      for (int i = 0; i < 40; ++i) row[500 + i] = row[100 + i % 7];    // ties below
-    }
-    Buffer dl = ctx.upload_new(logits);
+    const std::vector<float> logits = tied_logits(V, k_rows, rng);
     std::vector<uint32_t> mask(mask_words(size_t(V)));
     for (uint32_t& w : mask) w = rng() | rng() | rng();
     const std::vector<TokenCount> pens{{3, 2}, {17, 1}, {100, 4}, {int32_t(V - 1), 1}};
     const std::vector<TokenBias> bias{{5, 2.5f}, {300, -INFINITY}, {640, 4.0f}};
-    std::vector<RowSampling> rows;
-    for (float t : {0.0f, 0.6f, 1.0f})
-      for (int32_t k : {0, 1, 30})
-        for (float p : {1.0f, 0.85f})
-          for (float mp : {0.0f, 0.1f})
-            for (int extras = 0; extras < 4; ++extras)
-              for (double u : {0.0, 0.37, 0.9999999}) {
-                if (t == 0.0f && (k || p < 1.0f || mp > 0.0f || u > 0.0)) continue;
-                RowSampling r;
-                r.row = int64_t(rows.size() % k_rows);
-                r.temperature = t, r.top_k = k, r.top_p = p, r.min_p = mp, r.u = u;
-                if (extras & 1) r.mask = mask;
-                if (extras & 2) {
-                  r.penalties = pens, r.bias = bias;
-                  r.repetition_penalty = 1.4f, r.frequency_penalty = 0.3f, r.presence_penalty = 0.2f;
-                }
-                rows.push_back(r);
-              }
-    std::vector<int32_t> got(rows.size());
-    sampler.run(dl.f32(), V, rows, got);
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const RowSampling& r = rows[i];
-      const std::span<const float> row(logits.data() + r.row * V, size_t(V));
-      const int32_t want = reference_near(row, r, got[i]);
-      ++total;
-      exact += reference_sample_row(row, r) == got[i];
-      ASSERT_EQ(got[i], want) << "V " << V << " entry " << i << " T " << r.temperature << " k " << r.top_k << " p "
-                              << r.top_p << " min_p " << r.min_p << " u " << r.u << " mask " << !r.mask.empty()
-                              << " penalties " << !r.penalties.empty();
-    }
+    expect_reference(ctx, sampler, logits, V, every_setting(k_rows, mask, pens, bias), agreed);
+    if (HasFatalFailure()) return;
   }
-  EXPECT_GE(exact * 100, total * 99) << exact << " of " << total << " identical";
+  EXPECT_GE(agreed.exact * 100, agreed.total * 99) << agreed.exact << " of " << agreed.total << " identical";
+}
+
+// The blocks per entry follow the entry count (sample_slices: 64 for one entry, one for hundreds):
+// greedy entries (masked densely and sparsely, with and without biases) among sampled ones,
+// shuffled and sampled 1, 5 and 40 at a time, over vocabularies smaller than the blocks (empty
+// slices), near them and larger, with a NaN logit in one row (every entry of that row gets
+// k_sample_bad_logit, whichever block holds it).
+TEST(CudaSampler, EveryBlockCountMatchesTheHostReference) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
+  EXPECT_EQ(cuda::sample_slices(1, 132), 64);
+  EXPECT_EQ(cuda::sample_slices(8, 132), 33);
+  EXPECT_EQ(cuda::sample_slices(64, 132), 5);
+  EXPECT_EQ(cuda::sample_slices(300, 132), 1);
+  cuda::CudaContext ctx(0);
+  cuda::CudaSampler sampler(ctx);
+  std::mt19937 rng(5);
+  Agreement agreed;
+  for (int64_t V : {int64_t(37), int64_t(70), int64_t(5003)}) {
+    constexpr int k_rows = 4;
+    std::vector<float> logits = tied_logits(V, k_rows, rng);
+    logits[size_t(3 * V + V / 2)] = NAN;
+    std::vector<uint32_t> mask(mask_words(size_t(V))), sparse(mask.size());
+    for (uint32_t& w : mask) w = rng() | rng();
+    for (uint32_t& w : sparse) w = rng() & rng();
+    const std::vector<TokenCount> pens{{3, 2}, {int32_t(V - 1), 1}};
+    const std::vector<TokenBias> bias{{5, 2.5f}, {int32_t(V / 3), 4.0f}};
+    std::vector<RowSampling> all = every_setting(k_rows, mask, pens, bias);
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(60);
+    for (int r = 0; r < k_rows; ++r)  // greedy entries of every row, as they come in batched decoding
+      for (int extras = 0; extras < 8; ++extras) {
+        RowSampling g;
+        g.row = r, g.temperature = 0.0f;
+        if (extras & 1) g.mask = extras & 4 ? std::span<const uint32_t>(sparse) : std::span<const uint32_t>(mask);
+        if (extras & 2) g.penalties = pens, g.bias = bias, g.repetition_penalty = 1.4f;
+        all.push_back(g);
+      }
+    std::shuffle(all.begin(), all.end(), rng);
+    for (const auto& [n, upto] : {std::pair<size_t, size_t>{1, 30}, {5, 60}, {40, 80}})
+      for (size_t at = 0; at + n <= std::min(all.size(), upto); at += n) {
+        expect_reference(ctx, sampler, logits, V, std::span<const RowSampling>(all).subspan(at, n), agreed);
+        if (HasFatalFailure()) return;
+      }
+  }
+  EXPECT_GE(agreed.exact * 100, agreed.total * 99) << agreed.exact << " of " << agreed.total << " identical";
 }
 
 TEST(CudaSampler, RejectsIdsOutsideTheVocabulary) {
