@@ -174,7 +174,8 @@ __device__ void merge_slices(const SampleArgs& a, int e, int b, const SampleDesc
     else t = better(t, ArgMax{v, arg});
   }
   any_bad = __any_sync(k_all, any_bad);
-  for (int o = 16; o > 0; o >>= 1) t = better(t, ArgMax{__shfl_xor_sync(k_all, t.v, o), __shfl_xor_sync(k_all, t.i, o)});
+  for (int o = 16; o > 0; o >>= 1)
+    t = better(t, ArgMax{__shfl_xor_sync(k_all, t.v, o), __shfl_xor_sync(k_all, t.i, o)});
   if (threadIdx.x == 0) {
     if (any_bad) a.out[e] = k_sample_bad;
     else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
@@ -201,41 +202,36 @@ __global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
 
   int bad = 0;
   ArgMax m{-INFINITY, INT_MAX};
-  if (d.temperature == 0.0f && d.bias_count == 0 && d.pen_count == 0) {
-    for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
-      const float l = logits[i];
-      if (isnan(l) || l == INFINITY) bad = 1;
-      const float v = allowed(mask, i) ? l : -INFINITY;
-      m = better(m, ArgMax{v, v > -INFINITY ? int(i) : INT_MAX});
-    }
-    bad = __syncthreads_or(bad);
-    merge_slices(a, e, b, d, block_argmax(m, sh.f, sh.i), bad, last);
-    return;
-  }
+  const bool direct = d.temperature == 0.0f && d.bias_count == 0 && d.pen_count == 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
     const float l = logits[i];
     if (isnan(l) || l == INFINITY) bad = 1;
-    x[i] = allowed(mask, i) ? l : -INFINITY;
+    const float v = allowed(mask, i) ? l : -INFINITY;
+    if (direct) m = better(m, ArgMax{v, v > -INFINITY ? int(i) : INT_MAX});
+    else x[i] = v;
   }
   bad = __syncthreads_or(bad);
-  for (int j = threadIdx.x; j < d.bias_count; j += k_threads) {
-    const int t = a.bias_ids[d.bias_begin + j];
-    if (t >= begin && t < end && allowed(mask, t)) x[t] = __fadd_rn(x[t], a.bias_vals[d.bias_begin + j]);
+  if (!direct) {
+    for (int j = threadIdx.x; j < d.bias_count; j += k_threads) {
+      const int t = a.bias_ids[d.bias_begin + j];
+      if (t >= begin && t < end && allowed(mask, t)) x[t] = __fadd_rn(x[t], a.bias_vals[d.bias_begin + j]);
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < d.pen_count; j += k_threads) {
+      const int t = a.pen_ids[d.pen_begin + j];
+      if (t < begin || t >= end) continue;
+      float l = x[t];
+      if (l == -INFINITY) continue;
+      if (d.repetition_penalty != 1.0f)
+        l = l > 0.0f ? __fdiv_rn(l, d.repetition_penalty) : __fmul_rn(l, d.repetition_penalty);
+      const float sub =
+          __fadd_rn(__fmul_rn(float(a.pen_counts[d.pen_begin + j]), d.frequency_penalty), d.presence_penalty);
+      x[t] = __fsub_rn(l, sub);
+    }
+    __syncthreads();
+    for (int64_t i = begin + threadIdx.x; i < end; i += k_threads)
+      m = better(m, ArgMax{x[i], x[i] > -INFINITY ? int(i) : INT_MAX});
   }
-  __syncthreads();
-  for (int j = threadIdx.x; j < d.pen_count; j += k_threads) {
-    const int t = a.pen_ids[d.pen_begin + j];
-    if (t < begin || t >= end) continue;
-    float l = x[t];
-    if (l == -INFINITY) continue;
-    if (d.repetition_penalty != 1.0f)
-      l = l > 0.0f ? __fdiv_rn(l, d.repetition_penalty) : __fmul_rn(l, d.repetition_penalty);
-    const float sub = __fadd_rn(__fmul_rn(float(a.pen_counts[d.pen_begin + j]), d.frequency_penalty), d.presence_penalty);
-    x[t] = __fsub_rn(l, sub);
-  }
-  __syncthreads();
-  for (int64_t i = begin + threadIdx.x; i < end; i += k_threads)
-    m = better(m, ArgMax{x[i], x[i] > -INFINITY ? int(i) : INT_MAX});
   merge_slices(a, e, b, d, block_argmax(m, sh.f, sh.i), bad, last);
 }
 
