@@ -81,12 +81,12 @@ struct Agreement {
   int64_t total = 0, exact = 0;
 };
 
-// Samples `rows` in one call and asserts each id against the host reference (reference_near).
-void expect_reference(cuda::CudaContext& ctx, cuda::CudaSampler& sampler, std::span<const float> logits, int64_t V,
+// Samples `rows` in one call from `device` (the upload of `logits`) and asserts each id against the
+// host reference (reference_near).
+void expect_reference(cuda::CudaSampler& sampler, const Buffer& device, std::span<const float> logits, int64_t V,
                       std::span<const RowSampling> rows, Agreement& agreed) {
-  Buffer dl = ctx.upload_new(std::vector<float>(logits.begin(), logits.end()));
   std::vector<int32_t> got(rows.size());
-  sampler.run(dl.f32(), V, rows, got);
+  sampler.run(device.f32(), V, rows, got);
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowSampling& r = rows[i];
     const std::span<const float> row = logits.subspan(size_t(r.row * V), size_t(V));
@@ -112,10 +112,20 @@ TEST(CudaSampler, MatchesTheHostReference) {
     for (uint32_t& w : mask) w = rng() | rng() | rng();
     const std::vector<TokenCount> pens{{3, 2}, {17, 1}, {100, 4}, {int32_t(V - 1), 1}};
     const std::vector<TokenBias> bias{{5, 2.5f}, {300, -INFINITY}, {640, 4.0f}};
-    expect_reference(ctx, sampler, logits, V, every_setting(k_rows, mask, pens, bias), agreed);
+    expect_reference(sampler, ctx.upload_new(logits), logits, V, every_setting(k_rows, mask, pens, bias), agreed);
     if (HasFatalFailure()) return;
   }
   EXPECT_GE(agreed.exact * 100, agreed.total * 99) << agreed.exact << " of " << agreed.total << " identical";
+}
+
+// About one wave of 1024-thread blocks in all (two per multiprocessor), 1..64 per entry. Host-only.
+TEST(CudaSampler, BlocksPerEntryFillOneWave) {
+  EXPECT_EQ(cuda::sample_slices(1, 132), 64);
+  EXPECT_EQ(cuda::sample_slices(8, 132), 33);
+  EXPECT_EQ(cuda::sample_slices(64, 132), 5);
+  EXPECT_EQ(cuda::sample_slices(300, 132), 1);
+  EXPECT_EQ(cuda::sample_slices(0, 132), 1);
+  EXPECT_EQ(cuda::sample_slices(1, 0), 2);
 }
 
 // The blocks per entry follow the entry count (sample_slices: 64 for one entry, one for hundreds):
@@ -125,10 +135,6 @@ TEST(CudaSampler, MatchesTheHostReference) {
 // k_sample_bad_logit, whichever block holds it).
 TEST(CudaSampler, EveryBlockCountMatchesTheHostReference) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
-  EXPECT_EQ(cuda::sample_slices(1, 132), 64);
-  EXPECT_EQ(cuda::sample_slices(8, 132), 33);
-  EXPECT_EQ(cuda::sample_slices(64, 132), 5);
-  EXPECT_EQ(cuda::sample_slices(300, 132), 1);
   cuda::CudaContext ctx(0);
   cuda::CudaSampler sampler(ctx);
   std::mt19937 rng(5);
@@ -154,9 +160,10 @@ TEST(CudaSampler, EveryBlockCountMatchesTheHostReference) {
         all.push_back(g);
       }
     std::shuffle(all.begin(), all.end(), rng);
+    const Buffer device = ctx.upload_new(logits);
     for (const auto& [n, upto] : {std::pair<size_t, size_t>{1, 30}, {5, 60}, {40, 80}})
       for (size_t at = 0; at + n <= std::min(all.size(), upto); at += n) {
-        expect_reference(ctx, sampler, logits, V, std::span<const RowSampling>(all).subspan(at, n), agreed);
+        expect_reference(sampler, device, logits, V, std::span<const RowSampling>(all).subspan(at, n), agreed);
         if (HasFatalFailure()) return;
       }
   }
