@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -40,13 +41,29 @@ void check_row(const RowSampling& r, int64_t vocab, size_t i) {
               " (count ", c.count, ") outside the vocabulary of ", vocab);
 }
 
+// Sorted entries from which one segmented sort replaces a device-wide sort per entry
+// (EXL_CUDA_SAMPLE_SEGMENTED_MIN overrides; 0 = never): a device-wide sort of one 32K–128K
+// vocabulary is a few short launches over the whole GPU, a segmented sort one block per entry.
+int segmented_sort_min() {
+  static const int n = [] {
+    const char* e = std::getenv("EXL_CUDA_SAMPLE_SEGMENTED_MIN");
+    return e ? std::max(0, std::atoi(e)) : 4;
+  }();
+  return n;
+}
+
 }  // namespace
+
+void CudaSampler::ensure_sort_temp(size_t bytes) {
+  if (bytes <= sort_temp_bytes_) return;
+  ctx_.sync();
+  sort_temp_ = ctx_.alloc_unrecorded(bytes);
+  sort_temp_bytes_ = bytes;
+}
 
 void CudaSampler::ensure(int64_t vocab, int64_t entries) {
   if (vocab != vocab_) {
     ctx_.sync();
-    iota_ = ctx_.alloc_unrecorded(size_t(vocab) * 4);
-    EXL_CUDA_CHECK(fill_iota(static_cast<int32_t*>(iota_.data()), int(vocab), ctx_.stream()));
     size_t bytes = 0;
     EXL_CUDA_CHECK(sort_rank_keys(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, int(vocab), ctx_.stream()));
     sort_temp_ = ctx_.alloc_unrecorded(std::max<size_t>(bytes, 1));
@@ -62,7 +79,8 @@ void CudaSampler::ensure(int64_t vocab, int64_t entries) {
     // recorded step uses; they get room for k_sample_ids_room entries at once, so that a batch
     // growing to that many rows does not drop the step graphs.
     x_ = ctx_.alloc_unrecorded(n * 4), keys_ = ctx_.alloc_unrecorded(n * 4), keys_sorted_ = ctx_.alloc_unrecorded(n * 4);
-    order_ = ctx_.alloc_unrecorded(n * 4), w_ = ctx_.alloc_unrecorded(n * 4);
+    order_ = ctx_.alloc_unrecorded(n * 4), w_ = ctx_.alloc_unrecorded(n * 4), iota_ = ctx_.alloc_unrecorded(n * 4);
+    EXL_CUDA_CHECK(fill_iota(static_cast<int32_t*>(iota_.data()), int64_t(n), vocab, ctx_.stream()));
     if (small_.bytes() < size_t(entries) * 8) small_ = ctx_.alloc(size_t(std::max(entries, k_sample_ids_room)) * 8);
     slices_ = ctx_.alloc_unrecorded(size_t(entries) * (size_t(k_sample_slices) * 8 + 8));
     EXL_CUDA_CHECK(cudaMemsetAsync(slices_.data(), 0, slices_.bytes(), ctx_.stream()));
@@ -121,6 +139,7 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   std::vector<int32_t> bias_ids, pen_ids, pen_counts;
   std::vector<float> bias_vals;
   std::vector<uint32_t> mask;
+  std::vector<int64_t> seg_begin, seg_end;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowSampling& r = rows[i];
     SampleDesc& d = descs[i];
@@ -139,7 +158,10 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
       mask.insert(mask.end(), r.mask.begin(), r.mask.begin() + (vocab + 31) / 32);
     }
     d.sorted = r.temperature > 0.0f && (r.top_k > 0 || (r.top_p > 0.0f && r.top_p < 1.0f));
+    if (d.sorted) seg_begin.push_back(int64_t(i) * vocab), seg_end.push_back(int64_t(i + 1) * vocab);
   }
+  const int min_segmented = segmented_sort_min();
+  const bool segmented = min_segmented > 0 && int64_t(seg_begin.size()) >= min_segmented;
   blob_.clear();
   const size_t o_desc = append(blob_, std::span<const SampleDesc>(descs));
   const size_t o_bid = append(blob_, std::span<const int32_t>(bias_ids));
@@ -147,9 +169,18 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   const size_t o_pid = append(blob_, std::span<const int32_t>(pen_ids));
   const size_t o_pcnt = append(blob_, std::span<const int32_t>(pen_counts));
   const size_t o_mask = append(blob_, std::span<const uint32_t>(mask));
+  const size_t o_seg_begin = append(blob_, std::span<const int64_t>(seg_begin));
+  const size_t o_seg_end = append(blob_, std::span<const int64_t>(seg_end));
 
   ctx_.make_current();
   ensure(vocab, int64_t(rows.size()));
+  const int64_t n_items = int64_t(rows.size()) * vocab;
+  if (segmented) {
+    size_t bytes = 0;
+    EXL_CUDA_CHECK(sort_rank_keys_segmented(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, n_items,
+                                            int(seg_begin.size()), nullptr, nullptr, ctx_.stream()));
+    ensure_sort_temp(bytes);
+  }
   if (params_.bytes() < blob_.size()) {
     ctx_.sync();
     params_ = ctx_.alloc_unrecorded(std::max(blob_.size(), params_.bytes() * 2));
@@ -190,7 +221,15 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   const bool greedy_only =
       std::all_of(descs.begin(), descs.end(), [](const SampleDesc& d) { return d.temperature == 0.0f; });
   EXL_CUDA_CHECK(sample_prepare(a, greedy_only, ctx_.stream()));
-  for (size_t i = 0; i < rows.size(); ++i) {
+  if (segmented) {
+    size_t bytes = sort_temp_bytes_;
+    EXL_CUDA_CHECK(sort_rank_keys_segmented(
+        sort_temp_.data(), bytes, a.keys, static_cast<uint32_t*>(keys_sorted_.data()),
+        static_cast<const int32_t*>(iota_.data()), static_cast<int32_t*>(order_.data()), n_items,
+        int(seg_begin.size()), reinterpret_cast<const int64_t*>(base + o_seg_begin),
+        reinterpret_cast<const int64_t*>(base + o_seg_end), ctx_.stream()));
+  }
+  for (size_t i = 0; i < rows.size() && !segmented; ++i) {
     if (!descs[i].sorted) continue;
     const size_t off = i * size_t(vocab);
     size_t bytes = sort_temp_bytes_;

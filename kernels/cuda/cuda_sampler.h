@@ -1,6 +1,6 @@
 // Backend::sample_rows for the CUDA backend: checks and packs the RowSampling inputs, runs the
 // kernels of sampling.h on the context's stream and downloads one id per entry. Work arrays
-// (five per entry, vocab elements each, and launch 1's per-slice results) grow on demand and are
+// (six per entry, vocab elements each, and launch 1's per-slice results) grow on demand and are
 // kept; no step graph uses them (CudaContext::alloc_unrecorded), except the ids, which fed steps
 // read (room for k_sample_ids_room entries from the start). Host code (.cpp); owned by the
 // backend, used by its thread.
@@ -36,6 +36,7 @@ class CudaSampler {
 
  private:
   void ensure(int64_t vocab, int64_t entries);
+  void ensure_sort_temp(size_t bytes);  // waits for the stream when it grows the buffer
   // Queues the sampling and the download of its ids into pinned_ at out_offset_.
   void launch(const float* logits, int64_t vocab, std::span<const RowSampling> rows);
   cudaEvent_t done_ = nullptr;  // after the last deferred sampling's download

@@ -1,4 +1,5 @@
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
 
 #include <climits>
 #include <cmath>
@@ -315,9 +316,9 @@ __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) 
   }
 }
 
-__global__ void iota_kernel(int32_t* iota, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) iota[i] = i;
+__global__ void iota_kernel(int32_t* iota, int64_t n, int64_t period) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) iota[i] = int32_t(i % period);
 }
 
 }  // namespace
@@ -342,9 +343,17 @@ cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys,
   return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_out, iota, order, n, 0, 32, stream);
 }
 
-cudaError_t fill_iota(int32_t* iota, int n, cudaStream_t stream) {
+cudaError_t sort_rank_keys_segmented(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
+                                     const int32_t* ids, int32_t* order, int64_t n_items, int n_segments,
+                                     const int64_t* begin, const int64_t* end, cudaStream_t stream) {
+  return cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys, keys_out, ids, order, n_items, n_segments,
+                                                   begin, end, stream);
+}
+
+cudaError_t fill_iota(int32_t* iota, int64_t n, int64_t period, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  iota_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(iota, n);
+  if (period <= 0 || (n + 255) / 256 > int64_t(INT_MAX)) return cudaErrorInvalidValue;
+  iota_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(iota, n, period);
   return cudaGetLastError();
 }
 

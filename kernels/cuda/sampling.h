@@ -10,8 +10,9 @@
 //      (post-penalty logit > -inf) gets x = (l - max) / T and a rank key (x descending); other
 //      tokens get x = NaN and the largest key. Each operation is the correctly rounded float op
 //      the CPU does (explicit __f*_rn: no FMA contraction).
-//   2. sort_rank_keys (entries with top_k or top_p): a stable radix sort of the keys with the ids
-//      as values, i.e. rank order with ties by lower id — the order of the CPU's by_rank.
+//   2. sort_rank_keys (entries with top_k or top_p; sort_rank_keys_segmented for all of them at
+//      once when there are several): a stable radix sort of the keys with the ids as values, i.e.
+//      rank order with ties by lower id — the order of the CPU's by_rank.
 //   3. sample_finish: walks the candidates in the CPU's draw order (rank order when top_k cut
 //      something or top_p is on, else id order): keeps the first top_k; p = float(e / Σe) with
 //      e = float(exp(double(x))) (the CPU uses float expf: both are within 0.502 ulp of exp, so an
@@ -91,7 +92,14 @@ cudaError_t sample_finish(const SampleArgs& a, cudaStream_t stream);
 // temp == nullptr sets temp_bytes to the scratch it needs and does nothing else.
 cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
                            const int32_t* iota, int32_t* order, int n, cudaStream_t stream);
-// iota[i] = i for i < n.
-cudaError_t fill_iota(int32_t* iota, int n, cudaStream_t stream);
+// The same for several entries in one launch: segment s is [begin[s], end[s]) of keys / ids,
+// sorted into the same positions of keys_out / order (positions in no segment are left as they
+// are); n_items bounds every segment's end. Large segments get one block each, so this beats
+// n_segments calls of sort_rank_keys once there are a few of them (cuda_sampler.cpp).
+cudaError_t sort_rank_keys_segmented(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
+                                     const int32_t* ids, int32_t* order, int64_t n_items, int n_segments,
+                                     const int64_t* begin, const int64_t* end, cudaStream_t stream);
+// iota[i] = i % period for i < n (period > 0): each entry's ids 0..period-1 in turn.
+cudaError_t fill_iota(int32_t* iota, int64_t n, int64_t period, cudaStream_t stream);
 
 }  // namespace exl::cuda

@@ -32,7 +32,7 @@ const CommandSpec& bench_spec() {
       "the prefix plus a new suffix, as an agent turn appends a tool result). Prompts are seeded random\n"
       "token ids. On cuda, \"% of roofline\" is the bytes a decode step must read (weights except the\n"
       "embedding table, plus the used KV cache) per step time, over the measured device-to-device copy\n"
-      "bandwidth (summed over the devices of a --gpu-split or --tensor-parallel). A decode step is what generation runs: the forward pass, then greedy sampling on\n"
+      "bandwidth (summed over the devices of a --gpu-split or --tensor-parallel). A decode step is what generation runs: the forward pass, then greedy sampling (or --temperature's) on\n"
       "the device where the backend can (only the token ids come back), else all logits to the host;\n"
       "where the backend can, decoding is pipelined as Model::forward_device_fed allows: each step is\n"
       "queued, reading the previous step's sampled tokens on the device, before the host collects them.\n"
@@ -50,6 +50,9 @@ const CommandSpec& bench_spec() {
        {"--decode-steps", "N", "decode steps per measurement (default 32)"},
        {"--repeat", "N", "repetitions; the best is reported (default 3)"},
        {"--no-pipeline", "", "decode steps wait for their tokens before the next step is queued"},
+       {"--temperature", "T", "decode: sample at temperature T (default 0: greedy)"},
+       {"--top-k", "K", "decode: keep the K most likely tokens (with --temperature; default 0: all)"},
+       {"--top-p", "P", "decode: keep the smallest set of mass P (with --temperature; default 1: all)"},
        {"--jobs", "N", "generation case: N concurrent jobs through the generator (continuous batching; 0 = skip, default)"},
        {"--job-tokens", "N", "generation case: tokens per job (default 64)"},
        {"--schema", "FILE", "generation case: also run the jobs under this JSON Schema's grammar"},
@@ -90,6 +93,14 @@ int cli_bench(std::span<const std::string> args) {
     const auto contexts = parse_list("--context", a.get_or("--context", "128"));
     const int64_t steps = a.get_int("--decode-steps", 32), repeat = a.get_int("--repeat", 3);
     if (steps <= 0 || repeat <= 0) throw UsageError("--decode-steps and --repeat must be positive");
+    RowSampling decode_sampling;
+    decode_sampling.temperature = float(a.get_double("--temperature", 0.0));
+    decode_sampling.top_k = int32_t(a.get_int("--top-k", 0));
+    decode_sampling.top_p = float(a.get_double("--top-p", 1.0));
+    decode_sampling.u = 0.5;
+    if (!(decode_sampling.temperature >= 0.0f) || decode_sampling.top_k < 0 ||
+        !(decode_sampling.top_p > 0.0f && decode_sampling.top_p <= 1.0f))
+      throw UsageError("--temperature must be >= 0, --top-k >= 0 and --top-p in (0, 1]");
     const int64_t prefix_len = a.get_int("--prefix-len", 192), suffix_len = a.get_int("--suffix-len", 64);
     const int64_t n_jobs = a.get_int("--jobs", 0), job_tokens = a.get_int("--job-tokens", 64);
     if (n_jobs < 0 || job_tokens <= 0) throw UsageError("--jobs must be >= 0 and --job-tokens positive");
@@ -180,8 +191,8 @@ int cli_bench(std::span<const std::string> args) {
         }
         const bool on_device = model.can_sample_on_device();
         bool pipelined = on_device && !a.has("--no-pipeline");
-        std::vector<RowSampling> greedy(static_cast<size_t>(b));
-        for (int64_t s = 0; s < b; ++s) greedy[size_t(s)].row = s, greedy[size_t(s)].temperature = 0.0f;
+        std::vector<RowSampling> row_sampling(static_cast<size_t>(b), decode_sampling);
+        for (int64_t s = 0; s < b; ++s) row_sampling[size_t(s)].row = s;
         std::vector<int32_t> sampled(static_cast<size_t>(b));
         double best = 1e30;
         for (int64_t r = 0; r < repeat; ++r) {
@@ -194,12 +205,12 @@ int cli_bench(std::span<const std::string> args) {
             if (pipelined) {  // step st reads step st-1's tokens on the device; the host reads them after
               if (st == 0) model.forward_device(batch, *pool);
               else model.forward_device_fed(batch, *pool), model.collect_samples(sampled);
-              pipelined = model.sample_device_deferred(greedy);
-              if (!pipelined) EXL_CHECK(model.sample_device(greedy, sampled), "bench: the backend cannot sample on the device");
+              pipelined = model.sample_device_deferred(row_sampling);
+              if (!pipelined) EXL_CHECK(model.sample_device(row_sampling, sampled), "bench: the backend cannot sample on the device");
               if (st + 1 == steps && pipelined) model.collect_samples(sampled);
             } else if (on_device) {
               model.forward_device(batch, *pool);
-              EXL_CHECK(model.sample_device(greedy, sampled), "bench: the backend cannot sample on the device");
+              EXL_CHECK(model.sample_device(row_sampling, sampled), "bench: the backend cannot sample on the device");
             } else {
               model.forward(batch, *pool);
             }
@@ -213,6 +224,9 @@ int cli_bench(std::span<const std::string> args) {
                                  {"context", ctx},
                                  {"sampled_on_device", on_device},
                                  {"pipelined", pipelined},
+                                 {"temperature", decode_sampling.temperature},
+                                 {"top_k", decode_sampling.top_k},
+                                 {"top_p", decode_sampling.top_p},
                                  {"step_ms", step_s * 1e3},
                                  {"tokens_per_s", double(b * steps) / best},
                                  {"bytes_per_step", bytes},

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "kernels/error.h"
@@ -70,6 +71,11 @@ TEST(CliBench, JsonReportHasEverySection) {
   EXPECT_EQ(j["decode"].size(), 2u);
   EXPECT_GT(j["decode"][1]["tokens_per_s"].get<double>(), 0);
   EXPECT_GE(j["prefix_cache"]["warm_cached_tokens"].get<int>(), 192);
+  EXPECT_EQ(j["decode"][0]["temperature"].get<double>(), 0.0);
+  EXPECT_EQ(j["decode"][0]["top_p"].get<double>(), 1.0);
+  for (const auto& [flag, value] : {std::pair<const char*, const char*>{"--temperature", "nan"}, {"--top-p", "0"},
+                                     {"--top-p", "1.5"}})
+    EXPECT_EQ(run(cli_bench, {"--model", "m", flag, value}).code, 2) << flag << " " << value;
 }
 
 TEST(CliBench, PrefixCaseReusesThePrefixForANewSuffix) {
