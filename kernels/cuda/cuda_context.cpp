@@ -30,11 +30,6 @@ CudaContext::CudaContext(int device) : device_(device) {
   mma_form_ = {overlapped_launches_, !set_to("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
   const char* stream_k = std::getenv("EXL_CUDA_MMA_STREAM_K");
   mma_form_.stream_k = stream_k ? std::max(0, std::atoi(stream_k)) : 1;
-  mma_form_.wgmma_x2 = mma_form_.wgmma && set_to("EXL_CUDA_WGMMA_X2", "1");
-  mma_form_.wgmma_quarters = mma_form_.wgmma && set_to("EXL_CUDA_WGMMA_QUARTERS", "1");
-  mma_form_.small_stages = set_to("EXL_CUDA_MMA_SMALL_STAGES", "3") ? 3 : 2;
-  const char* l2_ahead = std::getenv("EXL_CUDA_MMA_L2_AHEAD");
-  mma_form_.l2_ahead = l2_ahead ? std::clamp(std::atoi(l2_ahead), 0, k_mma_l2_ahead_max) : 0;
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

@@ -818,7 +818,9 @@ __global__ void exl2_reconstruct_kernel(Exl2DeviceView w, int n0, int nc, Out* _
 constexpr int k_mma_out_stride = k_exl2_gemv_cols_per_block + 4;
 // exl2_mma_kernel's ring: double buffering. Deeper rings (3, 4, 6 stages) measured no faster at any
 // batch on the H200, and up to 30% slower at 64 rows where they cost resident blocks (BENCHMARKS.md,
-// session 19).
+// session 19); three at up to 16 rows, with launches overlapping the previous kernel, gained 1.4%
+// at llama3 b=16 and lost 3.8% at llama2 b=8, and asking L2 for a block's next chunks before the
+// wait for the previous kernel lost 2–5% (H100, session 36).
 constexpr int k_mma_stages = 2;
 constexpr int k_wgmma_x_stages = 3;
 
@@ -1023,14 +1025,15 @@ __device__ __forceinline__ void wgmma_parts(int bits, const uint4* wl, const __h
 
 // The same chunk as wgmma (sm_90a): the warpgroup's four warps form 64-column A tiles (m-tile mt of
 // every warp, a warp's A rows as mma_chunk's), B is the stage in place (descriptors, no copy to
-// registers). Each part's products (halves, P = 8; quarters, P = 4) run while the lane decodes the
-// next part. acc[mt] is wgmma's m64nN accumulator (N = 8·NT), laid out as mma_chunk's. Quarters
-// keep half the A registers in flight: the x2 form's 128 registers hold 64 accumulators, two
-// groups' fragments and the rest, where halves made ptxas serialize the wgmma (C7512).
-template <int NT, int P>
+// registers). The first half's products run while the lane decodes the second. acc[mt] is wgmma's
+// m64nN accumulator (N = 8·NT), laid out as mma_chunk's. (Quarters — four groups of two k-steps,
+// half the A registers in flight — lost 0.5% at b=64 and 1% of the prefix TTFT on the H100, and
+// with them two activation stages at four blocks per multiprocessor lost 11%: BENCHMARKS.md,
+// session 36; removed.)
+template <int NT>
 __device__ __forceinline__ void wgmma_chunk(int bits, const uint4* wl, const __half2 (&s2)[4], unsigned xs,
                                             float (&acc)[2][NT][4]) {
-  wgmma_parts<NT, P>(bits, wl, s2, xs, acc, std::make_integer_sequence<int, 16 / P>{});
+  wgmma_parts<NT, 8>(bits, wl, s2, xs, acc, std::make_integer_sequence<int, 2>{});
 }
 #endif
 
@@ -1051,27 +1054,19 @@ __device__ __forceinline__ Exl2Block mma_block_at(const Exl2Block* blocks, int r
 // lane decodes its block into scaled fp16 pairs, then the warp runs m16n8k16 mma with fp32
 // accumulation. With several K-slices each block writes its partial sums and exl2_mma_sum_kernel
 // adds them up. A lane looks its block up in the Exl2Block table a chunk before it copies it, so
-// that no copy's address waits for a load inside the loop; S (Exl2MmaForm::small_stages at up to
-// 16 rows) and l2_ahead (chunks past the ring asked of L2) set how much of a block's weights is
-// requested before it waits for the previous kernel.
+// that no copy's address waits for a load inside the loop (+1–2% at 8–64 rows, BENCHMARKS.md,
+// session 36).
 // Registers bounded for exl2_mma_blocks_per_sm (ptxas 13, sm_90a: 80, 80, 128 and 168 at 8, 16,
 // 32 and 64 rows, spilling 4 bytes at 32 rows and, in the mma.sync form of 64 rows, 108; wgmma
 // 168, no spills).
 // ASYNC (sm_90a, wgmma_chunk): the block is one warpgroup whose products run while its lanes
 // decode; a chunk's activations stay in the ring until the wgmma that read them are waited for,
 // so the ring holds k_wgmma_x_stages of them (a chunk fetched one ahead) and S of the weights.
-// PG (with ASYNC, Exl2MmaForm::wgmma_quarters): pairs per wgmma group, 8 (halves) or 4 (quarters).
-// X2 (with ASYNC, Exl2MmaForm::wgmma_x2): two stages of activations; a warp waits for all its
-// products before the barrier at the top of each chunk, so the stage fetched next is free.
-template <int NT, bool ASYNC, bool STREAM, bool X2 = false, int S = k_mma_stages, int PG = 8>
-__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT, X2))
-    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows,
-                    int l2_ahead) {
-  static_assert(!X2 || ASYNC, "exl2_mma_kernel: X2 is a wgmma form");
-  static_assert(S >= 2, "exl2_mma_kernel: a ring of two stages or more");
-  static_assert(PG == 8 || (ASYNC && PG == 4), "exl2_mma_kernel: wgmma groups of halves or quarters");
+template <int NT, bool ASYNC, bool STREAM>
+__global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 * NT))
+    exl2_mma_kernel(const Exl2GemvSet set, const __half* __restrict__ staged, int rows, int k_slice, int wrows) {
   constexpr int MB = 8 * NT, MT = 2, kChunkVecs = MB * 16, T = k_exl2_gemv_threads;
-  constexpr int SX = ASYNC ? (X2 ? 2 : k_wgmma_x_stages) : S;
+  constexpr int S = k_mma_stages, SX = ASYNC ? k_wgmma_x_stages : S;
   constexpr int kCols = k_exl2_gemv_cols_per_block, kOutStride = k_mma_out_stride;
   constexpr int SR = 3;  // ring words per lane and stage: the scale code, the scale-maximum pair, meta
   extern __shared__ uint4 xs_raw[];
@@ -1147,18 +1142,6 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 #pragma unroll
     for (int c = 0; c < S - 1; ++c) fetch_w(c, block_of(c));
     Exl2Block ahead = block_of(S - 1);
-    // One lane per 128-byte run of a word row (g = 0: the warp's 32 columns) asks L2 for the
-    // runs of the next l2_ahead chunks (every table load in flight before the first request).
-    if (l2_ahead > 0 && g == 0 && n4 < view.Np) {
-      Exl2Block at[k_mma_l2_ahead_max];
-#pragma unroll
-      for (int i = 0; i < k_mma_l2_ahead_max; ++i) at[i] = i < l2_ahead ? block_of(S - 1 + i) : Exl2Block{0, 0};
-#pragma unroll
-      for (int i = 0; i < k_mma_l2_ahead_max; ++i) {
-        const char* src = words_of(at[i]);
-        for (int b = 0; b < (at[i].meta & 15); ++b) prefetch_l2(src + size_t(b) * np * 4);
-      }
-    }
     wait_for_inputs();
 #pragma unroll
     for (int c = 0; c < S - 1; ++c) {
@@ -1178,12 +1161,6 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
     for (int c = 0; c < chunks; ++c) {
       cp_async_wait<S - 2>();
       if constexpr (ASYNC) fence_proxy_async_shared();
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-      if constexpr (X2) {
-        wgmma_wait<0>();
-        wgmma_fence_operands(acc);
-      }
-#endif
       // Chunk c is in; every warp is done with chunk c − 1 (ASYNC: its wgmma with chunk c − 2), whose
       // stage is refilled.
       __syncthreads();
@@ -1212,7 +1189,7 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
       const uint4* wl = w_lane + st * wrows * T;
       if constexpr (ASYNC) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        wgmma_chunk<NT, PG>(bits, wl, s2, xs, acc);
+        wgmma_chunk<NT>(bits, wl, s2, xs, acc);
 #endif
       } else {
         mma_chunk(bits, wl, s2, xs, lane_ld, acc);
@@ -1509,13 +1486,10 @@ bool exl2_wgmma_available(int device) {
 
 // The ring (activations, then per lane and stage `wrows` words per column quad, the quads' scale
 // codes, the scale-maximum pair and the meta word), reused for the result tile once it is done.
-// Stages of exl2_mma_kernel's weight ring in blocks of `mb` rows under `form`.
-static int mma_weight_stages(int mb, Exl2MmaForm form) { return mb <= 16 ? form.small_stages : k_mma_stages; }
-
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form) {
   const int mb = exl2_mma_rows_per_block(rows);
-  const size_t w_stages = size_t(mma_weight_stages(mb, form));
-  const size_t x_stages = form.wgmma && mb == 64 ? (form.wgmma_x2 ? 2 : k_wgmma_x_stages) : w_stages;
+  const size_t w_stages = size_t(k_mma_stages);
+  const size_t x_stages = form.wgmma && mb == 64 ? size_t(k_wgmma_x_stages) : w_stages;
   const size_t per_lane = 16 * size_t(wrows) + 4 * 3;
   return std::max(x_stages * size_t(mb) * 256 + w_stages * size_t(k_exl2_gemv_threads) * per_lane,
                   size_t(mb) * size_t(k_mma_out_stride) * sizeof(float));
@@ -1525,8 +1499,7 @@ int exl2_mma_resident_blocks(int rows, int wrows, Exl2MmaForm form, size_t smem_
   // Besides the dynamic part: the 1 KiB the system reserves per block (sm_80+).
   const size_t per_block = exl2_mma_smem_bytes(rows, wrows, form) + 1024;
   const int by_smem = int(smem_per_sm / per_block);
-  const bool x2 = form.wgmma && form.wgmma_x2 && exl2_mma_rows_per_block(rows) == 64;
-  return std::max(1, std::min(exl2_mma_blocks_per_sm(rows, x2), by_smem));
+  return std::max(1, std::min(exl2_mma_blocks_per_sm(rows), by_smem));
 }
 
 int exl2_mma_stream_slots(int tiles, int chunks, int blocks) {
@@ -1545,7 +1518,6 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
                          Exl2MmaForm form, cudaStream_t stream) {
   const bool streamk = set.stream_blocks > 0;
   if (set.n_jobs < 1 || set.n_jobs > k_exl2_gemv_max_jobs || rows < 1 || (!streamk && k_slice % k_mma_chunk != 0) ||
-      (form.small_stages != 2 && form.small_stages != 3) || form.l2_ahead < 0 || form.l2_ahead > k_mma_l2_ahead_max ||
       (!streamk && k_slice < 1) || set.stream_blocks < 0 || (streamk && rows > 64) || set.norm_w ||
       set.io.x_in_order || set.io.inv_perm || set.io.ssq_out || !staged || (!x && set.x_up))
     return cudaErrorInvalidValue;
@@ -1606,45 +1578,30 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (x) e = launch_overlapped(stage, stage_grid, dim3(k_mma_chunk), 0, stream, set, x, rows, st16);
       if (e == cudaSuccess)
         e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
-                              wrows, form.l2_ahead);
+                              wrows);
       if (e == cudaSuccess && summed) e = launch_overlapped(sum, sum_grid, sum_block, 0, stream, set, rows, slices);
       return e;
     }
     if (x) stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
-    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows,
-                                      form.l2_ahead);
+    kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
     if (summed) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, slices);
     return cudaGetLastError();
   };
-  // The kernel of one form (NT, wgmma, x2, weight stages, pairs per wgmma group), stream-K or not.
-  const auto run = [&](auto nt, auto async, auto x2, auto stages, auto pg) {
-    constexpr int NT = decltype(nt)::value, S = decltype(stages)::value, PG = decltype(pg)::value;
-    constexpr bool A = decltype(async)::value, X2 = decltype(x2)::value;
-    return streamk ? launch(exl2_mma_stage_kernel<8 * NT>, exl2_mma_kernel<NT, A, true, X2, S, PG>)
-                   : launch(exl2_mma_stage_kernel<8 * NT>, exl2_mma_kernel<NT, A, false, X2, S, PG>);
+  // The kernel of one form (NT, wgmma), stream-K or not.
+  const auto run = [&](auto nt, auto async) {
+    constexpr int NT = decltype(nt)::value;
+    constexpr bool A = decltype(async)::value;
+    return streamk ? launch(exl2_mma_stage_kernel<8 * NT>, exl2_mma_kernel<NT, A, true>)
+                   : launch(exl2_mma_stage_kernel<8 * NT>, exl2_mma_kernel<NT, A, false>);
   };
-  using Two = std::integral_constant<int, k_mma_stages>;
-  using Three = std::integral_constant<int, 3>;
-  using Halves = std::integral_constant<int, 8>;
-  using Quarters = std::integral_constant<int, 4>;
-  using Yes = std::true_type;
   using No = std::false_type;
-  const bool s3 = form.small_stages == 3;
   switch (mb) {
-    case 8: return s3 ? run(std::integral_constant<int, 1>{}, No{}, No{}, Three{}, Halves{})
-                      : run(std::integral_constant<int, 1>{}, No{}, No{}, Two{}, Halves{});
-    case 16: return s3 ? run(std::integral_constant<int, 2>{}, No{}, No{}, Three{}, Halves{})
-                       : run(std::integral_constant<int, 2>{}, No{}, No{}, Two{}, Halves{});
-    case 32: return run(std::integral_constant<int, 4>{}, No{}, No{}, Two{}, Halves{});
-    default: {
-      constexpr std::integral_constant<int, 8> nt{};
-      if (!wgmma) return run(nt, No{}, No{}, Two{}, Halves{});
-      if (form.wgmma_x2)
-        return form.wgmma_quarters ? run(nt, Yes{}, Yes{}, Two{}, Quarters{}) : run(nt, Yes{}, Yes{}, Two{}, Halves{});
-      return form.wgmma_quarters ? run(nt, Yes{}, No{}, Two{}, Quarters{}) : run(nt, Yes{}, No{}, Two{}, Halves{});
-    }
+    case 8: return run(std::integral_constant<int, 1>{}, No{});
+    case 16: return run(std::integral_constant<int, 2>{}, No{});
+    case 32: return run(std::integral_constant<int, 4>{}, No{});
+    default: return wgmma ? run(std::integral_constant<int, 8>{}, std::true_type{})
+                          : run(std::integral_constant<int, 8>{}, No{});
   }
-
 }
 
 void exl2_mma_stage_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,

@@ -234,39 +234,13 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // stream-K (Exl2GemvSet::stream_blocks; cuda_linear.cpp, exl2_mma_stream_blocks); n > 1 = every
 // set of one row block runs on n blocks (tests: uneven shares at small sizes); 0 = never. Over the
 // same inputs the sums group differently from K-slices (fp32 order), so not bit for bit.
-// wgmma_x2 (with wgmma): 64-row blocks keep two stages of activations instead of three, each chunk's
-// products waited for before the barrier that lets its stage be refilled, so that the registers
-// (128) and, up to 5-bit words, the shared memory hold four blocks per multiprocessor instead of
-// three — for a kernel that ncu finds latency-bound at 3 warps per scheduler (BENCHMARKS.md,
-// session 33). ptxas 13 warns (C7512) that at 128 registers it serializes the form's wgmma.
-// EXL_CUDA_WGMMA_X2=1; off until measured on a device.
-// small_stages (2 or 3): the weight ring's stages in blocks of up to 16 rows, i.e. the chunks
-// fetched ahead (stages − 1) — before the wait for the previous kernel among them, where q/k/v
-// and o blocks at 8 rows hold about two chunks each. EXL_CUDA_MMA_SMALL_STAGES=3; 2 until
-// measured on a device (BENCHMARKS.md, session 34).
-// l2_ahead: before waiting for the previous kernel, a block asks L2 for the weights of up to this
-// many of its chunks past those the ring fetches (prefetch.L2, one request per 128-byte run).
-// EXL_CUDA_MMA_L2_AHEAD=N (0..k_mma_l2_ahead_max); 0 until measured on a device.
-// wgmma_quarters (with wgmma): a chunk's products queued in four groups instead of two, each
-// decoded while the one before runs, so half the A registers are in flight: the x2 form's 128
-// registers then hold them without ptxas serializing the wgmma (C7512), at 64 bytes of spill,
-// and the three-block form needs 153 registers (155 stream-K, no spill; halves: 168, stream-K
-// spilling 40 bytes; ptxas 13). EXL_CUDA_WGMMA_QUARTERS=1; off until measured on a device.
-inline constexpr int k_mma_l2_ahead_max = 8;
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;
   int stream_k = 0;
-  bool wgmma_x2 = false;
-  int small_stages = 2;
-  int l2_ahead = 0;
-  bool wgmma_quarters = false;
 };
-// Resident blocks per multiprocessor the kernel's registers are bounded for (x2: the wgmma_x2
-// form of 64-row blocks).
-EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows, bool x2 = false) {
-  return rows <= 16 ? 6 : rows <= 32 ? 4 : x2 ? 4 : 3;
-}
+// Resident blocks per multiprocessor the kernel's registers are bounded for.
+EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }
 // Dynamic shared memory of an exl2_mma_set block of `rows` rows whose set's widest group has
 // `wrows` bits.
 size_t exl2_mma_smem_bytes(int rows, int wrows, Exl2MmaForm form);

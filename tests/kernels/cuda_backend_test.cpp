@@ -538,33 +538,6 @@ TEST_F(CudaBackendTest, StreamKTensorCoreSetsMatchCpu) {
   }
 }
 
-TEST_F(CudaBackendTest, TensorCoreFormsMatchCpu) {
-  // The opt-in forms of the tensor-core kernel (Exl2MmaForm: three weight stages at up to 16 rows,
-  // L2 requests of the next chunks before the wait, wgmma groups of quarter chunks, the x2 form),
-  // alone and together with stream-K, on a set of three jobs of mixed widths (9 chunks each, so
-  // that blocks hold a few chunks and the L2 requests reach past the slice), against the CPU. On a
-  // device without wgmma the two wgmma forms run the default kernel.
-  auto wq = test::random_exl2(1152, 300, {{8, 128}, {6, 256}, {5, 256}, {4, 256}, {3, 256}}, 1720, true);
-  auto wk = test::random_exl2(1152, 256, {{2, 384}, {4, 768}}, 1721, true);
-  auto wv = test::random_exl2(1152, 100, {{4, 1152}}, 1722, false);
-  const std::pair<const char*, EnvList> forms[] = {
-      {"3 stages", {{"EXL_CUDA_MMA_SMALL_STAGES", "3"}}},
-      {"L2 ahead 3", {{"EXL_CUDA_MMA_L2_AHEAD", "3"}}},
-      {"3 stages, L2 ahead 8, stream-K 7",
-       {{"EXL_CUDA_MMA_SMALL_STAGES", "3"}, {"EXL_CUDA_MMA_L2_AHEAD", "8"}, {"EXL_CUDA_MMA_STREAM_K", "7"}}},
-      {"quarters", {{"EXL_CUDA_WGMMA_QUARTERS", "1"}}},
-      {"quarters, stream-K 11", {{"EXL_CUDA_WGMMA_QUARTERS", "1"}, {"EXL_CUDA_MMA_STREAM_K", "11"}}},
-      {"x2 quarters", {{"EXL_CUDA_WGMMA_X2", "1"}, {"EXL_CUDA_WGMMA_QUARTERS", "1"}}},
-  };
-  for (const auto& [name, env] : forms) {
-    auto b = backend_with(env);
-    for (int64_t rows : {3, 8, 16, 64}) {
-      SCOPED_TRACE(std::string(name) + ", rows=" + std::to_string(rows));
-      expect_set_matches_cpu(*b, {&wq, &wk, &wv}, rows, 1723 + uint32_t(rows));
-    }
-  }
-}
-
 TEST_F(CudaBackendTest, LinearExl2HalfPathLargeActivations) {
   // The 2/4/8-bit gemv paths keep fp16 partial sums over a few rows: activations of magnitude
   // ~100 (outlier channels) must neither overflow nor lose more than fp32-path accuracy.
@@ -1702,13 +1675,13 @@ TEST(CudaLinearPlan, Exl2BlocksNameEachBlocksWordsWidthAndGroup) {
 
 TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   constexpr size_t h100 = 233472;  // shared memory per multiprocessor of sm_90
-  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true}, x2{false, true, 0, true}, s3{false, true, 0, false, 3};
-  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma, x2, s3})
+  const cuda::Exl2MmaForm mma_sync{}, wgmma{false, true};
+  for (const cuda::Exl2MmaForm& f : {mma_sync, wgmma})
     for (int rows : {3, 8, 16, 20, 32, 64, 200})
       for (int wrows = 2; wrows <= 8; ++wrows) {
         const int n = cuda::exl2_mma_resident_blocks(rows, wrows, f, h100);
         EXPECT_GE(n, 1);
-        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows, f.wgmma_x2 && cuda::exl2_mma_rows_per_block(rows) == 64));
+        EXPECT_LE(n, cuda::exl2_mma_blocks_per_sm(rows));
         EXPECT_LE(size_t(n) * (cuda::exl2_mma_smem_bytes(rows, wrows, f) + 1024), h100) << rows << " " << wrows;
         if (wrows > 2) {
           EXPECT_LE(cuda::exl2_mma_smem_bytes(rows, wrows, f), cuda::exl2_mma_smem_bytes(rows, wrows - 1, f) + 8192);
@@ -1722,21 +1695,6 @@ TEST(CudaLinearPlan, TensorCoreBlocksFitTheMultiprocessorsSharedMemory) {
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, wgmma, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, {false, true, true}, h100), 3);
   EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 8, {false, true, true}, h100), 2);
-  // The x2 form: 2 · 64 · 256 + 2 · 128 · (64 + 12) = 52,224 bytes: four blocks of 4-bit and of
-  // 5-bit words fit (4 · (56,320 + 1,024) = 229,376), three of 6-bit; fewer rows are unchanged.
-  // Three stages at up to 16 rows: 3 · 2 KiB + 3 · 128 · (4 · 16 + 12) = 35,328 bytes for an 8-row
-  // block of 4-bit words (six fit, as the registers allow), 59,904 of 8-bit words (three fit);
-  // 64-row blocks keep two.
-  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 4, s3), 35328u);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 4, s3, h100), 6);
-  EXPECT_EQ(cuda::exl2_mma_smem_bytes(8, 8, s3), 59904u);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(8, 8, s3, h100), 3);
-  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, s3), cuda::exl2_mma_smem_bytes(64, 4, wgmma));
-  EXPECT_EQ(cuda::exl2_mma_smem_bytes(64, 4, x2), 52224u);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 4, x2, h100), 4);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 5, x2, h100), 4);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(64, 6, x2, h100), 3);
-  EXPECT_EQ(cuda::exl2_mma_resident_blocks(32, 4, x2, h100), cuda::exl2_mma_resident_blocks(32, 4, wgmma, h100));
 }
 
 TEST(CudaLinearPlan, StreamKSharesUnitsEquallyAndRunsWhereSlicesUnderfill) {
