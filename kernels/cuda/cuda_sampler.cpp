@@ -42,12 +42,14 @@ void check_row(const RowSampling& r, int64_t vocab, size_t i) {
 }
 
 // Sorted entries from which one segmented sort replaces a device-wide sort per entry
-// (EXL_CUDA_SAMPLE_SEGMENTED_MIN overrides; 0 = never): a device-wide sort of one 32K–128K
-// vocabulary is a few short launches over the whole GPU, a segmented sort one block per entry.
+// (EXL_CUDA_SAMPLE_SEGMENTED_MIN overrides; 0 = never). On the H100 (llama3-8b, 128K ids, T 1,
+// top_p 0.9; BENCHMARKS.md, session 36) a device-wide sort took ~63 µs and the segmented sort
+// ~630 µs whatever the entry count (a block per entry): a sort per entry was 3–9% faster at 4–8
+// entries, the segmented one 2% at 12, 7% at 16, 20% at 32 and 40% at 64.
 int segmented_sort_min() {
   static const int n = [] {
     const char* e = std::getenv("EXL_CUDA_SAMPLE_SEGMENTED_MIN");
-    return e ? std::max(0, std::atoi(e)) : 4;
+    return e ? std::max(0, std::atoi(e)) : 10;
   }();
   return n;
 }
