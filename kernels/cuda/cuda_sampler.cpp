@@ -41,19 +41,6 @@ void check_row(const RowSampling& r, int64_t vocab, size_t i) {
               " (count ", c.count, ") outside the vocabulary of ", vocab);
 }
 
-// Sorted entries from which one segmented sort replaces a device-wide sort per entry
-// (EXL_CUDA_SAMPLE_SEGMENTED_MIN overrides; 0 = never). On the H100 (llama3-8b, 128K ids, T 1,
-// top_p 0.9; BENCHMARKS.md, session 36) a device-wide sort took ~63 µs and the segmented sort
-// ~630 µs whatever the entry count (a block per entry): a sort per entry was 3–9% faster at 4–8
-// entries, the segmented one 2% at 12, 7% at 16, 20% at 32 and 40% at 64.
-int segmented_sort_min() {
-  static const int n = [] {
-    const char* e = std::getenv("EXL_CUDA_SAMPLE_SEGMENTED_MIN");
-    return e ? std::max(0, std::atoi(e)) : 10;
-  }();
-  return n;
-}
-
 }  // namespace
 
 void CudaSampler::ensure_sort_temp(size_t bytes) {
@@ -66,10 +53,6 @@ void CudaSampler::ensure_sort_temp(size_t bytes) {
 void CudaSampler::ensure(int64_t vocab, int64_t entries) {
   if (vocab != vocab_) {
     ctx_.sync();
-    size_t bytes = 0;
-    EXL_CUDA_CHECK(sort_rank_keys(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, int(vocab), ctx_.stream()));
-    sort_temp_ = ctx_.alloc_unrecorded(std::max<size_t>(bytes, 1));
-    sort_temp_bytes_ = bytes;
     vocab_ = vocab;
     entries_ = 0;
   }
@@ -80,9 +63,10 @@ void CudaSampler::ensure(int64_t vocab, int64_t entries) {
     // Only the ids (small_: embedding_of_samples reads them inside fed steps) are memory a
     // recorded step uses; they get room for k_sample_ids_room entries at once, so that a batch
     // growing to that many rows does not drop the step graphs.
-    x_ = ctx_.alloc_unrecorded(n * 4), keys_ = ctx_.alloc_unrecorded(n * 4), keys_sorted_ = ctx_.alloc_unrecorded(n * 4);
-    order_ = ctx_.alloc_unrecorded(n * 4), w_ = ctx_.alloc_unrecorded(n * 4), iota_ = ctx_.alloc_unrecorded(n * 4);
-    EXL_CUDA_CHECK(fill_iota(static_cast<int32_t*>(iota_.data()), int64_t(n), vocab, ctx_.stream()));
+    x_ = ctx_.alloc_unrecorded(n * 4), keys_ = ctx_.alloc_unrecorded(n * 4), head_keys_ = ctx_.alloc_unrecorded(n * 4);
+    head_ids_ = ctx_.alloc_unrecorded(n * 4), order_ = ctx_.alloc_unrecorded(n * 4), w_ = ctx_.alloc_unrecorded(n * 4);
+    select_ = ctx_.alloc_unrecorded(size_t(entries) * k_select_bytes_per_entry);
+    EXL_CUDA_CHECK(cudaMemsetAsync(select_.data(), 0, select_.bytes(), ctx_.stream()));
     if (small_.bytes() < size_t(entries) * 8) small_ = ctx_.alloc(size_t(std::max(entries, k_sample_ids_room)) * 8);
     slices_ = ctx_.alloc_unrecorded(size_t(entries) * (size_t(k_sample_slices) * 8 + 8));
     EXL_CUDA_CHECK(cudaMemsetAsync(slices_.data(), 0, slices_.bytes(), ctx_.stream()));
@@ -141,7 +125,7 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   std::vector<int32_t> bias_ids, pen_ids, pen_counts;
   std::vector<float> bias_vals;
   std::vector<uint32_t> mask;
-  std::vector<int64_t> seg_begin, seg_end;
+  std::vector<int64_t> seg_begin;
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowSampling& r = rows[i];
     SampleDesc& d = descs[i];
@@ -160,10 +144,8 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
       mask.insert(mask.end(), r.mask.begin(), r.mask.begin() + (vocab + 31) / 32);
     }
     d.sorted = r.temperature > 0.0f && (r.top_k > 0 || (r.top_p > 0.0f && r.top_p < 1.0f));
-    if (d.sorted) seg_begin.push_back(int64_t(i) * vocab), seg_end.push_back(int64_t(i + 1) * vocab);
+    if (d.sorted) d.segment = int32_t(seg_begin.size()), seg_begin.push_back(int64_t(i) * vocab);
   }
-  const int min_segmented = segmented_sort_min();
-  const bool segmented = min_segmented > 0 && int64_t(seg_begin.size()) >= min_segmented;
   blob_.clear();
   const size_t o_desc = append(blob_, std::span<const SampleDesc>(descs));
   const size_t o_bid = append(blob_, std::span<const int32_t>(bias_ids));
@@ -172,12 +154,11 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   const size_t o_pcnt = append(blob_, std::span<const int32_t>(pen_counts));
   const size_t o_mask = append(blob_, std::span<const uint32_t>(mask));
   const size_t o_seg_begin = append(blob_, std::span<const int64_t>(seg_begin));
-  const size_t o_seg_end = append(blob_, std::span<const int64_t>(seg_end));
 
   ctx_.make_current();
   ensure(vocab, int64_t(rows.size()));
   const int64_t n_items = int64_t(rows.size()) * vocab;
-  if (segmented) {
+  if (!seg_begin.empty()) {
     size_t bytes = 0;
     EXL_CUDA_CHECK(sort_rank_keys_segmented(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, n_items,
                                             int(seg_begin.size()), nullptr, nullptr, ctx_.stream()));
@@ -220,25 +201,25 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   a.max_logit = reinterpret_cast<float*>(a.counters + entries_);
   a.slice_max = a.max_logit + entries_;
   a.slice_arg = reinterpret_cast<int32_t*>(a.slice_max + entries_ * k_sample_slices);
+  auto* sel = static_cast<uint8_t*>(select_.data());  // per entry: total, segment end, bins, ...
+  a.total = reinterpret_cast<double*>(sel);
+  a.segment_end = reinterpret_cast<int64_t*>(sel + entries_ * 8);
+  a.bins = reinterpret_cast<uint32_t*>(sel + entries_ * 16);
+  a.select_below = a.bins + entries_ * k_sample_bins;
+  a.n_head = reinterpret_cast<int32_t*>(a.select_below + entries_);
+  a.slice_head = a.n_head + entries_;
+  a.head_keys = static_cast<uint32_t*>(head_keys_.data());
+  a.head_ids = static_cast<int32_t*>(head_ids_.data());
   const bool greedy_only =
       std::all_of(descs.begin(), descs.end(), [](const SampleDesc& d) { return d.temperature == 0.0f; });
   EXL_CUDA_CHECK(sample_prepare(a, greedy_only, ctx_.stream()));
-  if (segmented) {
+  if (!seg_begin.empty()) {
+    EXL_CUDA_CHECK(sample_select(a, ctx_.stream()));
     size_t bytes = sort_temp_bytes_;
-    EXL_CUDA_CHECK(sort_rank_keys_segmented(
-        sort_temp_.data(), bytes, a.keys, static_cast<uint32_t*>(keys_sorted_.data()),
-        static_cast<const int32_t*>(iota_.data()), static_cast<int32_t*>(order_.data()), n_items,
-        int(seg_begin.size()), reinterpret_cast<const int64_t*>(base + o_seg_begin),
-        reinterpret_cast<const int64_t*>(base + o_seg_end), ctx_.stream()));
-  }
-  for (size_t i = 0; i < rows.size() && !segmented; ++i) {
-    if (!descs[i].sorted) continue;
-    const size_t off = i * size_t(vocab);
-    size_t bytes = sort_temp_bytes_;
-    EXL_CUDA_CHECK(sort_rank_keys(sort_temp_.data(), bytes, a.keys + off,
-                                  static_cast<uint32_t*>(keys_sorted_.data()) + off,
-                                  static_cast<const int32_t*>(iota_.data()),
-                                  static_cast<int32_t*>(order_.data()) + off, int(vocab), ctx_.stream()));
+    EXL_CUDA_CHECK(sort_rank_keys_segmented(sort_temp_.data(), bytes, a.head_keys, a.keys, a.head_ids,
+                                            static_cast<int32_t*>(order_.data()), n_items, int(seg_begin.size()),
+                                            reinterpret_cast<const int64_t*>(base + o_seg_begin), a.segment_end,
+                                            ctx_.stream()));
   }
   if (!greedy_only) EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
   EXL_CUDA_CHECK(cudaMemcpyAsync(staged + blob_.size(), a.out, out_bytes, cudaMemcpyDeviceToHost, ctx_.stream()));

@@ -11,6 +11,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/sampling.h"
 
 namespace exl::cuda {
 
@@ -45,7 +46,13 @@ class CudaSampler {
   size_t out_offset_ = 0;
   CudaContext& ctx_;
   int64_t vocab_ = 0, entries_ = 0;
-  Buffer x_, keys_, keys_sorted_, order_, w_, iota_, sort_temp_, small_, params_;
+  // Per entry [vocab]: x, rank keys (then the head's sorted keys), the head's keys and ids in id
+  // order, the head's ids in rank order, probabilities.
+  Buffer x_, keys_, head_keys_, head_ids_, order_, w_, sort_temp_, small_, params_;
+  // Per entry: Σe, its segment's end, k_sample_bins bin counts (zeroed once, left zero by the
+  // kernels), select_below, n_head, k_sample_slices head counts.
+  static constexpr size_t k_select_bytes_per_entry = 16 + 4 * size_t(k_sample_bins) + 8 + 4 * size_t(k_sample_slices);
+  Buffer select_;
   Buffer slices_;  // launch 1's counters (zeroed once, left zero by the kernels) and slice results
   Buffer pinned_;  // host: the packed inputs, then the ids
   size_t sort_temp_bytes_ = 0;

@@ -1,4 +1,3 @@
-#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include <climits>
@@ -180,7 +179,7 @@ __device__ void merge_slices(const SampleArgs& a, int e, int b, const SampleDesc
   if (threadIdx.x == 0) {
     if (any_bad) a.out[e] = k_sample_bad;
     else if (t.i == INT_MAX || d.temperature == 0.0f) a.out[e] = t.i == INT_MAX ? k_sample_none : t.i;
-    else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0;
+    else a.out[e] = k_sample_pending, a.max_logit[e] = t.v, a.n_cand[e] = 0, a.total[e] = 0.0;
   }
 }
 
@@ -236,20 +235,37 @@ __global__ void __launch_bounds__(k_threads) sample_scan_kernel(SampleArgs a) {
   merge_slices(a, e, b, d, block_argmax(m, sh.f, sh.i), bad, last);
 }
 
+// A candidate's key bin (k_sample_bins): its key is x's bit pattern (x ≤ 0), or 0x7fffffff for x = 0.
+__device__ __forceinline__ int key_bin(uint32_t key) { return min(k_sample_bins - 1, max(0, int(key >> 20) - 0x7ff)); }
+
+// The smallest e = float(exp(double(x))) of bin b's candidates (exp and float rounding are monotone).
+__device__ __forceinline__ float bin_least_e(int b) {
+  if (b == 0) return 1.0f;
+  return float(exp(double(__uint_as_float((uint32_t(b + 0x800) << 20) - 1u))));
+}
+
 // Launch 1b (same grid): for entries still pending, every candidate of the slice (post-penalty
 // logit > -inf) gets x = (l - max) / T and a rank key; the others x = NaN and the largest key.
+// Sorted entries also count their candidates per key bin and add up their e.
 __global__ void __launch_bounds__(k_threads) sample_candidates_kernel(SampleArgs a) {
   __shared__ Shared sh;
+  __shared__ uint32_t bins[k_sample_bins];
   const int e = blockIdx.y;
   if (a.out[e] != k_sample_pending) return;
   const SampleDesc d = a.descs[e];
+  const bool sorted = d.sorted != 0;
   const int64_t V = a.vocab;
   float* x = a.x + int64_t(e) * V;
   uint32_t* keys = a.keys + int64_t(e) * V;
   const float mx = a.max_logit[e];
   int64_t begin, end;
   slice_of(V, a.slices, blockIdx.x, begin, end);
+  if (sorted) {
+    for (int i = threadIdx.x; i < k_sample_bins; i += k_threads) bins[i] = 0;
+    __syncthreads();
+  }
   int n = 0;
+  double es = 0.0;
   for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) {
     const float l = x[i];
     if (l == -INFINITY) {
@@ -257,13 +273,121 @@ __global__ void __launch_bounds__(k_threads) sample_candidates_kernel(SampleArgs
       keys[i] = k_not_candidate;
     } else {
       const float xc = __fdiv_rn(__fsub_rn(l, mx), d.temperature);
+      const uint32_t key = rank_key(xc);
       x[i] = xc;
-      keys[i] = rank_key(xc);
+      keys[i] = key;
       ++n;
+      if (sorted) {
+        atomicAdd(&bins[key_bin(key)], 1u);
+        es += double(float(exp(double(xc))));
+      }
     }
   }
   n = int(block_sum(double(n), sh.d));
   if (threadIdx.x == 0 && n > 0) atomicAdd(a.n_cand + e, n);
+  if (!sorted) return;
+  es = block_sum(es, sh.d);
+  if (threadIdx.x == 0 && n > 0) atomicAdd(a.total + e, es);
+  uint32_t* out = a.bins + int64_t(e) * k_sample_bins;
+  for (int i = threadIdx.x; i < k_sample_bins; i += k_threads)
+    if (bins[i]) atomicAdd(out + i, bins[i]);
+}
+
+// Launch 2a (one block per entry): a sorted pending entry's head — every candidate in the first
+// key bins that hold top_k candidates (top_k cutting), else in those whose mass at each bin's
+// least e reaches top_p · Σe · (1 + 1e-4) (else all bins) — as select_below and n_head, and the
+// end of its segment; the bins are zeroed for the next call. Others' segments are empty.
+__global__ void __launch_bounds__(k_threads) sample_select_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  const int e = blockIdx.x;
+  const SampleDesc d = a.descs[e];
+  if (!d.sorted) return;
+  const int64_t base = int64_t(e) * a.vocab;
+  if (a.out[e] != k_sample_pending) {
+    if (threadIdx.x == 0) a.n_head[e] = 0, a.segment_end[d.segment] = base;
+    return;
+  }
+  uint32_t* bins = a.bins + int64_t(e) * k_sample_bins;
+  const int b0 = 2 * int(threadIdx.x), b1 = b0 + 1;
+  const uint32_t c0 = b0 < k_sample_bins ? bins[b0] : 0u, c1 = b1 < k_sample_bins ? bins[b1] : 0u;
+  if (b0 < k_sample_bins) bins[b0] = 0u;
+  if (b1 < k_sample_bins) bins[b1] = 0u;
+  const int n_cand = a.n_cand[e];
+  const bool top_k_cuts = d.top_k > 0 && d.top_k < n_cand;
+  const bool top_p_on = d.top_p > 0.0f && d.top_p < 1.0f;
+  const double m0 = c0 ? double(c0) * double(bin_least_e(b0)) : 0.0;
+  const double m1 = c1 ? double(c1) * double(bin_least_e(b1)) : 0.0;
+  const double count_before = block_exclusive_scan(double(c0) + double(c1), sh.d);
+  const double mass_before = block_exclusive_scan(m0 + m1, sh.d);
+  const double target = double(d.top_p) * a.total[e] * (1.0 + 1e-4);
+  const auto enough = [&](double count, double mass) {
+    return top_k_cuts ? count >= double(d.top_k) : mass >= target;
+  };
+  int cut = INT_MAX;
+  if (top_k_cuts || top_p_on) {
+    if (c0 && enough(count_before + c0, mass_before + m0)) cut = b0;
+    else if (c1 && enough(count_before + c0 + c1, mass_before + m0 + m1)) cut = b1;
+  }
+  cut = block_min_int(cut, sh.i);
+  // The head's size: the candidates of bins up to the cut (every candidate without one; none when
+  // neither top_k nor top_p sorts — launch 4 then walks ids).
+  double upto = 0.0;
+  if (cut != INT_MAX) upto = (b0 <= cut ? double(c0) : 0.0) + (b1 <= cut ? double(c1) : 0.0);
+  upto = block_sum(upto, sh.d);
+  if (threadIdx.x == 0) {
+    const int n = !(top_k_cuts || top_p_on) ? 0 : cut == INT_MAX ? n_cand : int(upto);
+    a.select_below[e] = cut == INT_MAX ? k_not_candidate : uint32_t(cut + 0x800) << 20;
+    a.n_head[e] = n;
+    a.segment_end[d.segment] = base + n;
+  }
+}
+
+// Launches 2b and 2c (grid as launch 1's): block b counts its slice's head candidates (2b), then
+// writes them — keys and ids, in id order — after those of the blocks before it (2c).
+template <bool WRITE>
+__global__ void __launch_bounds__(k_threads) sample_head_kernel(SampleArgs a) {
+  __shared__ Shared sh;
+  __shared__ int warp_counts[k_warps];
+  const int e = blockIdx.y, b = blockIdx.x;
+  const SampleDesc d = a.descs[e];
+  if (!d.sorted || a.out[e] != k_sample_pending || a.n_head[e] == 0) return;
+  const int64_t V = a.vocab;
+  const uint32_t below = a.select_below[e];
+  const uint32_t* keys = a.keys + int64_t(e) * V;
+  int64_t begin, end;
+  slice_of(V, a.slices, b, begin, end);
+  if (!WRITE) {
+    int n = 0;
+    for (int64_t i = begin + threadIdx.x; i < end; i += k_threads) n += keys[i] < below;
+    n = int(block_sum(double(n), sh.d));
+    if (threadIdx.x == 0) a.slice_head[e * k_sample_slices + b] = n;
+    return;
+  }
+  int at = 0;
+  for (int k = 0; k < b; ++k) at += a.slice_head[e * k_sample_slices + k];
+  uint32_t* head_keys = a.head_keys + int64_t(e) * V;
+  int32_t* head_ids = a.head_ids + int64_t(e) * V;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t i0 = begin; i0 < end; i0 += k_threads) {
+    const int64_t i = i0 + threadIdx.x;
+    const uint32_t key = i < end ? keys[i] : k_not_candidate;
+    const bool in = i < end && key < below;
+    const unsigned ballot = __ballot_sync(k_all, in);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int w = 0; w < k_warps; ++w) {
+      const int c = warp_counts[w];
+      before += w < warp ? c : 0;
+      all += c;
+    }
+    if (in) {
+      const int j = at + before + __popc(ballot & ((1u << lane) - 1u));
+      head_keys[j] = key, head_ids[j] = int32_t(i);
+    }
+    at += all;
+    __syncthreads();
+  }
 }
 
 __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) {
@@ -279,7 +403,8 @@ __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) 
   const int32_t* order = by_rank ? a.order + int64_t(e) * V : nullptr;
   const float* x = a.x + int64_t(e) * V;
   float* w = a.w + int64_t(e) * V;
-  int n = by_rank ? (top_k_cuts ? d.top_k : n_cand) : V;
+  // Sorted in rank order: the head (launch 2), which holds the first top_k, or the top_p cut.
+  int n = by_rank ? (top_k_cuts ? d.top_k : a.n_head[e]) : V;
 
   double s = 0;
   for (int j = threadIdx.x; j < n; j += k_threads) {
@@ -288,7 +413,8 @@ __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) 
     w[j] = p;
     s += p;
   }
-  const double sum = block_sum(s, sh.d);
+  const double head_sum = block_sum(s, sh.d);
+  const double sum = by_rank && !top_k_cuts ? a.total[e] : head_sum;
   for (int j = threadIdx.x; j < n; j += k_threads) w[j] = float(double(w[j]) / sum);
   __syncthreads();
 
@@ -316,11 +442,6 @@ __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) 
   }
 }
 
-__global__ void iota_kernel(int32_t* iota, int64_t n, int64_t period) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) iota[i] = int32_t(i % period);
-}
-
 }  // namespace
 
 cudaError_t sample_prepare(const SampleArgs& a, bool greedy_only, cudaStream_t stream) {
@@ -338,9 +459,14 @@ cudaError_t sample_finish(const SampleArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
-                           const int32_t* iota, int32_t* order, int n, cudaStream_t stream) {
-  return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_out, iota, order, n, 0, 32, stream);
+cudaError_t sample_select(const SampleArgs& a, cudaStream_t stream) {
+  if (a.n_entries <= 0) return cudaSuccess;
+  if (a.slices < 1 || a.slices > k_sample_slices) return cudaErrorInvalidValue;
+  const dim3 grid(unsigned(a.slices), unsigned(a.n_entries));
+  sample_select_kernel<<<unsigned(a.n_entries), k_threads, 0, stream>>>(a);
+  sample_head_kernel<false><<<grid, k_threads, 0, stream>>>(a);
+  sample_head_kernel<true><<<grid, k_threads, 0, stream>>>(a);
+  return cudaGetLastError();
 }
 
 cudaError_t sort_rank_keys_segmented(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
@@ -348,13 +474,6 @@ cudaError_t sort_rank_keys_segmented(void* temp, size_t& temp_bytes, const uint3
                                      const int64_t* begin, const int64_t* end, cudaStream_t stream) {
   return cub::DeviceSegmentedSort::StableSortPairs(temp, temp_bytes, keys, keys_out, ids, order, n_items, n_segments,
                                                    begin, end, stream);
-}
-
-cudaError_t fill_iota(int32_t* iota, int64_t n, int64_t period, cudaStream_t stream) {
-  if (n <= 0) return cudaSuccess;
-  if (period <= 0 || (n + 255) / 256 > int64_t(INT_MAX)) return cudaErrorInvalidValue;
-  iota_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(iota, n, period);
-  return cudaGetLastError();
 }
 
 }  // namespace exl::cuda

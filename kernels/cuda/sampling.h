@@ -1,7 +1,7 @@
 // Token sampling on the GPU (kernels in sampling.cu): the arithmetic of engine/generate/sampler.h's default
 // mode, so that only the token id leaves the device.
 //
-// Three launches (cuda_sampler.cpp drives them):
+// Launches (cuda_sampler.cpp drives them):
 //   1. sample_prepare (SampleArgs::slices blocks per entry, then the entry's last block): raw
 //      logits (NaN/+inf → k_sample_bad_logit), mask (clear bit → -inf),
 //      bias (l + b on allowed tokens), penalties (l > 0 ? l / rp : l · rp, then
@@ -9,14 +9,22 @@
 //      k_sample_nothing_allowed). Greedy entries end here. Otherwise every candidate
 //      (post-penalty logit > -inf) gets x = (l - max) / T and a rank key (x descending); other
 //      tokens get x = NaN and the largest key. Each operation is the correctly rounded float op
-//      the CPU does (explicit __f*_rn: no FMA contraction).
-//   2. sort_rank_keys (entries with top_k or top_p; sort_rank_keys_segmented for all of them at
-//      once when there are several): a stable radix sort of the keys with the ids as values, i.e.
-//      rank order with ties by lower id — the order of the CPU's by_rank.
-//   3. sample_finish: walks the candidates in the CPU's draw order (rank order when top_k cut
+//      the CPU does (explicit __f*_rn: no FMA contraction). Entries with top_k or top_p ("sorted")
+//      also count their candidates per key bin (k_sample_bins: 1/8 octave of |x| each) and sum
+//      e = float(exp(double(x))) over them in double.
+//   2. sample_select (sorted entries): the head of the rank order that top_k or top_p can keep —
+//      the first bins holding top_k candidates (when top_k cuts), else those whose mass, counted
+//      at each bin's smallest e, reaches top_p · Σe · (1 + 1e-4) (else every candidate) — then
+//      those candidates' keys and ids, in id order, into the entry's head arrays. Each kept w is
+//      float(e / Σe) ≥ (e / Σe)(1 − 2⁻²⁴), so the head's w reach top_p and the cut of launch 4
+//      lies inside it.
+//   3. sort_rank_keys_segmented: a stable sort of each head's keys with the ids as values, i.e.
+//      rank order with ties by lower id — the order of the CPU's by_rank — of a few hundred
+//      candidates where the distribution is peaked (a block per large head).
+//   4. sample_finish: walks the candidates in the CPU's draw order (rank order when top_k cut
 //      something or top_p is on, else id order): keeps the first top_k; p = float(e / Σe) with
 //      e = float(exp(double(x))) (the CPU uses float expf: both are within 0.502 ulp of exp, so an
-//      e differs by 1 ulp in rare cases); top_p keeps the shortest prefix whose mass reaches
+//      e differs by 1 ulp in rare cases; Σe from launch 1 unless top_k cut); top_p keeps the shortest prefix whose mass reaches
 //      top_p (else all, not renormalized) and renormalizes; min_p zeroes p < min_p · max p and
 //      renormalizes; the draw takes r = u · Σp and the first token whose cumulative sum exceeds r
 //      (else the last token with p > 0). Sums are in double like the CPU's, but in block order
@@ -41,7 +49,8 @@ struct SampleDesc {
   int32_t top_k = 0;
   int32_t bias_begin = 0, bias_count = 0;  // into bias_ids / bias_vals
   int32_t pen_begin = 0, pen_count = 0;    // into pen_ids / pen_counts
-  int32_t sorted = 0;                      // launch 2 ran for this entry
+  int32_t sorted = 0;                      // launches 2 and 3 run for this entry
+  int32_t segment = -1;                    // its index among the sorted entries
 };
 
 // Device arrays of one sampling call; the per-entry work arrays hold n_entries · vocab elements.
@@ -58,7 +67,19 @@ struct SampleArgs {
   const uint32_t* mask = nullptr;
   float* x = nullptr;          // scaled candidate logits by id (NaN = not a candidate)
   uint32_t* keys = nullptr;    // rank keys by id
-  const int32_t* order = nullptr;  // sorted ids per entry (rank order), for sorted entries
+  const int32_t* order = nullptr;  // the head's ids per entry in rank order, for sorted entries
+  // Sorted entries (launches 1b–4): candidates per key bin [n_entries][k_sample_bins] (zero
+  // between calls), Σe, the head (keys below select_below: n_head of them, slice_head per block
+  // of launch 2b) as keys and ids in id order [n_entries][vocab], its end per segment
+  // (entry · vocab + n_head) for launch 3.
+  uint32_t* bins = nullptr;
+  double* total = nullptr;
+  uint32_t* select_below = nullptr;
+  int32_t* n_head = nullptr;
+  int32_t* slice_head = nullptr;
+  uint32_t* head_keys = nullptr;
+  int32_t* head_ids = nullptr;
+  int64_t* segment_end = nullptr;
   float* w = nullptr;          // probabilities in walk order
   int32_t* n_cand = nullptr;   // candidates per entry
   int32_t* out = nullptr;      // result per entry (k_sample_pending until decided)
@@ -71,6 +92,9 @@ struct SampleArgs {
 };
 // The most blocks per entry in launch 1 (each a contiguous slice of the vocabulary).
 constexpr int k_sample_slices = 64;
+// Key bins of candidates (x ≤ 0): bin 0 holds x = 0, bin b > 0 the keys [(b + 0x7ff) << 20,
+// (b + 0x800) << 20), i.e. 1/8 octave of |x|; the last holds x = -FLT_MAX.
+constexpr int k_sample_bins = 2041;
 
 // Blocks per entry for `entries` entries on `sm_count` multiprocessors: about two blocks of 1024
 // threads per multiprocessor in all (one wave), at least one and at most k_sample_slices per entry.
@@ -88,18 +112,14 @@ constexpr int32_t k_sample_none = -1, k_sample_bad = -2, k_sample_pending = -3;
 // greedy_only: every entry has temperature 0 (launch 1 decides them all; nothing else to run).
 cudaError_t sample_prepare(const SampleArgs& a, bool greedy_only, cudaStream_t stream);
 cudaError_t sample_finish(const SampleArgs& a, cudaStream_t stream);
-// Stable ascending radix sort of keys[n] with values iota[n] into keys_out / order. With
-// temp == nullptr sets temp_bytes to the scratch it needs and does nothing else.
-cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
-                           const int32_t* iota, int32_t* order, int n, cudaStream_t stream);
-// The same for several entries in one launch: segment s is [begin[s], end[s]) of keys / ids,
-// sorted into the same positions of keys_out / order (positions in no segment are left as they
-// are); n_items bounds every segment's end. Large segments get one block each, so this beats
-// n_segments calls of sort_rank_keys once there are a few of them (cuda_sampler.cpp).
+// Launch 2 (sorted entries; grid as sample_prepare's): the heads and their ends.
+cudaError_t sample_select(const SampleArgs& a, cudaStream_t stream);
+// Launch 3: a stable ascending sort of each segment [begin[s], end[s]) of keys with values ids
+// into the same positions of keys_out / order (positions in no segment are left as they are);
+// n_items bounds every segment's end. Small heads sort in a warp or a block, large ones get a
+// block each. temp == nullptr: sets temp_bytes and does nothing else.
 cudaError_t sort_rank_keys_segmented(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
                                      const int32_t* ids, int32_t* order, int64_t n_items, int n_segments,
                                      const int64_t* begin, const int64_t* end, cudaStream_t stream);
-// iota[i] = i % period for i < n (period > 0): each entry's ids 0..period-1 in turn.
-cudaError_t fill_iota(int32_t* iota, int64_t n, int64_t period, cudaStream_t stream);
 
 }  // namespace exl::cuda

@@ -170,6 +170,41 @@ TEST(CudaSampler, EveryBlockCountMatchesTheHostReference) {
   EXPECT_GE(agreed.exact * 100, agreed.total * 99) << agreed.exact << " of " << agreed.total << " identical";
 }
 
+// top_k and top_p sort only the head of the rank order (the first key bins holding top_k
+// candidates, or top_p of the mass): a peaked row (a few logits far above the rest, as a language
+// model's), a flat one (every candidate ties: the head is all of them, in id order) and a row of
+// evenly spread logits whose cuts fall inside bins, over a vocabulary of 20,000 ids.
+TEST(CudaSampler, TheHeadOfTheRankOrderHoldsEveryCut) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
+  cuda::CudaContext ctx(0);
+  cuda::CudaSampler sampler(ctx);
+  constexpr int64_t V = 20000;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> logits(size_t(3 * V));
+  for (int64_t i = 0; i < V; ++i) {
+    logits[size_t(i)] = nd(rng);
+    logits[size_t(V + i)] = 0.25f;
+    logits[size_t(2 * V + i)] = -8.0f + 16.0f * float(i) / float(V);
+  }
+  for (int64_t t : {7, 4000, 4001, 19999}) logits[size_t(t)] = 11.0f + float(t % 5);
+  std::vector<RowSampling> rows;
+  for (int64_t row = 0; row < 3; ++row)
+    for (float t : {0.7f, 1.5f})
+      for (int32_t k : {0, 1, 3, 50, 19999})
+        for (float p : {1.0f, 0.5f, 0.95f, 0.9999f})
+          for (double u : {0.1, 0.6, 0.999}) {
+            if (k == 0 && p == 1.0f) continue;
+            RowSampling r;
+            r.row = row, r.temperature = t, r.top_k = k, r.top_p = p, r.u = u;
+            r.min_p = k == 3 ? 0.05f : 0.0f;
+            rows.push_back(r);
+          }
+  Agreement agreed;
+  expect_reference(sampler, ctx.upload_new(logits), logits, V, rows, agreed);
+  EXPECT_GE(agreed.exact * 100, agreed.total * 99) << agreed.exact << " of " << agreed.total << " identical";
+}
+
 TEST(CudaSampler, RejectsIdsOutsideTheVocabulary) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_device_description();
   cuda::CudaContext ctx(0);

@@ -425,6 +425,20 @@ inline int __syncthreads_or(int pred) {
   emu::block_sync();
   return r;
 }
+inline unsigned __ballot_sync(unsigned, int pred) {
+  static std::vector<unsigned> acc;
+  const unsigned w = emu::cur->lin / 32;
+  if (acc.size() < emu::warp_live.size()) acc.resize(emu::warp_live.size());
+  emu::warp_sync();
+  acc[w] = 0;
+  emu::warp_sync();
+  if (pred) acc[w] |= 1u << (emu::cur->lin % 32);
+  emu::warp_sync();
+  const unsigned r = acc[w];
+  emu::warp_sync();
+  return r;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __any_sync(unsigned, int pred) {
   static std::vector<int> acc;
   const unsigned w = emu::cur->lin / 32;
