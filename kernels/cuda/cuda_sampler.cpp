@@ -41,6 +41,11 @@ void check_row(const RowSampling& r, int64_t vocab, size_t i) {
               " (count ", c.count, ") outside the vocabulary of ", vocab);
 }
 
+// Sorted entries from which one segmented sort of every head replaces a device-wide sort of each
+// padded head (BENCHMARKS.md, session 36: a device-wide sort of 128K keys ~63 µs on the H100, a
+// block's sort of a head that large ~630 µs, of a peaked row's head a few µs).
+constexpr size_t k_segmented_min = 10;
+
 }  // namespace
 
 void CudaSampler::ensure_sort_temp(size_t bytes) {
@@ -158,10 +163,14 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   ctx_.make_current();
   ensure(vocab, int64_t(rows.size()));
   const int64_t n_items = int64_t(rows.size()) * vocab;
+  const bool segmented = seg_begin.size() >= k_segmented_min;
   if (!seg_begin.empty()) {
     size_t bytes = 0;
-    EXL_CUDA_CHECK(sort_rank_keys_segmented(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, n_items,
-                                            int(seg_begin.size()), nullptr, nullptr, ctx_.stream()));
+    if (segmented)
+      EXL_CUDA_CHECK(sort_rank_keys_segmented(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, n_items,
+                                              int(seg_begin.size()), nullptr, nullptr, ctx_.stream()));
+    else
+      EXL_CUDA_CHECK(sort_rank_keys(nullptr, bytes, nullptr, nullptr, nullptr, nullptr, int(vocab), ctx_.stream()));
     ensure_sort_temp(bytes);
   }
   if (params_.bytes() < blob_.size()) {
@@ -210,16 +219,24 @@ void CudaSampler::launch(const float* logits, int64_t vocab, std::span<const Row
   a.slice_head = a.n_head + entries_;
   a.head_keys = static_cast<uint32_t*>(head_keys_.data());
   a.head_ids = static_cast<int32_t*>(head_ids_.data());
+  a.pad_heads = !segmented;
   const bool greedy_only =
       std::all_of(descs.begin(), descs.end(), [](const SampleDesc& d) { return d.temperature == 0.0f; });
   EXL_CUDA_CHECK(sample_prepare(a, greedy_only, ctx_.stream()));
   if (!seg_begin.empty()) {
     EXL_CUDA_CHECK(sample_select(a, ctx_.stream()));
     size_t bytes = sort_temp_bytes_;
-    EXL_CUDA_CHECK(sort_rank_keys_segmented(sort_temp_.data(), bytes, a.head_keys, a.keys, a.head_ids,
-                                            static_cast<int32_t*>(order_.data()), n_items, int(seg_begin.size()),
-                                            reinterpret_cast<const int64_t*>(base + o_seg_begin), a.segment_end,
-                                            ctx_.stream()));
+    auto* order = static_cast<int32_t*>(order_.data());
+    if (segmented) {
+      EXL_CUDA_CHECK(sort_rank_keys_segmented(sort_temp_.data(), bytes, a.head_keys, a.keys, a.head_ids, order,
+                                              n_items, int(seg_begin.size()),
+                                              reinterpret_cast<const int64_t*>(base + o_seg_begin), a.segment_end,
+                                              ctx_.stream()));
+    } else {
+      for (const int64_t off : seg_begin)
+        EXL_CUDA_CHECK(sort_rank_keys(sort_temp_.data(), bytes, a.head_keys + off, a.keys + off, a.head_ids + off,
+                                      order + off, int(vocab), ctx_.stream()));
+    }
   }
   if (!greedy_only) EXL_CUDA_CHECK(sample_finish(a, ctx_.stream()));
   EXL_CUDA_CHECK(cudaMemcpyAsync(staged + blob_.size(), a.out, out_bytes, cudaMemcpyDeviceToHost, ctx_.stream()));

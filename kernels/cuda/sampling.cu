@@ -1,3 +1,4 @@
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include <climits>
@@ -388,6 +389,9 @@ __global__ void __launch_bounds__(k_threads) sample_head_kernel(SampleArgs a) {
     at += all;
     __syncthreads();
   }
+  if (a.pad_heads)
+    for (int64_t j = a.n_head[e] + int64_t(b) * k_threads + threadIdx.x; j < V; j += int64_t(a.slices) * k_threads)
+      head_keys[j] = k_not_candidate;
 }
 
 __global__ void __launch_bounds__(k_threads) sample_finish_kernel(SampleArgs a) {
@@ -467,6 +471,11 @@ cudaError_t sample_select(const SampleArgs& a, cudaStream_t stream) {
   sample_head_kernel<false><<<grid, k_threads, 0, stream>>>(a);
   sample_head_kernel<true><<<grid, k_threads, 0, stream>>>(a);
   return cudaGetLastError();
+}
+
+cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
+                           const int32_t* ids, int32_t* order, int n, cudaStream_t stream) {
+  return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_out, ids, order, n, 0, 32, stream);
 }
 
 cudaError_t sort_rank_keys_segmented(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,

@@ -18,9 +18,11 @@
 //      those candidates' keys and ids, in id order, into the entry's head arrays. Each kept w is
 //      float(e / Σe) ≥ (e / Σe)(1 − 2⁻²⁴), so the head's w reach top_p and the cut of launch 4
 //      lies inside it.
-//   3. sort_rank_keys_segmented: a stable sort of each head's keys with the ids as values, i.e.
-//      rank order with ties by lower id — the order of the CPU's by_rank — of a few hundred
-//      candidates where the distribution is peaked (a block per large head).
+//   3. a stable sort of each head's keys with the ids as values, i.e. rank order with ties by
+//      lower id — the order of the CPU's by_rank — of a few hundred candidates where the
+//      distribution is peaked: sort_rank_keys_segmented for many entries (a warp or a block per
+//      head), sort_rank_keys of each padded head for a few (a flat distribution's head is most
+//      of the vocabulary, which one block sorts ten times slower than the whole GPU).
 //   4. sample_finish: walks the candidates in the CPU's draw order (rank order when top_k cut
 //      something or top_p is on, else id order): keeps the first top_k; p = float(e / Σe) with
 //      e = float(exp(double(x))) (the CPU uses float expf: both are within 0.502 ulp of exp, so an
@@ -80,6 +82,9 @@ struct SampleArgs {
   uint32_t* head_keys = nullptr;
   int32_t* head_ids = nullptr;
   int64_t* segment_end = nullptr;
+  // Launch 2c also fills each head's keys past n_head with the largest key (for sort_rank_keys
+  // over the whole vocabulary).
+  int32_t pad_heads = 0;
   float* w = nullptr;          // probabilities in walk order
   int32_t* n_cand = nullptr;   // candidates per entry
   int32_t* out = nullptr;      // result per entry (k_sample_pending until decided)
@@ -114,7 +119,11 @@ cudaError_t sample_prepare(const SampleArgs& a, bool greedy_only, cudaStream_t s
 cudaError_t sample_finish(const SampleArgs& a, cudaStream_t stream);
 // Launch 2 (sorted entries; grid as sample_prepare's): the heads and their ends.
 cudaError_t sample_select(const SampleArgs& a, cudaStream_t stream);
-// Launch 3: a stable ascending sort of each segment [begin[s], end[s]) of keys with values ids
+// Launch 3 for a few entries: a stable ascending radix sort of one padded head (keys[n] with
+// values ids[n]) over the whole GPU. temp == nullptr: sets temp_bytes and does nothing else.
+cudaError_t sort_rank_keys(void* temp, size_t& temp_bytes, const uint32_t* keys, uint32_t* keys_out,
+                           const int32_t* ids, int32_t* order, int n, cudaStream_t stream);
+// Launch 3 for more entries: a stable ascending sort of each segment [begin[s], end[s]) of keys with values ids
 // into the same positions of keys_out / order (positions in no segment are left as they are);
 // n_items bounds every segment's end. Small heads sort in a warp or a block, large ones get a
 // block each. temp == nullptr: sets temp_bytes and does nothing else.
