@@ -439,19 +439,7 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   return r;
 }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
-inline int __any_sync(unsigned, int pred) {
-  static std::vector<int> acc;
-  const unsigned w = emu::cur->lin / 32;
-  if (acc.size() < emu::warp_live.size()) acc.resize(emu::warp_live.size());
-  emu::warp_sync();
-  acc[w] = 0;
-  emu::warp_sync();
-  if (pred) acc[w] = 1;
-  emu::warp_sync();
-  const int r = acc[w];
-  emu::warp_sync();
-  return r;
-}
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0u; }
 using std::isnan;
 
 // ---- inline PTX (gen.py turns each asm statement into one of these) ----
