@@ -212,10 +212,11 @@ void AgentSession::next_turn() {
     return finish_run("error");
   }
   job.pin = pin_;
+  // Only a weak reference: the generator may destroy the job after the sessions' executor (a
+  // copy of the strand here outlived its service when a server went with a turn still queued).
   std::weak_ptr<AgentSession> weak = weak_from_this();
-  auto strand = strand_;
-  job.on_event = [weak, strand](const GenerationEvent& e) {
-    if (auto self = weak.lock()) net::post(strand, [self, e] { self->on_generation(e); });
+  job.on_event = [weak](const GenerationEvent& e) {
+    if (auto self = weak.lock()) net::post(self->strand_, [self, e] { self->on_generation(e); });
   };
   job_ = env_.generator->submit(std::move(job));
 }

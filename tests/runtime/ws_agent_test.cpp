@@ -9,10 +9,12 @@
 // tested in tests/sessions/agent_constraint_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
+#include <thread>
 
 #include "runtime/server/server.h"
 #include "runtime/server/session_hub.h"
@@ -457,6 +459,23 @@ TEST(WsAgentShutdown, IdleConnectionsGetGoingAway) {
     EXPECT_EQ(c->last_error(), boost::beast::websocket::error::closed) << c->last_error().message();
     EXPECT_EQ(c->close_reason().code, boost::beast::websocket::close_code::going_away);
   }
+}
+
+// A turn still queued in the generator when the server goes: the state's teardown destroys the
+// job after the sessions and their executor, so the job's callback must hold nothing of theirs
+// but a weak reference (ASan: a heap-use-after-free of the strand's service before).
+TEST(WsAgentShutdown, AQueuedTurnOutlivesItsSessionsSafely) {
+  EXL_REQUIRE_SHARED(kStoriesWeights);
+  auto server = std::make_unique<test::TestServer>(own_server_options("WsAgentShutdownQueued"));
+  server->state->generator().stop();  // the turn stays queued
+  WsTestClient c(server->port(), "");
+  const json created = c.call("sessions/create", json::object());
+  ASSERT_TRUE(created.contains("result")) << created;
+  const std::string sid = created["result"]["sessionId"];
+  ASSERT_TRUE(c.call("sessions/send", {{"sessionId", sid}, {"content", "Once upon a time"}}).contains("result"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the session's strand submits the job
+  server.reset();
+  SUCCEED();
 }
 
 }  // namespace ws_agent_test
