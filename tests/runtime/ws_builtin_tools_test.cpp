@@ -5,6 +5,7 @@
 // schema keeps the client's property order (it is the order the grammar makes the model write).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -53,6 +54,9 @@ class WsBuiltinTools : public testing::Test {
   static void script(std::vector<std::string> replies) {
     state_->sessions().set_turn_constraint(scripted_turns(state_->tokenizer(), std::move(replies)));
   }
+  // How long a test waits for a turn's event: a turn of the demo model under ASan took 20–30 s
+  // beside another test (these are correctness tests, not timed ones).
+  static constexpr std::chrono::milliseconds k_turn_wait{120000};
   // Runs one user message in a new session offered `tools`; returns the tool_result events.
   static std::vector<json> run(WsTestClient& c, const std::vector<std::string>& tools, int expected_results) {
     json created = c.call("sessions/create", {{"tools", tools}, {"maxTokens", 96}});
@@ -62,12 +66,12 @@ class WsBuiltinTools : public testing::Test {
     EXPECT_TRUE(c.call("sessions/send", {{"sessionId", sid}, {"content", "go"}}).contains("result"));
     std::vector<json> results;
     for (int i = 0; i < expected_results; ++i) {
-      auto r = c.next_of("sessions/event", "tool_result");
+      auto r = c.next_of("sessions/event", "tool_result", k_turn_wait);
       EXPECT_TRUE(r) << json(c.seen()).dump();
       if (!r) break;
       results.push_back((*r)["params"]);
     }
-    auto done = c.next_of("sessions/event", "done");
+    auto done = c.next_of("sessions/event", "done", k_turn_wait);
     EXPECT_TRUE(done && (*done)["params"]["reason"] == "final") << json(c.seen()).dump();
     return results;
   }
@@ -124,7 +128,7 @@ TEST_F(WsBuiltinTools, FinalAnswerSchemaKeepsPropertyOrder) {
   ASSERT_TRUE(created.contains("result")) << created;
   const std::string sid = created["result"]["sessionId"];
   ASSERT_TRUE(c.call("sessions/send", {{"sessionId", sid}, {"content", "go"}}).contains("result"));
-  auto done = c.next_of("sessions/event", "done");
+  auto done = c.next_of("sessions/event", "done", k_turn_wait);
   ASSERT_TRUE(done) << json(c.seen()).dump();
   EXPECT_EQ((*done)["params"]["reason"], "final") << *done;
   const std::string saved = test::read_file(dir_ / "sessions" / (sid + ".json"));
