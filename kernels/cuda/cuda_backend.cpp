@@ -733,12 +733,13 @@ class CudaBackend final : public Backend {
   }();
   // The most rows at which a layer's ops at tensor-core sizes hand on their staged inputs across
   // ops (attention → o, o → gate/up's norm, down → the next layer's norm, q/k/v sums → rope and
-  // cache store); at more rows each op stages its own. 16 unless EXL_CUDA_LAYER_CHAINS says
-  // otherwise (0: never): on the H200 the chains gained 3% at b = 4–16 and lost 4–6% at b = 32–64
-  // (BENCHMARKS.md, session 31).
+  // cache store); at more rows each op stages its own. 64 unless EXL_CUDA_LAYER_CHAINS says
+  // otherwise (0: never): once the norms stage whole rows through shared memory the chains gained
+  // 8% at b = 32–64 over stopping at 16 rows (H100, BENCHMARKS.md, session 37; before that they
+  // lost 4–6% there, session 31).
   int64_t chain_rows_ = [] {
     const char* e = std::getenv("EXL_CUDA_LAYER_CHAINS");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(16);
+    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(64);
   }();
   bool chains(int64_t rows) const { return rows <= chain_rows_; }
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).

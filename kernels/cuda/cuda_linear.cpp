@@ -141,6 +141,9 @@ class Exl2Linear final : public CudaLinear {
       std::vector<int32_t> at(static_cast<size_t>(K));
       exl2_mma_stage_map(groups.data(), group_of_row.data(), perm_host_->data(), int(K), at.data());
       stage_at_ = ctx.upload_new(at);
+      std::vector<int32_t> from(static_cast<size_t>(exl2_mma_stage_gather_entries(int(K))));
+      exl2_mma_stage_gather_map(groups.data(), group_of_row.data(), perm_host_->data(), int(K), from.data());
+      stage_from_ = ctx.upload_new(from);
     }
     bias_ = upload_bias(ctx, m.bias);
     weight_bytes = q_weight_.bytes() + q_scale_.bytes();
@@ -165,6 +168,8 @@ class Exl2Linear final : public CudaLinear {
   const Exl2DeviceView& view() const { return view_; }
   // [K] exl2_mma_stage_map on the device (null without streamed segments: no tensor-core path).
   const int32_t* stage_at() const { return static_cast<const int32_t*>(stage_at_.data()); }
+  // [128 · ⌈K/128⌉] exl2_mma_stage_gather_map on the device (null where stage_at is).
+  const int32_t* stage_from() const { return static_cast<const int32_t*>(stage_from_.data()); }
   // Equal permutations are one object (intern_perm), so sharing one is a pointer comparison.
   const std::shared_ptr<const std::vector<int32_t>>& perm_host() const { return perm_host_; }
   const std::shared_ptr<const Buffer>& inv_perm() const { return inv_perm_; }
@@ -221,7 +226,7 @@ class Exl2Linear final : public CudaLinear {
     gemv_set(ctx, self, ys, rows, in);
   }
 
-  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, blocks_, stage_at_;
+  Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, blocks_, stage_at_, stage_from_;
   std::shared_ptr<const std::vector<int32_t>> perm_host_;
   std::shared_ptr<const Buffer> inv_perm_;  // shared with the hand-offs that name it (handoff.h)
   Exl2DeviceView view_;
@@ -457,7 +462,7 @@ Exl2MmaStaging staging_of(std::span<const Exl2Linear* const> set, int64_t rows, 
   st.n_jobs = int(set.size());
   st.K = set[0]->view().K;
   st.rows = int(rows);
-  for (size_t j = 0; j < set.size(); ++j) st.at[j] = set[j]->stage_at();
+  for (size_t j = 0; j < set.size(); ++j) st.at[j] = set[j]->stage_at(), st.from[j] = set[j]->stage_from();
   return st;
 }
 

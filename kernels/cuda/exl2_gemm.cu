@@ -1352,6 +1352,15 @@ __global__ void __launch_bounds__(k_row_threads)
   }
   const float inv = block_inv_rms(ss, N, set.norm_to_eps);
   const Exl2MmaStaging& s = set.norm_to;
+  if (mma_stage_rowwise(s)) {
+    extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
+#pragma unroll 4
+    for (int i = int(threadIdx.x); i < N; i += k_row_threads)
+      staged_row[i] = mma_stage_half(set.norm_to_w[i] * (__ldcg(xr + i) * inv));
+    __syncthreads();
+    mma_stage_row(s, m, staged_row);
+    return;
+  }
 #pragma unroll 4
   for (int i = int(threadIdx.x); i < N; i += k_row_threads) mma_stage_store(s, m, i, set.norm_to_w[i] * (__ldcg(xr + i) * inv));
   for (int k = N + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += k_row_threads) mma_stage_pad(s, m, k);
@@ -1569,6 +1578,7 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     const dim3 sum_grid = norm ? dim3(unsigned((set.jobs[0].w.N + k_row_threads - 1) / k_row_threads), unsigned(rows))
                                : dim3(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : unsigned(tiles), unsigned(rows));
     const dim3 sum_block(norm ? k_row_threads : T);
+    const size_t sum_smem = norm ? mma_stage_row_bytes(norm_to) : 0;
     const auto sum = swiglu ? exl2_mma_sum_swiglu_kernel
                      : rope ? exl2_mma_sum_rope_kernel
                      : norm ? exl2_mma_sum_norm_kernel
@@ -1579,12 +1589,12 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
       if (e == cudaSuccess)
         e = launch_overlapped(kernel, grid, dim3(T), smem, stream, set, static_cast<const __half*>(st16), rows, k_slice,
                               wrows);
-      if (e == cudaSuccess && summed) e = launch_overlapped(sum, sum_grid, sum_block, 0, stream, set, rows, slices);
+      if (e == cudaSuccess && summed) e = launch_overlapped(sum, sum_grid, sum_block, sum_smem, stream, set, rows, slices);
       return e;
     }
     if (x) stage<<<stage_grid, k_mma_chunk, 0, stream>>>(set, x, rows, st16);
     kernel<<<grid, T, smem, stream>>>(set, reinterpret_cast<const __half*>(staged), rows, k_slice, wrows);
-    if (summed) sum<<<sum_grid, sum_block, 0, stream>>>(set, rows, slices);
+    if (summed) sum<<<sum_grid, sum_block, sum_smem, stream>>>(set, rows, slices);
     return cudaGetLastError();
   };
   // The kernel of one form (NT, wgmma), stream-K or not.
@@ -1607,6 +1617,16 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
 void exl2_mma_stage_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
                         int32_t* out) {
   for (int j = 0; j < K; ++j) out[perm[j]] = (j << 5) | mma_slot(groups[group_of_row[j]].bits, j & 31);
+}
+
+int exl2_mma_stage_gather_entries(int K) { return mma_chunks(K) * k_mma_chunk; }
+
+void exl2_mma_stage_gather_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
+                               int32_t* out) {
+  std::fill(out, out + size_t(mma_chunks(K)) * k_mma_chunk, -1);
+  for (int j = 0; j < K; ++j) {
+    out[mma_x_unit_slot(j, mma_slot(groups[group_of_row[j]].bits, j & 31))] = perm[j];
+  }
 }
 
 cudaError_t exl2_reconstruct(const Exl2DeviceView& w, int n0, int nc, uint16_t* out, cudaStream_t stream) {

@@ -133,15 +133,26 @@ struct Exl2GemvHandoff {
 // fp16 (saturated at ±65504) at the permuted row and fragment slot that at[j][n] names ((row << 5)
 // | slot: exl2_mma_stage_map), and zeros at the padding rows [K, 128·⌈K/128⌉) of the last chunk.
 // `staged` holds exl2_mma_staged_bytes(rows, K, n_jobs) bytes.
+// from[j] (may be null): the same placement seen from the output, for producers that hold a whole
+// row (mma_stage_row): 16-byte units of a row's staged input, eight input features (or −1, a zero)
+// per unit.
 struct Exl2MmaStaging {
   uint16_t* staged = nullptr;
   const int32_t* at[k_exl2_gemv_max_jobs] = {};
+  const int32_t* from[k_exl2_gemv_max_jobs] = {};
   int n_jobs = 0, K = 0, rows = 0;
 };
 // at[n] of a matrix (exl2_mma_stage_map's [K] entries, host): the permuted row j = inv_perm[n] and
 // the fragment slot of j in its 32-row block of groups[group_of_row[j]].bits.
 void exl2_mma_stage_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
                         int32_t* out);
+// from of a matrix (host; exl2_mma_stage_gather_entries(K) = 128 · ⌈K/128⌉ entries): for unit
+// u = 2 · (8 · chunk + mma step) + k-half of a row's staged input, entries 8u .. 8u + 7 are the
+// input features at its k = 0 .. 7 (those exl2_mma_stage_map places there), −1 at the padding
+// rows. A unit is 8 contiguous halves of the row in mma_x_index's layout at every rows-per-block.
+void exl2_mma_stage_gather_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
+                               int32_t* out);
+int exl2_mma_stage_gather_entries(int K);
 
 // x_up non-null: the jobs' input is silu(x) ⊙ x_up (same shape as x), formed while gathering.
 // norm_w non-null (x_up null): the input is rms_norm(x) ⊙ norm_w (norm_w [K]), every block

@@ -26,6 +26,16 @@ EXL_HD int mma_x_index(int MB, int m, int j, int p) {
   return ((c * 8 + s) * MB + (m & ~7)) * 16 + (k >> 3) * 64 + (m & 7) * 8 + (k & 7);
 }
 
+// Where (permuted row j, slot p) lies in a row's 16-byte units (Exl2MmaStaging::from): 8 · unit + k % 8,
+// unit = 2 · (8 · chunk + step) + k-half.
+EXL_HD int mma_x_unit_slot(int j, int p) {
+  const int c = j >> 7, t = (j >> 5) & 3, s = p >> 2, k = 2 * t + 8 * ((p >> 1) & 1) + (p & 1);
+  return ((c * 8 + s) * 2 + (k >> 3)) * 8 + (k & 7);
+}
+// Half index of unit u of row m of MB in the activation tile: mma_x_index(MB, m, j, p) is
+// mma_x_unit_index(MB, m, u) + k % 8 for (u, k % 8) of mma_x_unit_slot(j, p).
+EXL_HD int mma_x_unit_index(int MB, int m, int u) { return ((u >> 1) * MB + (m & ~7)) * 16 + (u & 1) * 64 + (m & 7) * 8; }
+
 // Half index of (row r of `rows`, permuted row j, slot p) in job `job`'s part of a staged area
 // (exl2_mma_staged_bytes(rows, K, ·)): the jobs' parts follow one another, each a row block after
 // another of chunks(K) · MB · 128 halves.
@@ -39,9 +49,12 @@ EXL_HD size_t mma_staged_index(int rows, int K, int job, int r, int j, int p) {
 // so that both give the same bits).
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+// The half mma_stage_store stores for value v.
+__device__ __forceinline__ __half mma_stage_half(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
+
 // Value v of input feature n (< s.K) of row r, saturated to fp16, for every job of s.
 __device__ __forceinline__ void mma_stage_store(const Exl2MmaStaging& s, int r, int n, float v) {
-  const __half h = __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f));
+  const __half h = mma_stage_half(v);
   __half* const out = reinterpret_cast<__half*>(s.staged);
 #pragma unroll
   for (int j = 0; j < k_exl2_gemv_max_jobs; ++j)
@@ -49,6 +62,45 @@ __device__ __forceinline__ void mma_stage_store(const Exl2MmaStaging& s, int r, 
       const int at = s.at[j][n];
       out[mma_staged_index(s.rows, s.K, j, r, at >> 5, at & 31)] = h;
     }
+}
+
+// Rows of up to this many inputs go through shared memory (mma_stage_row; 40 KiB of fp16).
+inline constexpr int k_mma_stage_row_max = 20480;
+// Whether producers that hold whole rows stage them with mma_stage_row (every job has its from
+// map and a row fits; else value by value, mma_stage_store).
+EXL_HD bool mma_stage_rowwise(const Exl2MmaStaging& s) {
+  if (s.n_jobs < 1 || s.K > k_mma_stage_row_max) return false;
+  for (int j = 0; j < s.n_jobs; ++j)
+    if (!s.from[j]) return false;
+  return true;
+}
+// Dynamic shared memory a whole-row producer launches with for staging s.
+EXL_HD size_t mma_stage_row_bytes(const Exl2MmaStaging& s) {
+  return mma_stage_rowwise(s) ? size_t(s.K) * sizeof(uint16_t) : 0;
+}
+
+// Row r's staged input for every job of s (each with its from map) out of `row`: the row's K values
+// in shared memory as mma_stage_store would round them. Block-wide (every thread calls it; the row
+// is complete before the call); one 16-byte store per unit, zeros at the padding rows, so the same
+// bytes as mma_stage_store for every n and mma_stage_pad for every padding row.
+__device__ __forceinline__ void mma_stage_row(const Exl2MmaStaging& s, int r, const __half* row) {
+  const int mb = exl2_mma_rows_per_block(s.rows), yb = r / mb, m = r - yb * mb, units = mma_chunks(s.K) * 16;
+  const size_t tile = size_t(mma_chunks(s.K)) * size_t(mb) * k_mma_chunk;
+  const unsigned short* const h = reinterpret_cast<const unsigned short*>(row);
+#pragma unroll 1
+  for (int j = 0; j < s.n_jobs; ++j) {
+    const int4* const from = reinterpret_cast<const int4*>(s.from[j]);
+    uint4* const out = reinterpret_cast<uint4*>(s.staged + (size_t(j) * size_t((s.rows + mb - 1) / mb) + size_t(yb)) * tile);
+    for (int u = int(threadIdx.x); u < units; u += int(blockDim.x)) {
+      const int4 a = from[2 * u], b = from[2 * u + 1];
+      const int n[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        w[q] = uint32_t(n[2 * q] >= 0 ? h[n[2 * q]] : 0u) | uint32_t(n[2 * q + 1] >= 0 ? h[n[2 * q + 1]] : 0u) << 16;
+      out[mma_x_unit_index(mb, m, u) / 8] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
 }
 
 // Zero at padding row k (s.K <= k < 128 · chunks) of row r, for every job of s.

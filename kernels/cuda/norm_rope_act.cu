@@ -24,13 +24,22 @@ __global__ void __launch_bounds__(k_row_threads)
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = w[d] * (xr[d] * inv);
 }
 
-// rms_norm_kernel's values, stored staged for a tensor-core set (with its padding rows) instead.
+// rms_norm_kernel's values, stored staged for a tensor-core set (with its padding rows) instead: a
+// whole row through shared memory (mma_stage_row) where the staging allows, else value by value.
 __global__ void __launch_bounds__(k_row_threads)
     rms_norm_stage_kernel(const float* x, const float* __restrict__ w, int64_t dim, float eps, const Exl2MmaStaging s) {
   allow_dependents();
   const int r = int(blockIdx.x);
   const float* xr = x + r * dim;
   const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
+  if (mma_stage_rowwise(s)) {
+    extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
+#pragma unroll 4
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) staged_row[d] = mma_stage_half(w[d] * (xr[d] * inv));
+    __syncthreads();
+    mma_stage_row(s, r, staged_row);
+    return;
+  }
 #pragma unroll 4
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) mma_stage_store(s, r, int(d), w[d] * (xr[d] * inv));
   for (int k = int(dim) + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += int(blockDim.x))
@@ -156,7 +165,7 @@ cudaError_t rms_norm_stage(const float* x, const float* w, int64_t rows, int64_t
                            const Exl2MmaStaging& to, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (to.n_jobs < 1 || to.K != dim || to.rows != rows || !to.staged) return cudaErrorInvalidValue;
-  rms_norm_stage_kernel<<<unsigned(rows), k_row_threads, 0, stream>>>(x, w, dim, eps, to);
+  rms_norm_stage_kernel<<<unsigned(rows), k_row_threads, mma_stage_row_bytes(to), stream>>>(x, w, dim, eps, to);
   return cudaGetLastError();
 }
 

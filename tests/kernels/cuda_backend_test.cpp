@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -1007,7 +1008,7 @@ TEST_F(CudaBackendTest, AttentionInputsAtTensorCoreSizesMatchTheSeparateOpsBitFo
 
 TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
   // rms_norm_mlp_residual with the o projection and the next layer's q/k/v (MlpInputs::o, next_qkv)
-  // at 3–16 rows (by default; EXL_CUDA_LAYER_CHAINS=64 for all): o's K-slice sums add into x and
+  // at 3–64 rows (by default; EXL_CUDA_LAYER_CHAINS=16 on a third backend): o's K-slice sums add into x and
   // stage gate/up's normed input (a norm kernel where o has one slice: 128 inputs), down's sums
   // stage the next q/k/v's, and the next
   // attention_inputs reads that (a staged hand-off, once the backend has seen that op take the
@@ -1015,13 +1016,14 @@ TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
   // rms_norm_mlp_residual, attention_inputs) bit for bit; x also the CPU's at fp16 tolerance. A
   // 2,304-wide residual stream spans three blocks of the sums per row (the last one finishing
   // stages the row).
-  // Also with chains at every row count and every set of one row block run stream-K (its slot
-  // sums then stage the next input). By default the chains stop at 16 rows.
+  // Also with every set of one row block run stream-K (its slot sums then stage the next input),
+  // and with the chains stopping at 16 rows (33 rows: each op stages its own input, as above 64).
   auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}, {"EXL_CUDA_LAYER_CHAINS", "64"}});
-  for (Backend* b : {gpu_.get(), stream_k.get()}) {
+  auto short_chains = backend_with({{"EXL_CUDA_LAYER_CHAINS", "16"}});
+  for (Backend* b : {gpu_.get(), stream_k.get(), short_chains.get()}) {
     active_ = b;
-    SCOPED_TRACE(b == gpu_.get() ? "defaults" : "chains to 64 rows, stream-K on 5 blocks");
-    const int64_t chain_rows = b == gpu_.get() ? 16 : 64;
+    SCOPED_TRACE(b == gpu_.get() ? "defaults" : b == stream_k.get() ? "stream-K on 5 blocks" : "chains to 16 rows");
+    const int64_t chain_rows = b == short_chains.get() ? 16 : 64;
     constexpr int D = 128, KVH = 2, layer = 0;
     constexpr int64_t I = 384;
     RopeTable table;
@@ -1651,6 +1653,47 @@ TEST(CudaLinearPlan, Exl2SegmentsAreRunsOfWholeBlocks) {
   const std::vector<G> c = {{2, 0, 16, 0}, {2, 16, 80, 1}};
   EXPECT_EQ(cuda::exl2_segments(c.data(), int(c.size()), 96, s), 0);
   EXPECT_EQ(cuda::exl2_segments(a.data(), int(a.size()), 640, s), 0);
+}
+
+TEST(CudaLinearPlan, StageGatherMapIsTheStageMapSeenFromTheOutput) {
+  // A row's staged input as 16-byte units (what whole-row producers store): entry 8u + k % 8 of
+  // the gather map names the input feature whose (permuted row, slot) the stage map gives, under
+  // the layout's own formula (unit u = 2·(8·chunk + step) + k-half, step = slot / 4, k = 2t +
+  // 8·((slot / 2) % 2) + slot % 2 for quad lane t = (row / 32) % 4); every other entry is padding.
+  // Widths 2, 4 and 8 pack their fragment slots out of row order, 3, 5 and 6 keep it; K = 352 ends
+  // in a partial chunk.
+  using G = cuda::Exl2GroupDesc;
+  const int K = 352;
+  const int widths[] = {2, 3, 4, 5, 6, 8, 4, 2, 8, 3, 6};
+  std::vector<G> groups;
+  std::vector<int32_t> group_of_row;
+  for (int b = 0, q = 0; b < K / 32; ++b) {
+    groups.push_back({widths[b], 32 * b, 32, q});
+    q += widths[b];
+    group_of_row.insert(group_of_row.end(), 32, b);
+  }
+  std::vector<int32_t> perm(K);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 rng(2207);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> at(K), from(size_t(cuda::exl2_mma_stage_gather_entries(K)), -7);
+  ASSERT_EQ(from.size(), 384u);
+  cuda::exl2_mma_stage_map(groups.data(), group_of_row.data(), perm.data(), K, at.data());
+  cuda::exl2_mma_stage_gather_map(groups.data(), group_of_row.data(), perm.data(), K, from.data());
+  std::vector<int> named(from.size(), 0);
+  for (int n = 0; n < K; ++n) {
+    const int j = at[size_t(n)] >> 5, p = at[size_t(n)] & 31, t = (j >> 5) & 3;
+    const int k = 2 * t + 8 * ((p >> 1) & 1) + (p & 1), u = 2 * (8 * (j >> 7) + (p >> 2)) + (k >> 3);
+    const size_t e = size_t(8 * u + (k & 7));
+    ASSERT_LT(e, from.size());
+    EXPECT_EQ(from[e], n) << "feature " << n;
+    ++named[e];
+  }
+  for (size_t e = 0; e < from.size(); ++e)
+    if (!named[e]) EXPECT_EQ(from[e], -1) << "entry " << e;
+  // The padding is the partial chunk's last 32 rows: 32 entries, in the last chunk's units.
+  EXPECT_EQ(std::count(from.begin(), from.end(), -1), 32);
+  EXPECT_EQ(std::count(from.begin(), from.begin() + 256, -1), 0);
 }
 
 TEST(CudaLinearPlan, Exl2BlocksNameEachBlocksWordsWidthAndGroup) {

@@ -43,6 +43,9 @@ struct dim3 {
 struct uint4 {
   unsigned x, y, z, w;
 };
+struct int4 {
+  int x, y, z, w;
+};
 struct uint2 {
   unsigned x, y;
 };
