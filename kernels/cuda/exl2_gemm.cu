@@ -1358,18 +1358,8 @@ __global__ void __launch_bounds__(T) exl2_mma_sum_norm_kernel(const Exl2GemvSet 
     }
   }
   const float inv = block_inv_rms_parts<V>(ss, N, set.norm_to_eps);
-  const Exl2MmaStaging& s = set.norm_to;
-  if (mma_stage_rowwise(s)) {
-    extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
-#pragma unroll 4
-    for (int i = int(threadIdx.x); i < N; i += T) staged_row[i] = mma_stage_half(set.norm_to_w[i] * (__ldcg(xr + i) * inv));
-    __syncthreads();
-    mma_stage_row(s, m, staged_row);
-    return;
-  }
-#pragma unroll 4
-  for (int i = int(threadIdx.x); i < N; i += T) mma_stage_store(s, m, i, set.norm_to_w[i] * (__ldcg(xr + i) * inv));
-  for (int k = N + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += T) mma_stage_pad(s, m, k);
+  extern __shared__ __half staged_row[];  // mma_stage_row_bytes(set.norm_to)
+  mma_stage_normed_row(set.norm_to, m, xr, set.norm_to_w, inv, staged_row);
 }
 
 // Block (column tile of q, k or v: one head, row): exl2_mma_sum_kernel's sums of the head, then
@@ -1630,7 +1620,7 @@ int exl2_mma_stage_gather_entries(int K) { return mma_chunks(K) * k_mma_chunk; }
 
 void exl2_mma_stage_gather_map(const Exl2GroupDesc* groups, const int32_t* group_of_row, const int32_t* perm, int K,
                                int32_t* out) {
-  std::fill(out, out + size_t(mma_chunks(K)) * k_mma_chunk, -1);
+  std::fill(out, out + exl2_mma_stage_gather_entries(K), -1);
   for (int j = 0; j < K; ++j) {
     out[mma_x_unit_slot(j, mma_slot(groups[group_of_row[j]].bits, j & 31))] = perm[j];
   }

@@ -36,13 +36,18 @@ EXL_HD int mma_x_unit_slot(int j, int p) {
 // mma_x_unit_index(MB, m, u) + k % 8 for (u, k % 8) of mma_x_unit_slot(j, p).
 EXL_HD int mma_x_unit_index(int MB, int m, int u) { return ((u >> 1) * MB + (m & ~7)) * 16 + (u & 1) * 64 + (m & 7) * 8; }
 
+// Half index of the activation tile that holds row r of `rows` in job `job`'s part of a staged area.
+EXL_HD size_t mma_staged_tile(int rows, int K, int job, int r) {
+  const int mb = exl2_mma_rows_per_block(rows);
+  return (size_t(job) * size_t((rows + mb - 1) / mb) + size_t(r / mb)) * size_t(mma_chunks(K)) * size_t(mb) * k_mma_chunk;
+}
+
 // Half index of (row r of `rows`, permuted row j, slot p) in job `job`'s part of a staged area
 // (exl2_mma_staged_bytes(rows, K, ·)): the jobs' parts follow one another, each a row block after
 // another of chunks(K) · MB · 128 halves.
 EXL_HD size_t mma_staged_index(int rows, int K, int job, int r, int j, int p) {
   const int mb = exl2_mma_rows_per_block(rows), yb = r / mb;
-  return (size_t(job) * size_t((rows + mb - 1) / mb) + size_t(yb)) * size_t(mma_chunks(K)) * size_t(mb) * k_mma_chunk +
-         size_t(mma_x_index(mb, r - yb * mb, j, p));
+  return mma_staged_tile(rows, K, job, r) + size_t(mma_x_index(mb, r - yb * mb, j, p));
 }
 
 // silu(g) · u as every staged MLP input forms it (the staging kernel and the gate/up sums alike,
@@ -84,13 +89,12 @@ EXL_HD size_t mma_stage_row_bytes(const Exl2MmaStaging& s) {
 // is complete before the call); one 16-byte store per unit, zeros at the padding rows, so the same
 // bytes as mma_stage_store for every n and mma_stage_pad for every padding row.
 __device__ __forceinline__ void mma_stage_row(const Exl2MmaStaging& s, int r, const __half* row) {
-  const int mb = exl2_mma_rows_per_block(s.rows), yb = r / mb, m = r - yb * mb, units = mma_chunks(s.K) * 16;
-  const size_t tile = size_t(mma_chunks(s.K)) * size_t(mb) * k_mma_chunk;
+  const int mb = exl2_mma_rows_per_block(s.rows), m = r % mb, units = mma_chunks(s.K) * 16;
   const unsigned short* const h = reinterpret_cast<const unsigned short*>(row);
 #pragma unroll 1
   for (int j = 0; j < s.n_jobs; ++j) {
     const int4* const from = reinterpret_cast<const int4*>(s.from[j]);
-    uint4* const out = reinterpret_cast<uint4*>(s.staged + (size_t(j) * size_t((s.rows + mb - 1) / mb) + size_t(yb)) * tile);
+    uint4* const out = reinterpret_cast<uint4*>(s.staged + mma_staged_tile(s.rows, s.K, j, r));
     for (int u = int(threadIdx.x); u < units; u += int(blockDim.x)) {
       const int4 a = from[2 * u], b = from[2 * u + 1];
       const int n[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -109,6 +113,25 @@ __device__ __forceinline__ void mma_stage_pad(const Exl2MmaStaging& s, int r, in
 #pragma unroll
   for (int j = 0; j < k_exl2_gemv_max_jobs; ++j)
     if (j < s.n_jobs) out[mma_staged_index(s.rows, s.K, j, r, k, k & 31)] = __float2half_rn(0.0f);
+}
+
+// Row r of a norm, w[i] · (xr[i] · inv) for i < s.K, staged for every job of s with its padding
+// rows. Block-wide (every thread calls it); `row`: mma_stage_row_bytes(s) of shared memory, used
+// where mma_stage_rowwise(s), else the values go one by one. xr is read through L2 (it may have
+// been written by other blocks of the same launch).
+__device__ __forceinline__ void mma_stage_normed_row(const Exl2MmaStaging& s, int r, const float* xr, const float* w,
+                                                     float inv, __half* row) {
+  const int step = int(blockDim.x);
+  if (mma_stage_rowwise(s)) {
+#pragma unroll 4
+    for (int i = int(threadIdx.x); i < s.K; i += step) row[i] = mma_stage_half(w[i] * (__ldcg(xr + i) * inv));
+    __syncthreads();
+    mma_stage_row(s, r, row);
+    return;
+  }
+#pragma unroll 4
+  for (int i = int(threadIdx.x); i < s.K; i += step) mma_stage_store(s, r, i, w[i] * (__ldcg(xr + i) * inv));
+  for (int k = s.K + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += step) mma_stage_pad(s, r, k);
 }
 
 }  // namespace exl::cuda

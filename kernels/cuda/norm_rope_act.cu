@@ -32,18 +32,8 @@ __global__ void __launch_bounds__(k_row_threads)
   const int r = int(blockIdx.x);
   const float* xr = x + r * dim;
   const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
-  if (mma_stage_rowwise(s)) {
-    extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
-#pragma unroll 4
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) staged_row[d] = mma_stage_half(w[d] * (xr[d] * inv));
-    __syncthreads();
-    mma_stage_row(s, r, staged_row);
-    return;
-  }
-#pragma unroll 4
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) mma_stage_store(s, r, int(d), w[d] * (xr[d] * inv));
-  for (int k = int(dim) + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += int(blockDim.x))
-    mma_stage_pad(s, r, k);
+  extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
+  mma_stage_normed_row(s, r, xr, w, inv, staged_row);
 }
 
 // x += y, then the rms_norm of the sums (the same float sums are stored and normalised).
