@@ -1,8 +1,11 @@
 #include "engine/model.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "engine/formats/linear_loader.h"
+#include "engine/mlp_order.h"
 #include "engine/rope.h"
 #include "engine/tp_model.h"
 #include "kernels/error.h"
@@ -20,6 +23,16 @@ Buffer upload_vector(Backend& be, const std::vector<float>& v) {
   Buffer b = be.alloc(v.size() * sizeof(float));
   be.upload(b.data(), v.data(), v.size() * sizeof(float));
   return b;
+}
+
+// Whether MLPs load with gate/up in down_proj's order (mlp_order.h): yes unless EXL_MLP_DOWN_ORDER=0
+// (for comparisons; the results are the same bits either way).
+bool mlp_in_down_order() {
+  static const bool on = [] {
+    const char* e = std::getenv("EXL_MLP_DOWN_ORDER");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
 }
 
 // K/V of a split model: one pool per part, each with the part's layers, under one page table.
@@ -91,9 +104,18 @@ void Model::load(const ModelDir& dir) {
       L.k = backend.prepare_linear(load_linear(dir, p + "self_attn.k_proj", H, KVD));
       L.v = backend.prepare_linear(load_linear(dir, p + "self_attn.v_proj", H, KVD));
       L.o = backend.prepare_linear(load_linear(dir, p + "self_attn.o_proj", QD, H));
-      L.gate = backend.prepare_linear(load_linear(dir, p + "mlp.gate_proj", H, I));
-      L.up = backend.prepare_linear(load_linear(dir, p + "mlp.up_proj", H, I));
-      L.down = backend.prepare_linear(load_linear(dir, p + "mlp.down_proj", I, H));
+      LinearWeights gate = load_linear(dir, p + "mlp.gate_proj", H, I), up = load_linear(dir, p + "mlp.up_proj", H, I),
+                    down = load_linear(dir, p + "mlp.down_proj", I, H);
+      if (mlp_in_down_order()) {
+        OrderedMlp mlp = order_mlp_by_down(std::move(gate), std::move(up), std::move(down));
+        L.gate = backend.prepare_linear(mlp.gate.weights);
+        L.up = backend.prepare_linear(mlp.up.weights);
+        L.down = backend.prepare_linear(mlp.down);
+      } else {
+        L.gate = backend.prepare_linear(gate);
+        L.up = backend.prepare_linear(up);
+        L.down = backend.prepare_linear(down);
+      }
       layers_.push_back(std::move(L));
     }
   }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "engine/formats/model_dir.h"
+#include "engine/linear_slice.h"
 #include "engine/memory_plan.h"
 #include "kernels/linear_weights.h"
 
@@ -52,24 +53,6 @@ struct TpPlan {
 // exl::Error when a rank would get nothing: fewer kv heads, hidden 32-column blocks or down_proj
 // groups than ranks, or a GPTQ down_proj.
 TpPlan plan_tensor_parallel(const ModelDir& dir, int n_ranks);
-
-// A linear's slice: the weights and the storage its pointers use where it does not point into
-// the source's memory (which must outlive the slice). Movable; the pointers stay valid.
-struct LinearSlice {
-  LinearWeights weights;
-  std::vector<uint32_t> words, scale_words;
-  std::vector<uint8_t> bytes;
-};
-
-// Output columns `cols` (in that order, each < out_features) of `w`: EXL2 columns and scale
-// nibbles repacked (padding columns zero), dense rows copied; bias entries kept. Throws for GPTQ
-// or a column out of range.
-LinearSlice slice_linear_columns(const LinearWeights& w, std::span<const int32_t> cols);
-// Stored rows [row_begin, row_end) of `w` as a linear over in_features = row_end − row_begin
-// whose input feature i is the source's feature perm[row_begin + i] (dense: row_begin + i): EXL2
-// at group boundaries (the slice points into w's memory), dense input columns copied. The bias is
-// kept only when `keep_bias` (one rank adds it). Throws for GPTQ or bounds inside a group.
-LinearSlice slice_linear_rows(const LinearWeights& w, int64_t row_begin, int64_t row_end, bool keep_bias);
 
 // The memory plan of a TP model (memory_plan.h's byte formulas per rank): each rank holds the
 // embedding and norms, its linear slices, the head on rank 0, the whole scratch reserve (a

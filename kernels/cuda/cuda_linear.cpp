@@ -129,6 +129,7 @@ class Exl2Linear final : public CudaLinear {
     group_of_row_ = ctx.upload_new(group_of_row);
     perm_ = ctx.upload_new(m.perm);
     perm_host_ = intern_perm(std::vector<int32_t>(m.perm.begin(), m.perm.end()));
+    in_order_ = std::is_sorted(perm_host_->begin(), perm_host_->end());
     std::vector<int32_t> inv(perm_host_->size(), -1);
     for (size_t j = 0; j < perm_host_->size(); ++j) {
       const int32_t p = (*perm_host_)[j];
@@ -173,6 +174,8 @@ class Exl2Linear final : public CudaLinear {
   // Equal permutations are one object (intern_perm), so sharing one is a pointer comparison.
   const std::shared_ptr<const std::vector<int32_t>>& perm_host() const { return perm_host_; }
   const std::shared_ptr<const Buffer>& inv_perm() const { return inv_perm_; }
+  // Whether the permutation is the identity (permuted row j holds input feature j).
+  bool in_order() const { return in_order_; }
 
   // Rows up to which run() (exact false) or run_linears (exact true) keep this matrix on one launch
   // of the gemv or tensor-core kernels.
@@ -227,6 +230,7 @@ class Exl2Linear final : public CudaLinear {
   }
 
   Buffer q_weight_, q_scale_, q_scale_max_, groups_, group_of_row_, perm_, segs_, blocks_, stage_at_, stage_from_;
+  bool in_order_ = false;
   std::shared_ptr<const std::vector<int32_t>> perm_host_;
   std::shared_ptr<const Buffer> inv_perm_;  // shared with the hand-offs that name it (handoff.h)
   Exl2DeviceView view_;
@@ -462,7 +466,11 @@ Exl2MmaStaging staging_of(std::span<const Exl2Linear* const> set, int64_t rows, 
   st.n_jobs = int(set.size());
   st.K = set[0]->view().K;
   st.rows = int(rows);
-  for (size_t j = 0; j < set.size(); ++j) st.at[j] = set[j]->stage_at(), st.from[j] = set[j]->stage_from();
+  st.in_order = true;
+  for (size_t j = 0; j < set.size(); ++j) {
+    st.at[j] = set[j]->stage_at(), st.from[j] = set[j]->stage_from();
+    st.in_order = st.in_order && set[j]->in_order();
+  }
   return st;
 }
 

@@ -1280,13 +1280,17 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
 // for o at 8 rows against ~3, BENCHMARKS.md, session 20).
 // Job `job`'s output n of row m: its K-slices' partial sums in slice order, after the bias.
 // Under stream-K the slices are the slots of n's column tile.
+// The K-slices (under stream-K: the slots of n's column tile) that job `job`'s output n sums.
+__device__ __forceinline__ int mma_sum_slices(const Exl2GemvSet& set, int job, int slices, int n) {
+  if (!set.stream_blocks) return slices;
+  const int C = mma_chunks(set.jobs[job].w.K);
+  return exl2_mma_stream_tile_slots(set.jobs[job].tile_begin + n / k_exl2_gemv_cols_per_block, C,
+                                    int64_t(mma_stream_tiles(set)) * C, set.stream_blocks);
+}
+
 __device__ __forceinline__ float mma_slice_sum(const Exl2GemvSet& set, int job, int rows, int slices, int m, int n) {
   const Exl2GemvJob& jb = set.jobs[job];
-  if (set.stream_blocks) {
-    const int C = mma_chunks(jb.w.K);
-    slices = exl2_mma_stream_tile_slots(jb.tile_begin + n / k_exl2_gemv_cols_per_block, C,
-                                        int64_t(mma_stream_tiles(set)) * C, set.stream_blocks);
-  }
+  slices = mma_sum_slices(set, job, slices, n);
   const size_t zs = size_t(rows) * jb.w.N;
   const float* p = jb.partials + size_t(m) * jb.w.N + n;
   float sum = jb.bias ? jb.bias[n] : 0.0f;
@@ -1392,6 +1396,69 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   }
   const float g = mma_slice_sum(set, 0, rows, slices, m, n), u = mma_slice_sum(set, 1, rows, slices, m, n);
   mma_stage_store(s, m, n, silu_times(g, u));
+}
+
+// Block (column tile c of gate, 8-row group) where swiglu_to is in order (Exl2MmaStaging::in_order):
+// input features [128c, 128c + 128) of the next set are its permuted rows of chunk c, so the
+// block's values are chunk c of those rows' staged input, 8 mma steps of (2 k-halves × 8 rows × 8
+// halves). Thread i forms column 128c + i of the 8 rows as exl2_mma_sum_swiglu_kernel does, the
+// block places the values in shared memory as they are staged, and each thread stores one 16-byte
+// unit of the 2 KiB. Zeros at columns past N (the padding rows) and at rows past `rows` (rows of the
+// last row block that the next set's products read and drop): at rows < rows the same bytes as
+// exl2_mma_sum_swiglu_kernel, stored whole instead of 2 bytes at a time.
+__global__ void __launch_bounds__(k_exl2_gemv_threads)
+    exl2_mma_sum_swiglu_tile_kernel(const Exl2GemvSet set, int rows, int slices) {
+  constexpr int R = 8, kSteps = k_mma_chunk / 16;
+  __shared__ __align__(16) __half tile[kSteps * 2 * R * 8];
+  allow_dependents();
+  wait_for_inputs();
+  const Exl2MmaStaging& s = set.swiglu_to;
+  const int c = int(blockIdx.x), r0 = int(blockIdx.y) * R, i = int(threadIdx.x), n = c * k_mma_chunk + i;
+  const int N = set.jobs[0].w.N, nr = min(R, rows - r0);
+  float h[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) h[r] = 0.0f;
+  if (n < N) {
+    const Exl2GemvJob &jg = set.jobs[0], &ju = set.jobs[1];
+    const int sg = mma_sum_slices(set, 0, slices, n), su = mma_sum_slices(set, 1, slices, n);
+    float g[R], u[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) g[r] = jg.bias ? jg.bias[n] : 0.0f, u[r] = ju.bias ? ju.bias[n] : 0.0f;
+    const size_t zs = size_t(rows) * N;
+    const float* const pg = jg.partials + size_t(r0) * N + n;
+    const float* const pu = ju.partials + size_t(r0) * N + n;
+#pragma unroll 1
+    for (int z = 0; z < max(sg, su); ++z) {
+      float vg[R], vu[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        vg[r] = z < sg && r < nr ? __ldcg(pg + size_t(z) * zs + size_t(r) * N) : 0.0f;
+        vu[r] = z < su && r < nr ? __ldcg(pu + size_t(z) * zs + size_t(r) * N) : 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (z < sg) g[r] += vg[r];
+        if (z < su) u[r] += vu[r];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < nr) h[r] = silu_times(g[r], u[r]);
+  }
+  const int mb = exl2_mma_rows_per_block(rows), t = (n >> 5) & 3;
+#pragma unroll 1
+  for (int jb = 0; jb < s.n_jobs; ++jb) {
+    if (jb) __syncthreads();  // the previous job's units have left the tile
+    const int p = n < s.K ? s.at[jb][n] & 31 : n & 31, k = 2 * t + 8 * ((p >> 1) & 1) + (p & 1);
+    __half* const col = tile + (p >> 2) * (2 * R * 8) + (k >> 3) * (R * 8) + (k & 7);
+#pragma unroll
+    for (int r = 0; r < R; ++r) col[r * 8] = mma_stage_half(h[r]);
+    __syncthreads();
+    const int step = i / (2 * R), unit = i % (2 * R);
+    uint4* const dst = reinterpret_cast<uint4*>(s.staged + mma_staged_tile(rows, s.K, jb, r0) +
+                                                size_t(((c * kSteps + step) * mb + r0 % mb) * 16 + unit * 8));
+    *dst = reinterpret_cast<const uint4*>(tile)[i];
+  }
 }
 
 bool g_walk_only = false;
@@ -1572,11 +1639,14 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     __half* const st16 = reinterpret_cast<__half*>(staged);
     const bool swiglu = to.n_jobs > 0, norm = norm_to.n_jobs > 0;
     const int norm_threads = form.norm_sum_threads == 256 ? 256 : k_row_threads;
-    const dim3 sum_grid = norm ? dim3(unsigned((set.jobs[0].w.N + norm_threads - 1) / norm_threads), unsigned(rows))
-                               : dim3(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : unsigned(tiles), unsigned(rows));
+    const bool swiglu_tiles = swiglu && to.in_order;
+    const dim3 sum_grid = norm           ? dim3(unsigned((set.jobs[0].w.N + norm_threads - 1) / norm_threads), unsigned(rows))
+                          : swiglu_tiles ? dim3(unsigned(exl2_gemv_tiles(set.jobs[0].w.N)), unsigned((rows + 7) / 8))
+                                         : dim3(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : unsigned(tiles), unsigned(rows));
     const dim3 sum_block(norm ? norm_threads : T);
     const size_t sum_smem = norm ? mma_stage_row_bytes(norm_to) : 0;
-    const auto sum = swiglu ? exl2_mma_sum_swiglu_kernel
+    const auto sum = swiglu_tiles ? exl2_mma_sum_swiglu_tile_kernel
+                     : swiglu     ? exl2_mma_sum_swiglu_kernel
                      : rope ? exl2_mma_sum_rope_kernel
                      : norm ? (norm_threads == 256 ? exl2_mma_sum_norm_kernel<256> : exl2_mma_sum_norm_kernel<k_row_threads>)
                             : exl2_mma_sum_kernel;

@@ -136,11 +136,16 @@ struct Exl2GemvHandoff {
 // from[j] (may be null): the same placement seen from the output, for producers that hold a whole
 // row (mma_stage_row): 16-byte units of a row's staged input, eight input features (or −1, a zero)
 // per unit.
+// in_order: every job's permutation is the identity (at[j][n] >> 5 == n: input feature n is
+// permuted row n), so that a column tile of the producer is one chunk of the staged rows
+// (engine/mlp_order.h puts an MLP's gate/up in down's order for this; the gate/up sums then
+// store whole 16-byte units).
 struct Exl2MmaStaging {
   uint16_t* staged = nullptr;
   const int32_t* at[k_exl2_gemv_max_jobs] = {};
   const int32_t* from[k_exl2_gemv_max_jobs] = {};
   int n_jobs = 0, K = 0, rows = 0;
+  bool in_order = false;
 };
 // at[n] of a matrix (exl2_mma_stage_map's [K] entries, host): the permuted row j = inv_perm[n] and
 // the fragment slot of j in its 32-row block of groups[group_of_row[j]].bits.

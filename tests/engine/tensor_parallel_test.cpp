@@ -16,31 +16,15 @@
 #include "kernels/communicator.h"
 #include "kernels/error.h"
 #include "generation_harness.h"
+#include "linear_apply.h"
 #include "model_logits.h"
 #include "test_support.h"
 
 namespace exl {
 namespace tensor_parallel_test {
 
-std::vector<float> random_rows(int64_t rows, int64_t k, uint32_t seed) {
-  std::vector<float> x(size_t(rows * k));
-  for (float& v : x) {
-    seed ^= seed << 13, seed ^= seed >> 17, seed ^= seed << 5;
-    v = float(int(seed % 2001) - 1000) / 1000.0f;
-  }
-  return x;
-}
-
-// y [rows, out] = x · Wᵀ on `be`.
-std::vector<float> apply(Backend& be, const LinearWeights& w, const std::vector<float>& x, int64_t rows) {
-  auto p = be.prepare_linear(w);
-  Buffer bx = be.alloc(x.size() * 4), by = be.alloc(size_t(rows * out_features(w)) * 4);
-  be.upload(bx.data(), x.data(), x.size() * 4);
-  be.linear(*p, bx.f32(), by.f32(), rows);
-  std::vector<float> y(size_t(rows * out_features(w)));
-  be.download(y.data(), by.data(), y.size() * 4);
-  return y;
-}
+using test::apply;
+using test::random_rows;
 
 const char* const k_exl2 = "data/exl2-ref/llama-gqa/exl2-4.0bpw";
 const char* const k_dense = "data/exl2-ref/llama-gqa/hf";

@@ -338,7 +338,8 @@ TEST_F(CudaBackendTest, StagedNormsAndMlpMatchTheSeparateOpsBitForBit) {
   // run_mlp_staged): the same fp16 inputs as the staging kernels form, so every output equals the
   // separate GPU ops' bit for bit; and the CPU's within the fp16 tolerance. Gate/up of several
   // K-slices (chained) and of one (K = 96, with padding rows past K, and 128), mixed widths,
-  // random act-order, bias, rows on both sides of the tensor-core bottom and past one row block.
+  // random act-order (and down in input order), bias, rows on both sides of the tensor-core bottom
+  // and past one row block.
   struct MlpCase {
     int64_t H, I;
     std::vector<std::pair<int, int64_t>> g_h, g_i;
@@ -350,9 +351,14 @@ TEST_F(CudaBackendTest, StagedNormsAndMlpMatchTheSeparateOpsBitForBit) {
                                                {128, 256, {{6, 128}}, {{2, 64}, {8, 192}}}}) {
     auto gate = test::random_exl2(c.H, c.I, c.g_h, seed++, true), up = test::random_exl2(c.H, c.I, c.g_h, seed++);
     auto down = test::random_exl2(c.I, c.H, c.g_i, seed++);
-    auto pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m), pd = gpu().prepare_linear(down.m);
+    auto pg = gpu().prepare_linear(gate.m), pu = gpu().prepare_linear(up.m);
+    for (const bool in_order : {false, true})
     for (int64_t rows : {2, 3, 8, 17, 40, 64, 90}) {
-      SCOPED_TRACE("H=" + std::to_string(c.H) + " rows=" + std::to_string(rows));
+      SCOPED_TRACE("H=" + std::to_string(c.H) + " rows=" + std::to_string(rows) + (in_order ? " down in order" : ""));
+      // In order: down's rows in input order, as a model's are once gate/up follow them
+      // (engine/mlp_order.h): the gate/up sums then store whole units of down's input.
+      if (in_order) std::iota(down.m.perm.begin(), down.m.perm.end(), 0);
+      auto pd = gpu().prepare_linear(down.m);
       const auto x = test::random_floats(size_t(rows * c.H), seed++, 3.0f);
       const auto nw = test::random_floats(size_t(c.H), seed++, 0.1f);
       Buffer dx = to_gpu(x), dnw = to_gpu(nw), dxn = gpu().alloc(x.size() * 4), dtmp = gpu().alloc(x.size() * 4);
