@@ -30,7 +30,6 @@ CudaContext::CudaContext(int device) : device_(device) {
   mma_form_ = {overlapped_launches_, !set_to("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
   const char* stream_k = std::getenv("EXL_CUDA_MMA_STREAM_K");
   mma_form_.stream_k = stream_k ? std::max(0, std::atoi(stream_k)) : 1;
-  mma_form_.norm_sum_threads = set_to("EXL_CUDA_MMA_NORM_SUM_THREADS", "256") ? 256 : 1024;
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

@@ -58,8 +58,7 @@ class CudaContext {
   // How the tensor-core EXL2 kernel runs (exl2_mma_set): overlapped as overlapped_launches(); its
   // wgmma form where exl2_wgmma_available (an sm_90a device and binary) unless EXL_CUDA_WGMMA=0;
   // stream-K (Exl2MmaForm::stream_k) as EXL_CUDA_MMA_STREAM_K says (unset: 1, where
-  // K-slices underfill: b=64 +6.7% on the H200, BENCHMARKS.md, session 31); the norm sums' blocks
-  // of 256 threads where EXL_CUDA_MMA_NORM_SUM_THREADS=256 (unmeasured, session 37), else 1024.
+  // K-slices underfill: b=64 +6.7% on the H200, BENCHMARKS.md, session 31).
   Exl2MmaForm mma_form() const { return mma_form_; }
 
   void make_current() const;

@@ -1318,20 +1318,17 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads)
   out = set.residual ? out + sum : sum;
 }
 
-// Block (part p of T outputs, row m): exl2_mma_sum_kernel's sums of those outputs added into the
-// residual stream (the set's one job's y); the row's last block to finish then does
+// Block (part p of k_row_threads outputs, row m): exl2_mma_sum_kernel's sums of those outputs
+// added into the residual stream (the set's one job's y); the row's last block to finish then does
 // rms_norm_stage_kernel's work on the whole row, staging it for the next set
 // (Exl2GemvSet::norm_to): it reads the row back as that kernel would and forms the same double
-// squares in the same order (row_norm.cuh; with T < k_row_threads each thread holds the parts of
-// k_row_threads / T of that kernel's threads), so the bits of the two kernels. A counter per row
-// (norm_to_counters, left zero) finds the last block, as the gemv's tiles do. T: k_row_threads, or
-// fewer (Exl2MmaForm::norm_sum_threads) so that more multiprocessors share the sums.
-template <int T>
-__global__ void __launch_bounds__(T) exl2_mma_sum_norm_kernel(const Exl2GemvSet set, int rows, int slices) {
-  constexpr int V = k_row_threads / T;
+// squares in the same order (row_norm.cuh), so the bits of the two kernels. A counter per row
+// (norm_to_counters, left zero) finds the last block, as the gemv's tiles do.
+__global__ void __launch_bounds__(k_row_threads)
+    exl2_mma_sum_norm_kernel(const Exl2GemvSet set, int rows, int slices) {
   allow_dependents();
   wait_for_inputs();
-  const int m = int(blockIdx.y), d = int(blockIdx.x) * T + int(threadIdx.x);
+  const int m = int(blockIdx.y), d = int(blockIdx.x) * k_row_threads + int(threadIdx.x);
   const Exl2GemvJob& jb = set.jobs[0];
   const int N = jb.w.N;
   float* const xr = jb.y + size_t(m) * N;
@@ -1351,17 +1348,13 @@ __global__ void __launch_bounds__(T) exl2_mma_sum_norm_kernel(const Exl2GemvSet 
   }
   __syncthreads();
   if (!last) return;
-  double ss[V];
-#pragma unroll
-  for (int p = 0; p < V; ++p) {
-    ss[p] = 0;
+  double ss = 0;
 #pragma unroll 4
-    for (int i = int(threadIdx.x) + p * T; i < N; i += k_row_threads) {
-      const float v = __ldcg(xr + i);
-      ss[p] += double(v) * double(v);
-    }
+  for (int i = int(threadIdx.x); i < N; i += k_row_threads) {
+    const float v = __ldcg(xr + i);
+    ss += double(v) * double(v);
   }
-  const float inv = block_inv_rms_parts<V>(ss, N, set.norm_to_eps);
+  const float inv = block_inv_rms(ss, N, set.norm_to_eps);
   extern __shared__ __half staged_row[];  // mma_stage_row_bytes(set.norm_to)
   mma_stage_normed_row(set.norm_to, m, xr, set.norm_to_w, inv, staged_row);
 }
@@ -1638,17 +1631,16 @@ cudaError_t exl2_mma_set(const Exl2GemvSet& set, const float* x, int rows, int k
     }
     __half* const st16 = reinterpret_cast<__half*>(staged);
     const bool swiglu = to.n_jobs > 0, norm = norm_to.n_jobs > 0;
-    const int norm_threads = form.norm_sum_threads == 256 ? 256 : k_row_threads;
     const bool swiglu_tiles = swiglu && to.in_order;
-    const dim3 sum_grid = norm           ? dim3(unsigned((set.jobs[0].w.N + norm_threads - 1) / norm_threads), unsigned(rows))
+    const dim3 sum_grid = norm           ? dim3(unsigned((set.jobs[0].w.N + k_row_threads - 1) / k_row_threads), unsigned(rows))
                           : swiglu_tiles ? dim3(unsigned(exl2_gemv_tiles(set.jobs[0].w.N)), unsigned((rows + 7) / 8))
                                          : dim3(swiglu ? unsigned(exl2_gemv_tiles(set.jobs[0].w.N)) : unsigned(tiles), unsigned(rows));
-    const dim3 sum_block(norm ? norm_threads : T);
+    const dim3 sum_block(norm ? k_row_threads : T);
     const size_t sum_smem = norm ? mma_stage_row_bytes(norm_to) : 0;
     const auto sum = swiglu_tiles ? exl2_mma_sum_swiglu_tile_kernel
                      : swiglu     ? exl2_mma_sum_swiglu_kernel
                      : rope ? exl2_mma_sum_rope_kernel
-                     : norm ? (norm_threads == 256 ? exl2_mma_sum_norm_kernel<256> : exl2_mma_sum_norm_kernel<k_row_threads>)
+                     : norm ? exl2_mma_sum_norm_kernel
                             : exl2_mma_sum_kernel;
     if (form.overlapped) {
       cudaError_t e = cudaSuccess;

@@ -250,14 +250,10 @@ EXL_HD constexpr int exl2_mma_rows_per_block(int rows) { return rows <= 8 ? 8 : 
 // stream-K (Exl2GemvSet::stream_blocks; cuda_linear.cpp, exl2_mma_stream_blocks); n > 1 = every
 // set of one row block runs on n blocks (tests: uneven shares at small sizes); 0 = never. Over the
 // same inputs the sums group differently from K-slices (fp32 order), so not bit for bit.
-// norm_sum_threads: the block size of the K-slice sums that end in a norm (norm_to): 1024, one
-// block per 1,024 outputs of a row, or 256 (four times the blocks; the last one of a row forms the
-// same norm, bit for bit).
 struct Exl2MmaForm {
   bool overlapped = false;
   bool wgmma = false;
   int stream_k = 0;
-  int norm_sum_threads = 1024;
 };
 // Resident blocks per multiprocessor the kernel's registers are bounded for.
 EXL_HD constexpr int exl2_mma_blocks_per_sm(int rows) { return rows <= 16 ? 6 : rows <= 32 ? 4 : 3; }

@@ -9,24 +9,15 @@ namespace exl::cuda {
 
 inline constexpr int k_row_threads = 1024;  // a 4096-wide row: 4 loads per thread, all in flight
 
-// 1 / sqrt(mean square + eps) of a row of `dim` values whose sum of squares a block of
-// k_row_threads / V threads holds in parts: thread t holds in ss[i] the part of thread
-// t + i · (k_row_threads / V) of a k_row_threads block (double, reduced in a fixed order), so that
-// every V gives the value of V = 1 bit for bit. Every thread of the block calls it and gets the same
-// value.
-template <int V>
-__device__ __forceinline__ float block_inv_rms_parts(const double (&ss)[V], int64_t dim, float eps) {
-  static_assert(k_row_threads % (32 * V) == 0, "block_inv_rms_parts: whole warps");
-  constexpr int T = k_row_threads / V;
+// 1 / sqrt(mean square + eps) of a row of `dim` values whose sum of squares the block's
+// k_row_threads threads hold in parts (`ss`: double, reduced in a fixed order); every thread of
+// the block calls it and gets the same value.
+__device__ __forceinline__ float block_inv_rms(double ss, int64_t dim, float eps) {
   __shared__ double partial[k_row_threads / 32];
   __shared__ float inv_s;
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    double s = ss[i];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) partial[(int(threadIdx.x) + i * T) >> 5] = s;
-  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
   __syncthreads();
   if (threadIdx.x == 0) {
     double t = 0;
@@ -35,12 +26,6 @@ __device__ __forceinline__ float block_inv_rms_parts(const double (&ss)[V], int6
   }
   __syncthreads();
   return inv_s;
-}
-
-// The same for a block of k_row_threads threads, each holding its own part.
-__device__ __forceinline__ float block_inv_rms(double ss, int64_t dim, float eps) {
-  const double parts[1] = {ss};
-  return block_inv_rms_parts<1>(parts, dim, eps);
 }
 
 // The thread's part of a row's sum of squares.

@@ -956,7 +956,7 @@ TEST_F(CudaBackendTest, AttentionInputsAtTensorCoreSizesMatchTheSeparateOpsBitFo
   // same backend; against the CPU at tensor-core precision.
   // Also with chains at every row count and every set of one row block run stream-K (its slot
   // sums then rotate and store).
-  auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}, {"EXL_CUDA_LAYER_CHAINS", "64"}});
+  auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}});
   for (Backend* b : {gpu_.get(), stream_k.get()}) {
     active_ = b;
     SCOPED_TRACE(b == gpu_.get() ? "defaults" : "chains to 64 rows, stream-K on 5 blocks");
@@ -1022,16 +1022,13 @@ TEST_F(CudaBackendTest, LayerOutputChainMatchesTheSeparateOpsBitForBit) {
   // rms_norm_mlp_residual, attention_inputs) bit for bit; x also the CPU's at fp16 tolerance. A
   // 2,304-wide residual stream spans three blocks of the sums per row (the last one finishing
   // stages the row).
-  // Also with every set of one row block run stream-K (its slot sums then stage the next input)
-  // and the norm sums in blocks of 256 threads (the last block's norm over four parts per thread),
+  // Also with every set of one row block run stream-K (its slot sums then stage the next input),
   // and with the chains stopping at 16 rows (33 rows: each op stages its own input, as above 64).
-  auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}, {"EXL_CUDA_MMA_NORM_SUM_THREADS", "256"}});
+  auto stream_k = backend_with({{"EXL_CUDA_MMA_STREAM_K", "5"}});
   auto short_chains = backend_with({{"EXL_CUDA_LAYER_CHAINS", "16"}});
   for (Backend* b : {gpu_.get(), stream_k.get(), short_chains.get()}) {
     active_ = b;
-    SCOPED_TRACE(b == gpu_.get()        ? "defaults"
-                 : b == stream_k.get() ? "stream-K on 5 blocks, norm sums of 256 threads"
-                                       : "chains to 16 rows");
+    SCOPED_TRACE(b == gpu_.get() ? "defaults" : b == stream_k.get() ? "stream-K on 5 blocks" : "chains to 16 rows");
     const int64_t chain_rows = b == short_chains.get() ? 16 : 64;
     constexpr int D = 128, KVH = 2, layer = 0;
     constexpr int64_t I = 384;
