@@ -1348,6 +1348,11 @@ __global__ void __launch_bounds__(k_row_threads)
   }
   __syncthreads();
   if (!last) return;
+  extern __shared__ __half staged_row[];  // mma_stage_row_bytes(set.norm_to)
+  if (mma_stage_norm_at_once(set.norm_to)) {
+    mma_stage_norm_row_at_once(set.norm_to, m, xr, set.norm_to_w, set.norm_to_eps, staged_row);
+    return;
+  }
   double ss = 0;
 #pragma unroll 4
   for (int i = int(threadIdx.x); i < N; i += k_row_threads) {
@@ -1355,7 +1360,6 @@ __global__ void __launch_bounds__(k_row_threads)
     ss += double(v) * double(v);
   }
   const float inv = block_inv_rms(ss, N, set.norm_to_eps);
-  extern __shared__ __half staged_row[];  // mma_stage_row_bytes(set.norm_to)
   mma_stage_normed_row(set.norm_to, m, xr, set.norm_to_w, inv, staged_row);
 }
 

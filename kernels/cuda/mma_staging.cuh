@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/host_device.h"
+#include "kernels/cuda/row_norm.cuh"
 
 namespace exl::cuda {
 
@@ -84,26 +85,31 @@ EXL_HD size_t mma_stage_row_bytes(const Exl2MmaStaging& s) {
   return mma_stage_rowwise(s) ? size_t(s.K) * sizeof(uint16_t) : 0;
 }
 
+// One 16-byte unit of a row's staged input out of the row in shared memory: the halves of the
+// eight input features that the unit's gather map entries (a, b: Exl2MmaStaging::from[j][8u ..])
+// name, zeros for −1.
+__device__ __forceinline__ uint4 mma_stage_unit(const __half* row, int4 a, int4 b) {
+  const unsigned short* const h = reinterpret_cast<const unsigned short*>(row);
+  const int n[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  uint32_t w[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    w[q] = uint32_t(n[2 * q] >= 0 ? h[n[2 * q]] : 0u) | uint32_t(n[2 * q + 1] >= 0 ? h[n[2 * q + 1]] : 0u) << 16;
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Row r's staged input for every job of s (each with its from map) out of `row`: the row's K values
 // in shared memory as mma_stage_store would round them. Block-wide (every thread calls it; the row
 // is complete before the call); one 16-byte store per unit, zeros at the padding rows, so the same
 // bytes as mma_stage_store for every n and mma_stage_pad for every padding row.
 __device__ __forceinline__ void mma_stage_row(const Exl2MmaStaging& s, int r, const __half* row) {
   const int mb = exl2_mma_rows_per_block(s.rows), m = r % mb, units = mma_chunks(s.K) * 16;
-  const unsigned short* const h = reinterpret_cast<const unsigned short*>(row);
 #pragma unroll 1
   for (int j = 0; j < s.n_jobs; ++j) {
     const int4* const from = reinterpret_cast<const int4*>(s.from[j]);
     uint4* const out = reinterpret_cast<uint4*>(s.staged + mma_staged_tile(s.rows, s.K, j, r));
-    for (int u = int(threadIdx.x); u < units; u += int(blockDim.x)) {
-      const int4 a = from[2 * u], b = from[2 * u + 1];
-      const int n[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      uint32_t w[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        w[q] = uint32_t(n[2 * q] >= 0 ? h[n[2 * q]] : 0u) | uint32_t(n[2 * q + 1] >= 0 ? h[n[2 * q + 1]] : 0u) << 16;
-      out[mma_x_unit_index(mb, m, u) / 8] = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    for (int u = int(threadIdx.x); u < units; u += int(blockDim.x))
+      out[mma_x_unit_index(mb, m, u) / 8] = mma_stage_unit(row, from[2 * u], from[2 * u + 1]);
   }
 }
 
@@ -132,6 +138,56 @@ __device__ __forceinline__ void mma_stage_normed_row(const Exl2MmaStaging& s, in
 #pragma unroll 4
   for (int i = int(threadIdx.x); i < s.K; i += step) mma_stage_store(s, r, i, w[i] * (__ldcg(xr + i) * inv));
   for (int k = s.K + int(threadIdx.x); k < mma_chunks(s.K) * k_mma_chunk; k += step) mma_stage_pad(s, r, k);
+}
+
+// Values per thread of a k_row_threads block up to which a norm's row is staged with every load
+// issued at once (mma_stage_norm_row_at_once): rows of up to 4,096 inputs.
+inline constexpr int k_mma_norm_row_values = 4;
+EXL_HD bool mma_stage_norm_at_once(const Exl2MmaStaging& s) {
+  return mma_stage_rowwise(s) && s.K <= k_mma_norm_row_values * k_row_threads;
+}
+
+// Row r of a norm staged for every job of s where mma_stage_norm_at_once(s), by a block of
+// k_row_threads threads: w[i] · (xr[i] · inv), inv of the row's squares with `eps` as
+// block_inv_rms forms it, so the same bytes as mma_stage_normed_row after that norm. The row, its
+// weights and every job's gather map entries are loaded before the squares are summed (a thread
+// holds 4 values and one unit per job), so that the block waits for memory once where the passes
+// of mma_stage_normed_row wait once each. xr is read through L2 (other blocks of the launch may
+// have written it); `row`: mma_stage_row_bytes(s) of shared memory.
+__device__ __forceinline__ void mma_stage_norm_row_at_once(const Exl2MmaStaging& s, int r, const float* xr,
+                                                           const float* w, float eps, __half* row) {
+  constexpr int V = k_mma_norm_row_values;
+  const int t = int(threadIdx.x), K = s.K, units = mma_chunks(K) * 16;
+  float xv[V], wv[V];
+#pragma unroll
+  for (int p = 0; p < V; ++p) {
+    const int i = t + p * k_row_threads;
+    xv[p] = i < K ? __ldcg(xr + i) : 0.0f;
+    wv[p] = i < K ? w[i] : 0.0f;
+  }
+  int4 a[k_exl2_gemv_max_jobs], b[k_exl2_gemv_max_jobs];
+#pragma unroll
+  for (int j = 0; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < s.n_jobs && t < units) {
+      const int4* const from = reinterpret_cast<const int4*>(s.from[j]);
+      a[j] = from[2 * t], b[j] = from[2 * t + 1];
+    }
+  double ss = 0;
+#pragma unroll
+  for (int p = 0; p < V; ++p)
+    if (t + p * k_row_threads < K) ss += double(xv[p]) * double(xv[p]);
+  const float inv = block_inv_rms(ss, K, eps);
+#pragma unroll
+  for (int p = 0; p < V; ++p)
+    if (t + p * k_row_threads < K) row[t + p * k_row_threads] = mma_stage_half(wv[p] * (xv[p] * inv));
+  __syncthreads();
+  if (t >= units) return;
+  const int mb = exl2_mma_rows_per_block(s.rows), m = r % mb;
+#pragma unroll
+  for (int j = 0; j < k_exl2_gemv_max_jobs; ++j)
+    if (j < s.n_jobs)
+      reinterpret_cast<uint4*>(s.staged + mma_staged_tile(s.rows, K, j, r))[mma_x_unit_index(mb, m, t) / 8] =
+          mma_stage_unit(row, a[j], b[j]);
 }
 
 }  // namespace exl::cuda

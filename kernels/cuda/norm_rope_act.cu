@@ -31,8 +31,9 @@ __global__ void __launch_bounds__(k_row_threads)
   allow_dependents();
   const int r = int(blockIdx.x);
   const float* xr = x + r * dim;
-  const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
   extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
+  if (mma_stage_norm_at_once(s)) return mma_stage_norm_row_at_once(s, r, xr, w, eps, staged_row);
+  const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
   mma_stage_normed_row(s, r, xr, w, inv, staged_row);
 }
 
