@@ -1273,13 +1273,6 @@ __global__ void __launch_bounds__(k_exl2_gemv_threads, exl2_mma_blocks_per_sm(8 
   }
 }
 
-// Block (column tile, row): thread i adds up column nb + i's K-slice partial sums of exl2_mma_kernel
-// in slice order, after the bias, then adds the result to the residual or stores it. One output
-// per thread and every slice's load in flight at once (16 at a time): the sum is a round trip or
-// two, where an 8-row block per tile with four outputs per thread was a chain of them (10.9 µs
-// for o at 8 rows against ~3, BENCHMARKS.md, session 20).
-// Job `job`'s output n of row m: its K-slices' partial sums in slice order, after the bias.
-// Under stream-K the slices are the slots of n's column tile.
 // The K-slices (under stream-K: the slots of n's column tile) that job `job`'s output n sums.
 __device__ __forceinline__ int mma_sum_slices(const Exl2GemvSet& set, int job, int slices, int n) {
   if (!set.stream_blocks) return slices;
@@ -1288,6 +1281,13 @@ __device__ __forceinline__ int mma_sum_slices(const Exl2GemvSet& set, int job, i
                                     int64_t(mma_stream_tiles(set)) * C, set.stream_blocks);
 }
 
+// Block (column tile, row): thread i adds up column nb + i's K-slice partial sums of exl2_mma_kernel
+// in slice order, after the bias, then adds the result to the residual or stores it. One output
+// per thread and every slice's load in flight at once (16 at a time): the sum is a round trip or
+// two, where an 8-row block per tile with four outputs per thread was a chain of them (10.9 µs
+// for o at 8 rows against ~3, BENCHMARKS.md, session 20).
+// Job `job`'s output n of row m: its K-slices' partial sums in slice order, after the bias.
+// Under stream-K the slices are the slots of n's column tile.
 __device__ __forceinline__ float mma_slice_sum(const Exl2GemvSet& set, int job, int rows, int slices, int m, int n) {
   const Exl2GemvJob& jb = set.jobs[job];
   slices = mma_sum_slices(set, job, slices, n);
