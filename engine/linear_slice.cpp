@@ -1,6 +1,10 @@
 #include "engine/linear_slice.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
 
 #include "kernels/error.h"
 
@@ -9,6 +13,16 @@ namespace exl {
 namespace {
 
 uint32_t scale_nibble(const uint32_t* row, int64_t col) { return (row[col / 8] >> (4 * (col % 8))) & 15u; }
+
+// fn(begin, end) over [0, n) in contiguous shares on up to 8 threads (the caller's among them)
+// where `work` (items touched) is large, else on the caller alone.
+void parallel_ranges(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t t = std::min({hw, int64_t(8), n, std::max<int64_t>(1, work >> 20)});
+  std::vector<std::jthread> helpers;
+  for (int64_t i = 1; i < t; ++i) helpers.emplace_back(fn, n * i / t, n * (i + 1) / t);
+  fn(0, n / t);
+}
 
 }  // namespace
 
@@ -29,17 +43,24 @@ LinearSlice slice_linear_columns(const LinearWeights& w, std::span<const int32_t
     m.out_features = n;
     m.padded_out = (n + 31) / 32 * 32;
     const int64_t G = int64_t(e->groups.size());
-    s.words.assign(size_t(e->q_rows * m.padded_out), 0u);
-    for (int64_t q = 0; q < e->q_rows; ++q)
-      for (int64_t i = 0; i < n; ++i)
-        s.words[size_t(q * m.padded_out + i)] = e->q_weight[q * e->padded_out + cols[size_t(i)]];
-    s.scale_words.assign(size_t(G * m.padded_out / 8), 0u);
+    const int64_t Np = m.padded_out;
+    s.words.reset(new uint32_t[size_t(e->q_rows * Np)]);  // every word written below, padding included
+    uint32_t* const words = s.words.get();
+    parallel_ranges(e->q_rows, e->q_rows * Np, [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        const uint32_t* const from = e->q_weight + q * e->padded_out;
+        uint32_t* const to = words + q * Np;
+        for (int64_t i = 0; i < n; ++i) to[i] = from[cols[size_t(i)]];
+        std::fill(to + n, to + Np, 0u);
+      }
+    });
+    s.scale_words.reset(new uint32_t[size_t(G * Np / 8)]());
     for (int64_t g = 0; g < G; ++g)
       for (int64_t i = 0; i < n; ++i)
-        s.scale_words[size_t(g * m.padded_out / 8 + i / 8)] |= scale_nibble(e->q_scale + g * e->padded_out / 8, cols[size_t(i)])
-                                                               << (4 * (i % 8));
-    m.q_weight = s.words.data();
-    m.q_scale = s.scale_words.data();
+        s.scale_words[size_t(g * Np / 8 + i / 8)] |= scale_nibble(e->q_scale + g * e->padded_out / 8, cols[size_t(i)])
+                                                     << (4 * (i % 8));
+    m.q_weight = s.words.get();
+    m.q_scale = s.scale_words.get();
     m.bias = slice_bias(e->bias);
     s.weights = std::move(m);
     return s;
@@ -47,13 +68,13 @@ LinearSlice slice_linear_columns(const LinearWeights& w, std::span<const int32_t
   const auto* d = std::get_if<DenseMatrix>(&w);
   EXL_CHECK(d != nullptr, "engine: linear slice: GPTQ weights are not sliced (EXL2 and dense weights are)");
   const size_t row_bytes = size_t(K) * dtype_size(d->dtype);
-  s.bytes.resize(size_t(n) * row_bytes);
+  s.bytes.reset(new uint8_t[size_t(n) * row_bytes]);
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(s.bytes.data() + size_t(i) * row_bytes, static_cast<const uint8_t*>(d->data) + size_t(cols[size_t(i)]) * row_bytes,
+    std::memcpy(s.bytes.get() + size_t(i) * row_bytes, static_cast<const uint8_t*>(d->data) + size_t(cols[size_t(i)]) * row_bytes,
                 row_bytes);
   DenseMatrix m = *d;
   m.out_features = n;
-  m.data = s.bytes.data();
+  m.data = s.bytes.get();
   m.bias = slice_bias(d->bias);
   s.weights = std::move(m);
   return s;
@@ -89,13 +110,13 @@ LinearSlice slice_linear_rows(const LinearWeights& w, int64_t b, int64_t e, bool
   const auto* d = std::get_if<DenseMatrix>(&w);
   EXL_CHECK(d != nullptr, "engine: linear slice: GPTQ weights are not sliced (EXL2 and dense weights are)");
   const size_t es = dtype_size(d->dtype), row_bytes = size_t(e - b) * es;
-  s.bytes.resize(size_t(N) * row_bytes);
+  s.bytes.reset(new uint8_t[size_t(N) * row_bytes]);
   for (int64_t n = 0; n < N; ++n)
-    std::memcpy(s.bytes.data() + size_t(n) * row_bytes,
+    std::memcpy(s.bytes.get() + size_t(n) * row_bytes,
                 static_cast<const uint8_t*>(d->data) + (size_t(n) * size_t(K) + size_t(b)) * es, row_bytes);
   DenseMatrix m = *d;
   m.in_features = e - b;
-  m.data = s.bytes.data();
+  m.data = s.bytes.get();
   if (!keep_bias) m.bias.clear();
   s.weights = std::move(m);
   return s;

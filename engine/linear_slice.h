@@ -4,6 +4,7 @@
 // permutation with them (model.cpp). Plain functions; thread-safe.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -15,13 +16,14 @@ namespace exl {
 // the source's memory (which must outlive the slice). Movable; the pointers stay valid.
 struct LinearSlice {
   LinearWeights weights;
-  std::vector<uint32_t> words, scale_words;
-  std::vector<uint8_t> bytes;
+  std::unique_ptr<uint32_t[]> words, scale_words;
+  std::unique_ptr<uint8_t[]> bytes;
 };
 
 // Output columns `cols` (in that order, each < out_features) of `w`: EXL2 columns and scale
-// nibbles repacked (padding columns zero), dense rows copied; bias entries kept. Throws for GPTQ
-// or a column out of range.
+// nibbles repacked (padding columns zero; the words of a large matrix by several threads, so that
+// loading a model whose MLPs are ordered, mlp_order.h, stays quick), dense rows copied; bias
+// entries kept. Throws for GPTQ or a column out of range.
 LinearSlice slice_linear_columns(const LinearWeights& w, std::span<const int32_t> cols);
 // Stored rows [row_begin, row_end) of `w` as a linear over in_features = row_end − row_begin
 // whose input feature i is the source's feature perm[row_begin + i] (dense: row_begin + i): EXL2
