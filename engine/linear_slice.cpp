@@ -4,8 +4,8 @@
 #include <cstring>
 #include <functional>
 #include <thread>
-#include <vector>
 
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -14,14 +14,14 @@ namespace {
 
 uint32_t scale_nibble(const uint32_t* row, int64_t col) { return (row[col / 8] >> (4 * (col % 8))) & 15u; }
 
-// fn(begin, end) over [0, n) in contiguous shares on up to 8 threads (the caller's among them)
-// where `work` (items touched) is large, else on the caller alone.
+// fn(begin, end) over [0, n) on up to 8 threads (a ThreadPool's, the caller's among them) where
+// `work` (items touched) is large, else on the caller alone.
 void parallel_ranges(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t t = std::min({hw, int64_t(8), n, std::max<int64_t>(1, work >> 20)});
-  std::vector<std::jthread> helpers;
-  for (int64_t i = 1; i < t; ++i) helpers.emplace_back(fn, n * i / t, n * (i + 1) / t);
-  fn(0, n / t);
+  const int threads = int(std::min({hw, int64_t(8), n, std::max<int64_t>(1, work >> 20)}));
+  if (threads == 1) return fn(0, n);
+  ThreadPool pool(threads);
+  pool.parallel_for(n, (n + threads - 1) / threads, fn);
 }
 
 }  // namespace

@@ -1349,18 +1349,7 @@ __global__ void __launch_bounds__(k_row_threads)
   __syncthreads();
   if (!last) return;
   extern __shared__ __half staged_row[];  // mma_stage_row_bytes(set.norm_to)
-  if (mma_stage_norm_at_once(set.norm_to)) {
-    mma_stage_norm_row_at_once(set.norm_to, m, xr, set.norm_to_w, set.norm_to_eps, staged_row);
-    return;
-  }
-  double ss = 0;
-#pragma unroll 4
-  for (int i = int(threadIdx.x); i < N; i += k_row_threads) {
-    const float v = __ldcg(xr + i);
-    ss += double(v) * double(v);
-  }
-  const float inv = block_inv_rms(ss, N, set.norm_to_eps);
-  mma_stage_normed_row(set.norm_to, m, xr, set.norm_to_w, inv, staged_row);
+  mma_stage_norm_row(set.norm_to, m, xr, set.norm_to_w, set.norm_to_eps, staged_row);
 }
 
 // Block (column tile of q, k or v: one head, row): exl2_mma_sum_kernel's sums of the head, then

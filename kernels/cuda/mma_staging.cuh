@@ -190,4 +190,21 @@ __device__ __forceinline__ void mma_stage_norm_row_at_once(const Exl2MmaStaging&
           mma_stage_unit(row, a[j], b[j]);
 }
 
+// Row r of rms_norm(xr) ⊙ w (`eps`) staged for every job of s by a block of k_row_threads threads,
+// the norm's squares summed as row_norm.cuh sums them (so the bits of the norm kernels): in one
+// wait for memory where mma_stage_norm_at_once(s), else pass by pass. xr is read through L2
+// (other blocks of the same launch may have written it); `row`: mma_stage_row_bytes(s) of shared
+// memory.
+__device__ __forceinline__ void mma_stage_norm_row(const Exl2MmaStaging& s, int r, const float* xr, const float* w,
+                                                   float eps, __half* row) {
+  if (mma_stage_norm_at_once(s)) return mma_stage_norm_row_at_once(s, r, xr, w, eps, row);
+  double ss = 0;
+#pragma unroll 4
+  for (int i = int(threadIdx.x); i < s.K; i += k_row_threads) {
+    const float v = __ldcg(xr + i);
+    ss += double(v) * double(v);
+  }
+  mma_stage_normed_row(s, r, xr, w, block_inv_rms(ss, s.K, eps), row);
+}
+
 }  // namespace exl::cuda

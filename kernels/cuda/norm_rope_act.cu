@@ -32,9 +32,7 @@ __global__ void __launch_bounds__(k_row_threads)
   const int r = int(blockIdx.x);
   const float* xr = x + r * dim;
   extern __shared__ __half staged_row[];  // mma_stage_row_bytes(s)
-  if (mma_stage_norm_at_once(s)) return mma_stage_norm_row_at_once(s, r, xr, w, eps, staged_row);
-  const float inv = block_inv_rms(row_sum_squares(xr, dim), dim, eps);
-  mma_stage_normed_row(s, r, xr, w, inv, staged_row);
+  mma_stage_norm_row(s, r, xr, w, eps, staged_row);
 }
 
 // x += y, then the rms_norm of the sums (the same float sums are stored and normalised).
