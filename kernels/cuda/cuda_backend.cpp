@@ -770,6 +770,12 @@ class CudaBackend final : public Backend {
     EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx_.device()));
     return major >= 9 && !(e && std::string(e) == "0");
   }();
+  // EXL_CUDA_ATTN_DECODE_MMA=0 keeps the streaming decode partitions of fp16 caches on the FMA
+  // kernel (for comparisons).
+  bool attn_decode_mma_ = [] {
+    const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_MMA");
+    return !(e && std::string(e) == "0");
+  }();
   // EXL_CUDA_ATTN_MIN_PART sets the tiled kernel's smallest partition (for comparisons).
   int attn_min_part_ = [] {
     const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
@@ -929,6 +935,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
   a.cluster = attn_clusters_ && int64_t(L.n_kv_heads) * int64_t(plan.seqs.size()) *
                                         (plan.part_size / cuda::k_attn_decode_cluster_part) <=
                                     2 * int64_t(ctx_.sm_count());
+  a.mma = attn_decode_mma_;
   note_handoff({}, hout);
   steps_.note(StepOp::attention, a.pool, layer, d_meta, st.meta_size, st.o_seqs, st.o_pages, st.o_works, st.o_pos,
               a.n_works, q, out, n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens,

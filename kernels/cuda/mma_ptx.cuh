@@ -1,9 +1,9 @@
-// Inline PTX shared by the tensor-core kernels (exl2_gemm.cu, flash_attention.cu): asynchronous
-// global-to-shared copies, ldmatrix fragment loads and the m16n8k16 fp16 mma with fp32
-// accumulation, each a thin wrapper of one instruction (compute capability 8.0+), and the sm_90a
-// warpgroup mma with what it needs (fences, groups, shared-memory descriptors). Shared
-// addresses are generic pointers into shared memory or, for ldmatrix, their 32-bit shared-window
-// form (__cvta_generic_to_shared). CUDA sources only.
+// Inline PTX shared by the tensor-core kernels (exl2_gemm.cu, flash_attention.cu,
+// paged_attention.cu): asynchronous global-to-shared copies, ldmatrix fragment loads, movmatrix
+// transposes and the m16n8k16 fp16 mma with fp32 accumulation, each a thin wrapper of one instruction (compute
+// capability 8.0+), and the sm_90a warpgroup mma with what it needs (fences, groups,
+// shared-memory descriptors). Shared addresses are generic pointers into shared memory or, for
+// ldmatrix, their 32-bit shared-window form (__cvta_generic_to_shared). CUDA sources only.
 #pragma once
 #include <cstdint>
 
@@ -50,6 +50,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], unsigned add
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// The warp's 8×8 b16 matrix held as one register per lane (lane l: row l / 4, columns 2(l % 4) and
+// + 1, low half first), transposed in the same layout (compute capability 7.5+).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
+  return d;
 }
 
 // c += A·B for the warp's 16×16 fp16 A (a0..a3) and 16×8 B (b0, b1) in the PTX ISA's fragment

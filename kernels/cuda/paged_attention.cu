@@ -4,23 +4,25 @@
 #include <cstdint>
 
 #include "kernels/cuda/kv_access.cuh"
+#include "kernels/cuda/mma_ptx.cuh"
 #include "kernels/cuda/mma_staging.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace exl::cuda {
 namespace {
 
+// Stores v as token t's input feature at `at` (its AttnArgs::stage_at entry) of the set that reads
+// the output staged (AttnArgs::stage, one job of K = n_heads·D), as mma_stage_store does.
+__device__ __forceinline__ void store_staged_at(const AttnArgs& a, int64_t t, int at, int D, float v) {
+  reinterpret_cast<__half*>(a.stage)[mma_staged_index(a.stage_rows, a.n_heads * D, 0, int(t), at >> 5, at & 31)] =
+      mma_stage_half(v);
+}
+
 // Stores output element d of query row orow staged for the set that reads it (AttnArgs::stage).
 __device__ __forceinline__ void store_staged(const AttnArgs& a, int64_t orow, int d, int D, float v) {
   if (!a.stage) return;
-  Exl2MmaStaging s;
-  s.staged = a.stage;
-  s.at[0] = a.stage_at;
-  s.n_jobs = 1;
-  s.K = a.n_heads * D;
-  s.rows = a.stage_rows;
   const int64_t t = orow / a.n_heads;
-  mma_stage_store(s, int(t), int((orow - t * a.n_heads) * D + d), v);
+  store_staged_at(a, t, a.stage_at[(orow - t * a.n_heads) * D + d], D, v);
 }
 
 // Stores output element d of query row orow, and its copies in AttnArgs::out_perm and ::stage.
@@ -233,6 +235,16 @@ template <int G, int P>
 constexpr size_t decode_smem_bytes() {
   return size_t(G * k_dec_D + G * P + 16 + k_dec_warps * G * k_dec_D) * sizeof(float);
 }
+
+// (x, y) as the fp16 pairs hi = fp16(x, y) and lo = fp16 of what hi leaves (low half x; hi
+// saturates at ±65504). hi + lo is x to about 2⁻²² relative where lo stays a normal fp16.
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(fminf(fmaxf(x, -65504.0f), 65504.0f), fminf(fmaxf(y, -65504.0f), 65504.0f));
+  const float2 f = __half22float2(h);
+  const __half2 r = __floats2half2_rn(x - f.x, y - f.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h), lo = *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t word(uint4 v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
 
 __device__ __forceinline__ float2 half2_to_float2(uint32_t b) {
   __half2 h;
@@ -551,6 +563,63 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   }
 }
 
+// Where a streaming decode block's outputs go besides AttnArgs::out: for output i = threadIdx.x +
+// 128u of the group (head i / D, dimension i % D) the stage map's entry (AttnArgs::stage) or
+// else the permuted copy's index (out_perm), read at the block's start so that their latency
+// hides behind the K/V loads' instead of following the last one.
+template <int G>
+__device__ __forceinline__ void decode_store_at(const AttnArgs& a, int kvh, int group, int (&at)[G]) {
+  const int32_t* map = a.stage ? a.stage_at : a.out_perm ? a.out_inv_perm : nullptr;
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    const int i = int(threadIdx.x) + 128 * u;
+    at[u] = map && a.direct && i < group * k_dec_D ? __ldg(map + kvh * group * k_dec_D + i) : 0;
+  }
+}
+
+// The end of a streaming decode block (128 threads): each of its W warps' running max, sum and
+// weighted V of the group's heads, in shared memory (a warp without positions has sum 0), merged
+// per output element and stored (direct; `at` from decode_store_at) or written as the
+// partition's partials.
+template <int W, int G>
+__device__ __forceinline__ void decode_block_store(const AttnArgs& a, const float (&m_s)[W][G], const float (&l_s)[W][G],
+                                                   const float4 (&acc_s)[W][G][k_dec_D / 4], int group, int64_t qrow,
+                                                   int part, const int (&at)[G]) {
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    const int i = int(threadIdx.x) + 128 * u;
+    if (i >= group * k_dec_D) break;
+    const int h = i / k_dec_D, d = i % k_dec_D;
+    float mx = k_neg_inf;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (l_s[w][h] > 0.0f) mx = fmaxf(mx, m_s[w][h]);
+    float o = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (l_s[w][h] > 0.0f) {
+        const float e = __expf(m_s[w][h] - mx);
+        o += reinterpret_cast<const float*>(&acc_s[w][h][0])[d] * e, sum += l_s[w][h] * e;
+      }
+    const int64_t orow = qrow + h;
+    if (a.direct) {
+      const float v = o / sum;
+      const int64_t t = orow / a.n_heads;
+      a.out[orow * k_dec_D + d] = v;
+      if (a.stage) {
+        store_staged_at(a, t, at[u], k_dec_D, v);
+        if (a.out_perm) a.out_perm[t * a.n_heads * k_dec_D + a.out_inv_perm[(orow - t * a.n_heads) * k_dec_D + d]] = v;
+      } else if (a.out_perm) {
+        a.out_perm[t * a.n_heads * k_dec_D + at[u]] = v;
+      }
+    } else {
+      const int64_t pidx = orow * a.max_parts + part;
+      a.part_acc[pidx * k_dec_D + d] = o;
+      if (d == 0) a.part_max[pidx] = mx, a.part_sum[pidx] = sum;
+    }
+  }
+}
+
 // The streaming form for grids of many (kv head, sequence) pairs: a block of 4 warps per (kv head,
 // sequence, partition of up to k_attn_decode_part_stream positions); warp w takes chunks w, w + 4,
 // ... of C positions, each an online softmax step: every K and V load of the chunk in flight at
@@ -585,6 +654,8 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
   for (int i = threadIdx.x; i < G * k_dec_D / 4; i += 128)
     q_s[i] = i < group * (k_dec_D / 4) ? __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + i)
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  int at[G];
+  decode_store_at<G>(a, kvh, group, at);
   const PartitionRows<kScaled, P + 1> rows(pages_s, a, sq, kvh, pb, pe, 128);
   __syncthreads();
   const int k_scale_at = kScaled ? 2 * (l16 * 8 / L.block) : 0, v_scale_at = kScaled ? 2 * (lane * 4 / L.block) : 0;
@@ -715,33 +786,129 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
     if (lane == 0) m_s[warp][h] = m[h], l_s[warp][h] = l[h];
   }
   __syncthreads();
-  for (int i = threadIdx.x, u = 0; i < group * k_dec_D; i += 128, ++u) {
-    const int h = i / k_dec_D, d = i % k_dec_D;
-    float mx = k_neg_inf;
-#pragma unroll
-    for (int w = 0; w < W; ++w)
-      if (l_s[w][h] > 0.0f) mx = fmaxf(mx, m_s[w][h]);
-    float o = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < W; ++w)
-      if (l_s[w][h] > 0.0f) {
-        const float e = __expf(m_s[w][h] - mx);
-        o += reinterpret_cast<const float*>(&acc_s[w][h][0])[d] * e, sum += l_s[w][h] * e;
-      }
-    const int64_t orow = qrow + h;
-    if (a.direct) {
-      store_out(a, orow, d, k_dec_D, o / sum);
-    } else {
-      const int64_t pidx = orow * a.max_parts + part;
-      a.part_acc[pidx * k_dec_D + d] = o;
-      if (d == 0) a.part_max[pidx] = mx, a.part_sum[pidx] = sum;
-    }
+  decode_block_store<W, G>(a, m_s, l_s, acc_s, group, qrow, part, at);
+}
+
+// The streaming form on tensor cores, for fp16 caches: the same blocks, partitions and order of
+// chunks as attention_decode_stream_kernel, in chunks of 8 positions per warp. The group's query
+// heads are the rows of mma's 16-row A (rows ≥ group, and 8–15, zero); lane l loads the 16-byte
+// pieces of its chunk's K and V rows at position c0 + l / 4, dimensions 32c + 8(l % 4) .. + 7, so
+// that its K words are B fragments as loaded when k-step 2c + h takes dimensions 32c + 8(l % 4) +
+// 4h + {0, 1} (k = 2(l % 4) + {0, 1}) and + {2, 3} (k + 8), q arranged to match; its V words
+// become B fragments of P·V through one movmatrix each (n-tile (c, j): dimensions 32c + 8u + 2j +
+// {0, 1}, u = 0..3; P in k 0..7, zero above), which leaves the lane 8 consecutive output
+// dimensions per c. q and the weights P enter as fp16 pairs hi + lo (~2⁻²² relative; both products
+// into one fp32 accumulator), so that scores and sums keep the fp32 kernel's precision.
+// Per chunk and warp 8 loads of 16 bytes, 16 movmatrix and 48 mma instead of ~1,300 instructions.
+// H100, llama3-8b b=64 at context ~150: 26.2 µs per call against the FMA form's 28.5 (BENCHMARKS.md,
+// session 39); ptxas issues V's loads after the first mma, so that a chunk waits for memory twice.
+template <int G>
+__global__ void __launch_bounds__(128, 4) attention_decode_mma_kernel(AttnArgs a) {
+  constexpr int W = 4, P = k_attn_decode_part_stream, C = 8;
+  __shared__ uint4 qf_s[k_dec_D / 16][32];  // per k-step and lane: q's (a0, a2) hi, then lo
+  __shared__ float m_s[W][G], l_s[W][G];
+  __shared__ float4 acc_s[W][G][k_dec_D / 4];
+  __shared__ PartitionPages<false, P + 1> pages_s;
+  const DecodePartition dp(a, P);
+  const AttnSeqDesc& sq = dp.sq;
+  if (sq.n_tokens < 1) return;
+  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe;
+  if (pb >= pe) return;
+  const int n = pe - pb;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
+  for (int i = threadIdx.x; i < (k_dec_D / 16) * 32; i += 128) {
+    const int st = i >> 5, l = i & 31, h = l >> 2, c = st >> 1, half = st & 1;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (h < group) v = __ldg(reinterpret_cast<const float4*>(a.q + (qrow + h) * k_dec_D + 32 * c + 8 * (l & 3) + 4 * half));
+    uint32_t hi0, lo0, hi2, lo2;
+    split_pair(v.x, v.y, hi0, lo0);
+    split_pair(v.z, v.w, hi2, lo2);
+    qf_s[st][l] = make_uint4(hi0, hi2, lo0, lo2);
   }
+  int at[G];
+  decode_store_at<G>(a, kvh, group, at);
+  const PartitionRows<false, P + 1> rows(pages_s, a, sq, kvh, pb, pe, 128);
+  __syncthreads();
+  float acc[4][4][2];  // [c][j][e]: dimension 32c + 8·tq + 2j + e of head g
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[c][j][0] = acc[c][j][1] = 0.0f;
+  float m = k_neg_inf, l = 0.0f;
+  const uint8_t* unused = nullptr;
+#pragma unroll 1
+  for (int c0 = warp * C; c0 < n; c0 += W * C) {
+    uint4 kr[4], vr[4];  // [c]: position c0 + g, dimensions 32c + 8·tq .. + 7
+    {
+      const bool in = c0 + g < n;
+      const uint4* kp = reinterpret_cast<const uint4*>(rows.row(0, in ? c0 + g : 0, unused, 0)) + tq;
+      const uint4* vp = reinterpret_cast<const uint4*>(rows.row(1, in ? c0 + g : 0, unused, 0)) + tq;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        kr[c] = in ? __ldg(kp + 4 * c) : make_uint4(0u, 0u, 0u, 0u);
+        vr[c] = in ? __ldg(vp + 4 * c) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    float s[4] = {};
+#pragma unroll
+    for (int st = 0; st < k_dec_D / 16; ++st) {
+      const uint4 qa = qf_s[st][lane];
+      const uint4 kw = kr[st >> 1];
+      const uint32_t b0 = st & 1 ? kw.z : kw.x, b1 = st & 1 ? kw.w : kw.y;
+      mma_16816(s, qa.x, 0u, qa.y, 0u, b0, b1);
+      mma_16816(s, qa.z, 0u, qa.w, 0u, b0, b1);
+    }
+    // Scores of head g at positions c0 + 2·tq + e (s[e]); the row's four lanes meet.
+    float mc = k_neg_inf;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s[e] = c0 + 2 * tq + e < n ? s[e] * a.scale : k_neg_inf;
+      mc = fmaxf(mc, s[e]);
+    }
+    mc = fmaxf(mc, __shfl_xor_sync(0xffffffffu, mc, 1));
+    mc = fmaxf(mc, __shfl_xor_sync(0xffffffffu, mc, 2));
+    const float m_new = fmaxf(m, mc);  // finite: position c0 is in the partition
+    const float corr = __expf(m - m_new);
+    m = m_new;
+    s[0] = __expf(s[0] - m_new), s[1] = __expf(s[1] - m_new);
+    l = l * corr + s[0] + s[1];
+    uint32_t ph, pl;  // P's A fragment: k = position − c0
+    split_pair(s[0], s[1], ph, pl);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t b0 = movmatrix_trans(word(vr[c], j));
+        float d[4] = {acc[c][j][0] * corr, acc[c][j][1] * corr, 0.0f, 0.0f};
+        mma_16816(d, ph, 0u, 0u, 0u, b0, 0u);
+        mma_16816(d, pl, 0u, 0u, 0u, b0, 0u);
+        acc[c][j][0] = d[0], acc[c][j][1] = d[1];
+      }
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (g < group) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      acc_s[warp][g][8 * c + 2 * tq] = make_float4(acc[c][0][0], acc[c][0][1], acc[c][1][0], acc[c][1][1]);
+      acc_s[warp][g][8 * c + 2 * tq + 1] = make_float4(acc[c][2][0], acc[c][2][1], acc[c][3][0], acc[c][3][1]);
+    }
+    if (tq == 0) m_s[warp][g] = m, l_s[warp][g] = l;
+  }
+  __syncthreads();
+  decode_block_store<W, G>(a, m_s, l_s, acc_s, group, qrow, part, at);
 }
 
 template <int G, int F>
 cudaError_t launch_attention_decode_stream(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
+  if constexpr (F == 1) {
+    if (a.mma) {
+      attention_decode_mma_kernel<G><<<grid, 128, 0, stream>>>(a);
+      return cudaGetLastError();
+    }
+  }
   attention_decode_stream_kernel<G, F><<<grid, 128, 0, stream>>>(a);
   return cudaGetLastError();
 }

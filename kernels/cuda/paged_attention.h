@@ -86,6 +86,9 @@ struct AttnArgs {
   const int32_t* stage_at = nullptr;
   int stage_rows = 0;
   bool cluster = false;  // attention_decode may split a direct partition over a cluster (sm_90)
+  // attention_decode runs streaming partitions (k_attn_decode_part_stream) of fp16 caches on
+  // tensor cores (mma.sync and movmatrix, sm_80+) instead of fp32 FMAs.
+  bool mma = false;
 };
 
 // Shared memory bytes one attention block needs for head_dim D.

@@ -1269,8 +1269,9 @@ TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
   // One query token per sequence, fp16/q8/q4 cache, head_dim 128: attention_decode (direct within
   // one partition of k_attn_decode_part positions, partials + combine beyond); f32 caches, groups
   // over 8 and prompts of several tokens stay on the tiled kernel. Again with the streaming
-  // kernel that large batches get (direct up to k_attn_decode_part_stream positions, partials
-  // beyond).
+  // kernels that large batches get (direct up to k_attn_decode_part_stream positions, partials
+  // beyond): for fp16 caches the tensor-core one, whose split-fp16 operands keep fp32-level
+  // precision (fp16 weights alone would be ~1.4e-4 here), and the FMA one it replaces.
   const std::vector<std::vector<AttnSeqSpec>> batches = {
       {{0, 1}}, {{255, 1}}, {{256, 1}, {49, 1}}, {{700, 1}, {0, 1}, {255, 1}, {4100, 1}}, {{50, 1}, {30, 0}, {129, 1}}};
   const std::vector<std::pair<int, int>> heads = {{32, 8}, {8, 8}, {28, 4}, {64, 8}, {16, 1}};
@@ -1289,8 +1290,16 @@ TEST_F(CudaBackendTest, AttentionDecodeKernelMatchesCpu) {
       for (int window : {0, 9, 200})
         for (const auto& batch : batches) {
           const int page_size = page_sizes[seed % 3];
-          attention_case(*stream, tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++);
+          attention_case(*stream, tp_, fmt, 128, NH, KVH, window, batch, page_size, seed++,
+                         fmt == KvFormat::fp16 ? 2e-5 : k_tol_f32);
         }
+  auto fma = backend_with({{"EXL_CUDA_ATTN_DECODE_PART", "512"}, {"EXL_CUDA_ATTN_DECODE_MMA", "0"}});
+  for (auto [NH, KVH] : heads)
+    for (int window : {0, 9, 200})
+      for (const auto& batch : batches) {
+        const int page_size = page_sizes[seed % 3];
+        attention_case(*fma, tp_, KvFormat::fp16, 128, NH, KVH, window, batch, page_size, seed++);
+      }
 }
 
 TEST_F(CudaBackendTest, AttentionFewPositionsPerSequenceMatchCpu) {
@@ -1695,8 +1704,9 @@ TEST(CudaLinearPlan, StageGatherMapIsTheStageMapSeenFromTheOutput) {
     EXPECT_EQ(from[e], n) << "feature " << n;
     ++named[e];
   }
-  for (size_t e = 0; e < from.size(); ++e)
+  for (size_t e = 0; e < from.size(); ++e) {
     if (!named[e]) EXPECT_EQ(from[e], -1) << "entry " << e;
+  }
   // The padding is the partial chunk's last 32 rows: 32 entries, in the last chunk's units.
   EXPECT_EQ(std::count(from.begin(), from.end(), -1), 32);
   EXPECT_EQ(std::count(from.begin(), from.begin() + 256, -1), 0);

@@ -3,7 +3,7 @@
 // (ucontext + _setjmp); __syncthreads, __syncwarp, shuffles, votes and mma.sync are barriers among
 // the live threads of the block or warp. fp16 arithmetic rounds once, to nearest even, as the
 // hardware's. Inline PTX arrives as calls of emu::asm_<opcode> (gen.py): lop3.b32, prefetch
-// (a no-op), atom.add.u32, ldmatrix.x4 (.trans) and mma.sync m16n8k16 f16→f32, the last with the fragment layouts of the
+// (a no-op), atom.add.u32, ldmatrix.x4 (.trans), movmatrix (.trans) and mma.sync m16n8k16 f16→f32, the last with the fragment layouts of the
 // PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type") and exact products summed
 // in double. Device memory is host memory; streams are one in-order queue run at once, stream
 // capture records launches and async copies for graph replay; events are no-ops; cuBLAS GEMMs are
@@ -514,6 +514,24 @@ inline void asm_ldmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_t& r0, uint32_t&
 inline void asm_ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(uint32_t& r0, uint32_t& r1, uint32_t& r2,
                                                                uint32_t& r3, unsigned addr) {
   ldmatrix_x4(r0, r1, r2, r3, addr, true);
+}
+
+// movmatrix.sync.aligned.m8n8.trans.b16 d, a: lane l holds row l / 4, columns 2(l % 4) and + 1 of
+// the warp's 8×8 matrix (low half first) and receives the same of its transpose.
+inline std::vector<uint32_t> movmatrix_in;
+inline void asm_movmatrix_sync_aligned_m8n8_trans_b16(uint32_t& d, uint32_t a) {
+  const unsigned t = cur->lin, w = t / 32, lane = t % 32;
+  if (warp_live[w] != 32) unsupported("movmatrix with fewer than 32 live threads in the warp");
+  if (movmatrix_in.size() < warp_live.size() * 32) movmatrix_in.resize(warp_live.size() * 32);
+  movmatrix_in[t] = a;
+  warp_sync();
+  const auto elem = [&](unsigned row, unsigned col) {  // of the source matrix
+    return (movmatrix_in[w * 32 + row * 4 + col / 2] >> (16 * (col % 2))) & 0xffffu;
+  };
+  const unsigned g = lane / 4, tg = lane % 4;
+  const uint32_t r = elem(2 * tg, g) | elem(2 * tg + 1, g) << 16;
+  warp_sync();  // every lane has read before any deposits again
+  d = r;
 }
 
 struct MmaIn {
