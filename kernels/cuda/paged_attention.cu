@@ -304,16 +304,21 @@ struct KvLane<3> {
 };
 
 // A decode block's (kv head, sequence, partition of P positions) — grid (kv heads, sequences,
-// partitions) — and the positions [pb, pe) of the partition its query sees (causal, window).
+// partitions) —, the positions [pb, pe) of the partition its query sees (causal, window) and the
+// query row of the group's first head (qrow; the group's rows follow it).
 struct DecodePartition {
   int kvh, part, group;
   AttnSeqDesc sq;
   int pb, pe;
+  int64_t qrow;
   __device__ DecodePartition(const AttnArgs& a, int P)
       : kvh(int(blockIdx.x)), part(int(blockIdx.z)), group(a.n_heads / a.layout.n_kv_heads), sq(a.seqs[blockIdx.y]) {
     const int pos = sq.pos_start, lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
     pb = max(part * P, lo), pe = min(part * P + P, pos + 1);
+    qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
   }
+  // Whether the block has nothing to do: no query token in its sequence, or no position to see.
+  __device__ bool idle() const { return sq.n_tokens < 1 || pb >= pe; }
 };
 
 // Where the K and V rows of positions [pb, pe) of kv head `kvh` lie: the block stages the base of
@@ -381,7 +386,7 @@ __global__ void __launch_bounds__(k_dec_threads) attention_decode_kernel(AttnArg
   if (CL == 1 && pb >= pe) return;
   const int n = max(0, pe - pb);  // a cluster's empty blocks still meet the others
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hw = threadIdx.x >> 4;
-  const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
+  const int64_t qrow = dp.qrow;
   static_assert(k_dec_G_max * k_dec_D / 4 <= k_dec_threads, "a float4 of q per thread");
   const int qi = threadIdx.x;  // q is stored after the K/V loads are issued, not before
   float4 qv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -644,13 +649,11 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
   __shared__ PartitionPages<kScaled, P + 1> pages_s;
   const KvDeviceLayout& L = a.layout;
   const DecodePartition dp(a, P);
+  if (dp.idle()) return;
   const AttnSeqDesc& sq = dp.sq;
-  if (sq.n_tokens < 1) return;
-  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe;
-  if (pb >= pe) return;
-  const int n = pe - pb;
+  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe, n = pe - pb;
+  const int64_t qrow = dp.qrow;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hf = lane >> 4;
-  const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
   for (int i = threadIdx.x; i < G * k_dec_D / 4; i += 128)
     q_s[i] = i < group * (k_dec_D / 4) ? __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + i)
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -810,13 +813,11 @@ __global__ void __launch_bounds__(128, 4) attention_decode_mma_kernel(AttnArgs a
   __shared__ float4 acc_s[W][G][k_dec_D / 4];
   __shared__ PartitionPages<false, P + 1> pages_s;
   const DecodePartition dp(a, P);
+  if (dp.idle()) return;
   const AttnSeqDesc& sq = dp.sq;
-  if (sq.n_tokens < 1) return;
-  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe;
-  if (pb >= pe) return;
-  const int n = pe - pb;
+  const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe, n = pe - pb;
+  const int64_t qrow = dp.qrow;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t qrow = int64_t(sq.token_begin) * a.n_heads + int64_t(kvh) * group;
   for (int i = threadIdx.x; i < (k_dec_D / 16) * 32; i += 128) {
     const int st = i >> 5, l = i & 31, h = l >> 2, c = st >> 1, half = st & 1;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
