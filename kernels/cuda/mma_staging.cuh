@@ -58,16 +58,18 @@ __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f
 // The half mma_stage_store stores for value v.
 __device__ __forceinline__ __half mma_stage_half(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
 
+// Half h of row r at stage-map entry `at` (Exl2MmaStaging::at[job][n]) of job `job` of a staged
+// input of `rows` rows and K inputs.
+__device__ __forceinline__ void mma_stage_store_at(uint16_t* staged, int rows, int K, int job, int r, int at, __half h) {
+  reinterpret_cast<__half*>(staged)[mma_staged_index(rows, K, job, r, at >> 5, at & 31)] = h;
+}
+
 // Value v of input feature n (< s.K) of row r, saturated to fp16, for every job of s.
 __device__ __forceinline__ void mma_stage_store(const Exl2MmaStaging& s, int r, int n, float v) {
   const __half h = mma_stage_half(v);
-  __half* const out = reinterpret_cast<__half*>(s.staged);
 #pragma unroll
   for (int j = 0; j < k_exl2_gemv_max_jobs; ++j)
-    if (j < s.n_jobs) {
-      const int at = s.at[j][n];
-      out[mma_staged_index(s.rows, s.K, j, r, at >> 5, at & 31)] = h;
-    }
+    if (j < s.n_jobs) mma_stage_store_at(s.staged, s.rows, s.K, j, r, s.at[j][n], h);
 }
 
 // Rows of up to this many inputs go through shared memory (mma_stage_row; 40 KiB of fp16).

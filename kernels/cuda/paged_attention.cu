@@ -14,8 +14,7 @@ namespace {
 // Stores v as token t's input feature at `at` (its AttnArgs::stage_at entry) of the set that reads
 // the output staged (AttnArgs::stage, one job of K = n_heads·D), as mma_stage_store does.
 __device__ __forceinline__ void store_staged_at(const AttnArgs& a, int64_t t, int at, int D, float v) {
-  reinterpret_cast<__half*>(a.stage)[mma_staged_index(a.stage_rows, a.n_heads * D, 0, int(t), at >> 5, at & 31)] =
-      mma_stage_half(v);
+  mma_stage_store_at(a.stage, a.stage_rows, a.n_heads * D, 0, int(t), at, mma_stage_half(v));
 }
 
 // Stores output element d of query row orow staged for the set that reads it (AttnArgs::stage).
