@@ -776,6 +776,12 @@ class CudaBackend final : public Backend {
     const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_MMA");
     return !(e && std::string(e) == "0");
   }();
+  // EXL_CUDA_ATTN_PDL=0 launches the streaming decode partitions after the previous kernel has
+  // finished instead of overlapped with it (for comparisons).
+  bool attn_overlapped_ = [] {
+    const char* e = std::getenv("EXL_CUDA_ATTN_PDL");
+    return !(e && std::string(e) == "0");
+  }();
   // EXL_CUDA_ATTN_MIN_PART sets the tiled kernel's smallest partition (for comparisons).
   int attn_min_part_ = [] {
     const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
@@ -936,6 +942,7 @@ void CudaBackend::attention(const KvPool& pool, int layer, const float* q, float
                                         (plan.part_size / cuda::k_attn_decode_cluster_part) <=
                                     2 * int64_t(ctx_.sm_count());
   a.mma = attn_decode_mma_;
+  a.overlapped = attn_overlapped_ && ctx_.overlapped_launches();
   note_handoff({}, hout);
   steps_.note(StepOp::attention, a.pool, layer, d_meta, st.meta_size, st.o_seqs, st.o_pages, st.o_works, st.o_pos,
               a.n_works, q, out, n_heads, scale, sliding_window, a.part_size, a.direct, a.max_parts, plan.n_tokens,

@@ -6,6 +6,7 @@
 #include "kernels/cuda/kv_access.cuh"
 #include "kernels/cuda/mma_ptx.cuh"
 #include "kernels/cuda/mma_staging.cuh"
+#include "kernels/cuda/overlapped_launch.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace exl::cuda {
@@ -653,12 +654,13 @@ __global__ void __launch_bounds__(128, G == 8 ? 4 : 5) attention_decode_stream_k
   const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe, n = pe - pb;
   const int64_t qrow = dp.qrow;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, l16 = lane & 15, hf = lane >> 4;
-  for (int i = threadIdx.x; i < G * k_dec_D / 4; i += 128)
-    q_s[i] = i < group * (k_dec_D / 4) ? __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + i)
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   int at[G];
   decode_store_at<G>(a, kvh, group, at);
   const PartitionRows<kScaled, P + 1> rows(pages_s, a, sq, kvh, pb, pe, 128);
+  wait_for_inputs();
+  for (int i = threadIdx.x; i < G * k_dec_D / 4; i += 128)
+    q_s[i] = i < group * (k_dec_D / 4) ? __ldg(reinterpret_cast<const float4*>(a.q + qrow * k_dec_D) + i)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncthreads();
   const int k_scale_at = kScaled ? 2 * (l16 * 8 / L.block) : 0, v_scale_at = kScaled ? 2 * (lane * 4 / L.block) : 0;
   float m[G], l[G], acc[G][4];
@@ -817,6 +819,10 @@ __global__ void __launch_bounds__(128, 4) attention_decode_mma_kernel(AttnArgs a
   const int kvh = dp.kvh, part = dp.part, group = dp.group, pb = dp.pb, pe = dp.pe, n = pe - pb;
   const int64_t qrow = dp.qrow;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  int at[G];
+  decode_store_at<G>(a, kvh, group, at);
+  const PartitionRows<false, P + 1> rows(pages_s, a, sq, kvh, pb, pe, 128);
+  wait_for_inputs();
   for (int i = threadIdx.x; i < (k_dec_D / 16) * 32; i += 128) {
     const int st = i >> 5, l = i & 31, h = l >> 2, c = st >> 1, half = st & 1;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -826,9 +832,6 @@ __global__ void __launch_bounds__(128, 4) attention_decode_mma_kernel(AttnArgs a
     split_pair(v.z, v.w, hi2, lo2);
     qf_s[st][l] = make_uint4(hi0, hi2, lo0, lo2);
   }
-  int at[G];
-  decode_store_at<G>(a, kvh, group, at);
-  const PartitionRows<false, P + 1> rows(pages_s, a, sq, kvh, pb, pe, 128);
   __syncthreads();
   float acc[4][4][2];  // [c][j][e]: dimension 32c + 8·tq + 2j + e of head g
 #pragma unroll
@@ -903,14 +906,14 @@ __global__ void __launch_bounds__(128, 4) attention_decode_mma_kernel(AttnArgs a
 template <int G, int F>
 cudaError_t launch_attention_decode_stream(const AttnArgs& a, int n_seqs, cudaStream_t stream) {
   const dim3 grid(unsigned(a.layout.n_kv_heads), unsigned(n_seqs), unsigned(a.max_parts));
-  if constexpr (F == 1) {
-    if (a.mma) {
-      attention_decode_mma_kernel<G><<<grid, 128, 0, stream>>>(a);
-      return cudaGetLastError();
-    }
-  }
-  attention_decode_stream_kernel<G, F><<<grid, 128, 0, stream>>>(a);
-  return cudaGetLastError();
+  const auto launch = [&](auto kernel) -> cudaError_t {
+    if (a.overlapped) return launch_overlapped(kernel, grid, dim3(128), 0, stream, a);
+    kernel<<<grid, 128, 0, stream>>>(a);
+    return cudaGetLastError();
+  };
+  if constexpr (F == 1)
+    if (a.mma) return launch(attention_decode_mma_kernel<G>);
+  return launch(attention_decode_stream_kernel<G, F>);
 }
 
 template <int G, int F, int P>

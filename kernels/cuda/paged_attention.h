@@ -89,6 +89,10 @@ struct AttnArgs {
   // attention_decode runs streaming partitions (k_attn_decode_part_stream) of fp16 caches on
   // tensor cores (mma.sync and movmatrix, sm_80+) instead of fp32 FMAs.
   bool mma = false;
+  // attention_decode launches its streaming partitions overlapped with the stream's previous kernel
+  // (overlapped_launch.cuh, sm_90+): a block looks up its sequence, pages and output maps (host
+  // staged or loaded with the weights) while that kernel finishes, then waits for q and the cache.
+  bool overlapped = false;
 };
 
 // Shared memory bytes one attention block needs for head_dim D.
