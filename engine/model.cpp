@@ -1,13 +1,13 @@
 #include "engine/model.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "engine/formats/linear_loader.h"
 #include "engine/mlp_order.h"
 #include "engine/rope.h"
 #include "engine/tp_model.h"
+#include "kernels/env_switch.h"
 #include "kernels/error.h"
 
 namespace exl {
@@ -28,10 +28,7 @@ Buffer upload_vector(Backend& be, const std::vector<float>& v) {
 // Whether MLPs load with gate/up in down_proj's order (mlp_order.h): yes unless EXL_MLP_DOWN_ORDER=0
 // (for comparisons; the results are the same bits either way).
 bool mlp_in_down_order() {
-  static const bool on = [] {
-    const char* e = std::getenv("EXL_MLP_DOWN_ORDER");
-    return !(e && std::string(e) == "0");
-  }();
+  static const bool on = !env_is("EXL_MLP_DOWN_ORDER", "0");
   return on;
 }
 

@@ -1,14 +1,14 @@
 #include "engine/generate/step_profile.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "kernels/env_switch.h"
 
 namespace exl {
 
 StepProfile::StepProfile() {
-  const char* e = std::getenv("EXL_GEN_PROFILE");
-  enabled_ = e && std::strcmp(e, "1") == 0;
+  enabled_ = env_is("EXL_GEN_PROFILE", "1");
 }
 
 StepProfile::~StepProfile() {

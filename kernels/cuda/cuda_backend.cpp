@@ -24,6 +24,7 @@
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/step_op.h"
+#include "kernels/env_switch.h"
 #include "kernels/int_math.h"
 
 namespace exl {
@@ -72,7 +73,7 @@ class CudaBackend final : public Backend {
       prof_.collect();
       std::cerr << prof_.report();
     }
-    if (const char* e = std::getenv("EXL_CUDA_GRAPH_STATS"); e && std::string(e) == "1") {
+    if (env_is("EXL_CUDA_GRAPH_STATS", "1")) {
       const auto& o = steps_.one_position();
       const auto& m = steps_.multi_position();
       std::cerr << "cuda: step graphs: one position per sequence: " << o.steps << " steps, " << o.launches
@@ -665,11 +666,7 @@ class CudaBackend final : public Backend {
   // EXL_CUDA_GRAPHS=0 issues decode steps op by op (for comparisons); profiling does too.
   // EXL_CUDA_GRAPH_MULTI_AFTER=N: a multi-position step's shape is captured when seen N times
   // before (default 1; -1: never), for comparisons.
-  cuda::StepGraphs steps_{!prof_.enabled() &&
-                              [] {
-                                const char* e = std::getenv("EXL_CUDA_GRAPHS");
-                                return !(e && std::string(e) == "0");
-                              }(),
+  cuda::StepGraphs steps_{!prof_.enabled() && !env_is("EXL_CUDA_GRAPHS", "0"),
                           [] {
                             const char* e = std::getenv("EXL_CUDA_GRAPH_MULTI_AFTER");
                             return e && *e ? std::atoi(e) : 1;
@@ -727,10 +724,7 @@ class CudaBackend final : public Backend {
   Buffer rope_freq_;
   // EXL_CUDA_STAGED_INPUTS=0: norms and the MLP's sums do not write the tensor-core kernel's input
   // (a staging kernel per set instead, for comparisons).
-  bool staged_inputs_ = [] {
-    const char* e = std::getenv("EXL_CUDA_STAGED_INPUTS");
-    return !(e && std::string(e) == "0");
-  }();
+  bool staged_inputs_ = !env_is("EXL_CUDA_STAGED_INPUTS", "0");
   // The most rows at which a layer's ops at tensor-core sizes hand on their staged inputs across
   // ops (attention → o, o → gate/up's norm, down → the next layer's norm, q/k/v sums → rope and
   // cache store); at more rows each op stages its own. 64 unless EXL_CUDA_LAYER_CHAINS says
@@ -743,45 +737,29 @@ class CudaBackend final : public Backend {
   }();
   bool chains(int64_t rows) const { return rows <= chain_rows_; }
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
-  bool prefill_attn_disabled_ = [] {
-    const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN");
-    return e && std::string(e) == "0";
-  }();
+  bool prefill_attn_disabled_ = env_is("EXL_CUDA_PREFILL_ATTN", "0");
   // EXL_CUDA_FLASH_ATTN=0 keeps long prompts on fp16 caches on the cuBLAS path (for comparisons).
-  bool flash_attn_ = [] {
-    const char* e = std::getenv("EXL_CUDA_FLASH_ATTN");
-    return !(e && std::string(e) == "0");
-  }();
+  bool flash_attn_ = !env_is("EXL_CUDA_FLASH_ATTN", "0");
   // EXL_CUDA_PREFILL_ATTN_MIN=N: the cuBLAS path from N tokens per sequence (for comparisons).
   int64_t prefill_attn_min_tokens_ = [] {
     const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN_MIN");
     return e && std::atoll(e) > 0 ? std::atoll(e) : cuda::k_prefill_attn_min_tokens;
   }();
   // EXL_CUDA_ATTN_DECODE=0 keeps decode steps on the tiled paged kernel (for comparisons).
-  bool attn_decode_disabled_ = [] {
-    const char* e = std::getenv("EXL_CUDA_ATTN_DECODE");
-    return e && std::string(e) == "0";
-  }();
+  bool attn_decode_disabled_ = env_is("EXL_CUDA_ATTN_DECODE", "0");
   // Thread block clusters for short decode contexts (paged_attention.h: k_attn_decode_cluster_part)
   // on sm_90 and later; EXL_CUDA_ATTN_CLUSTER=0 keeps one block per partition (for comparisons).
   bool attn_clusters_ = [this] {
-    const char* e = std::getenv("EXL_CUDA_ATTN_CLUSTER");
     int major = 0;
     EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx_.device()));
-    return major >= 9 && !(e && std::string(e) == "0");
+    return major >= 9 && !env_is("EXL_CUDA_ATTN_CLUSTER", "0");
   }();
   // EXL_CUDA_ATTN_DECODE_MMA=0 keeps the streaming decode partitions of fp16 caches on the FMA
   // kernel (for comparisons).
-  bool attn_decode_mma_ = [] {
-    const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_MMA");
-    return !(e && std::string(e) == "0");
-  }();
+  bool attn_decode_mma_ = !env_is("EXL_CUDA_ATTN_DECODE_MMA", "0");
   // EXL_CUDA_ATTN_PDL=0 launches the streaming decode partitions after the previous kernel has
   // finished instead of overlapped with it (for comparisons).
-  bool attn_overlapped_ = [] {
-    const char* e = std::getenv("EXL_CUDA_ATTN_PDL");
-    return !(e && std::string(e) == "0");
-  }();
+  bool attn_overlapped_ = !env_is("EXL_CUDA_ATTN_PDL", "0");
   // EXL_CUDA_ATTN_MIN_PART sets the tiled kernel's smallest partition (for comparisons).
   int attn_min_part_ = [] {
     const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/exl2_gemm.h"
+#include "kernels/env_switch.h"
 
 namespace exl::cuda {
 
@@ -22,12 +23,8 @@ CudaContext::CudaContext(int device) : device_(device) {
   smem_per_sm_ = size_t(smem);
   int major = 0;
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  const auto set_to = [](const char* name, const char* value) {
-    const char* v = std::getenv(name);
-    return v && std::strcmp(v, value) == 0;
-  };
-  overlapped_launches_ = major >= 9 && !set_to("EXL_CUDA_PDL", "0");
-  mma_form_ = {overlapped_launches_, !set_to("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
+  overlapped_launches_ = major >= 9 && !env_is("EXL_CUDA_PDL", "0");
+  mma_form_ = {overlapped_launches_, !env_is("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
   const char* stream_k = std::getenv("EXL_CUDA_MMA_STREAM_K");
   mma_form_.stream_k = stream_k ? std::max(0, std::atoi(stream_k)) : 1;
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

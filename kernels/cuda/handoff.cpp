@@ -3,10 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/env_switch.h"
 
 namespace exl::cuda {
 
@@ -19,8 +18,7 @@ uint32_t bit(Scratch s) { return 1u << (int(s) - int(Scratch::handoff_a)); }
 }  // namespace
 
 Handoff::Handoff(CudaContext& ctx) : ctx_(ctx) {
-  const char* e = std::getenv("EXL_CUDA_HANDOFF");
-  enabled_ = !(e && std::string(e) == "0");
+  enabled_ = !env_is("EXL_CUDA_HANDOFF", "0");
 }
 
 void Handoff::begin_step() {

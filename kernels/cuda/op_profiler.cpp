@@ -1,16 +1,15 @@
 #include "kernels/cuda/op_profiler.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/env_switch.h"
 
 namespace exl::cuda {
 
 OpProfiler::OpProfiler() {
-  const char* e = std::getenv("EXL_CUDA_PROFILE");
-  enabled_ = e && std::string(e) == "1";
+  enabled_ = env_is("EXL_CUDA_PROFILE", "1");
 }
 
 OpProfiler::~OpProfiler() {
