@@ -749,11 +749,7 @@ class CudaBackend final : public Backend {
   bool attn_decode_disabled_ = env_is("EXL_CUDA_ATTN_DECODE", "0");
   // Thread block clusters for short decode contexts (paged_attention.h: k_attn_decode_cluster_part)
   // on sm_90 and later; EXL_CUDA_ATTN_CLUSTER=0 keeps one block per partition (for comparisons).
-  bool attn_clusters_ = [this] {
-    int major = 0;
-    EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx_.device()));
-    return major >= 9 && !env_is("EXL_CUDA_ATTN_CLUSTER", "0");
-  }();
+  bool attn_clusters_ = ctx_.compute_major() >= 9 && !env_is("EXL_CUDA_ATTN_CLUSTER", "0");
   // EXL_CUDA_ATTN_DECODE_MMA=0 keeps the streaming decode partitions of fp16 caches on the FMA
   // kernel (for comparisons).
   bool attn_decode_mma_ = !env_is("EXL_CUDA_ATTN_DECODE_MMA", "0");

@@ -21,9 +21,8 @@ CudaContext::CudaContext(int device) : device_(device) {
   max_smem_optin_ = size_t(smem);
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   smem_per_sm_ = size_t(smem);
-  int major = 0;
-  EXL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  overlapped_launches_ = major >= 9 && !env_is("EXL_CUDA_PDL", "0");
+  EXL_CUDA_CHECK(cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device));
+  overlapped_launches_ = compute_major_ >= 9 && !env_is("EXL_CUDA_PDL", "0");
   mma_form_ = {overlapped_launches_, !env_is("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
   const char* stream_k = std::getenv("EXL_CUDA_MMA_STREAM_K");
   mma_form_.stream_k = stream_k ? std::max(0, std::atoi(stream_k)) : 1;

@@ -50,6 +50,8 @@ class CudaContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   int sm_count() const { return sm_count_; }
+  // The device's compute capability, major part (9 on the H100/H200).
+  int compute_major() const { return compute_major_; }
   size_t max_shared_per_block() const { return max_smem_optin_; }
   size_t shared_per_sm() const { return smem_per_sm_; }
   // Whether kernels written for it may be launched overlapped with the stream's previous kernel
@@ -132,6 +134,7 @@ class CudaContext {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   int sm_count_ = 1;
+  int compute_major_ = 0;
   size_t max_smem_optin_ = 48 * 1024;
   size_t smem_per_sm_ = 64 * 1024;
   bool overlapped_launches_ = false;

@@ -1705,7 +1705,9 @@ TEST(CudaLinearPlan, StageGatherMapIsTheStageMapSeenFromTheOutput) {
     ++named[e];
   }
   for (size_t e = 0; e < from.size(); ++e) {
-    if (!named[e]) EXPECT_EQ(from[e], -1) << "entry " << e;
+    if (!named[e]) {
+      EXPECT_EQ(from[e], -1) << "entry " << e;
+    }
   }
   // The padding is the partial chunk's last 32 rows: 32 entries, in the last chunk's units.
   EXPECT_EQ(std::count(from.begin(), from.end(), -1), 32);
