@@ -3,7 +3,6 @@
 #include "kernels/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -667,10 +666,8 @@ class CudaBackend final : public Backend {
   // EXL_CUDA_GRAPH_MULTI_AFTER=N: a multi-position step's shape is captured when seen N times
   // before (default 1; -1: never), for comparisons.
   cuda::StepGraphs steps_{!prof_.enabled() && !env_is("EXL_CUDA_GRAPHS", "0"),
-                          [] {
-                            const char* e = std::getenv("EXL_CUDA_GRAPH_MULTI_AFTER");
-                            return e && *e ? std::atoi(e) : 1;
-                          }()};
+                          env_is("EXL_CUDA_GRAPH_MULTI_AFTER", "") ? 1
+                                                                    : int(env_int("EXL_CUDA_GRAPH_MULTI_AFTER", 1))};
   AttnStepPlan attn_step_;
   cuda::Handoff handoff_{ctx_};
   // The q projections of attention_inputs that took attention_inputs_staged: an MLP op whose next
@@ -731,10 +728,7 @@ class CudaBackend final : public Backend {
   // otherwise (0: never): once the norms stage whole rows through shared memory the chains gained
   // 8% at b = 32–64 over stopping at 16 rows (H100, BENCHMARKS.md, session 37; before that they
   // lost 4–6% there, session 31).
-  int64_t chain_rows_ = [] {
-    const char* e = std::getenv("EXL_CUDA_LAYER_CHAINS");
-    return e ? std::max<int64_t>(0, std::atoll(e)) : int64_t(64);
-  }();
+  int64_t chain_rows_ = std::max<int64_t>(0, env_int("EXL_CUDA_LAYER_CHAINS", 64));
   bool chains(int64_t rows) const { return rows <= chain_rows_; }
   // EXL_CUDA_PREFILL_ATTN=0 keeps long prompts on the paged kernel (for comparisons).
   bool prefill_attn_disabled_ = env_is("EXL_CUDA_PREFILL_ATTN", "0");
@@ -742,8 +736,8 @@ class CudaBackend final : public Backend {
   bool flash_attn_ = !env_is("EXL_CUDA_FLASH_ATTN", "0");
   // EXL_CUDA_PREFILL_ATTN_MIN=N: the cuBLAS path from N tokens per sequence (for comparisons).
   int64_t prefill_attn_min_tokens_ = [] {
-    const char* e = std::getenv("EXL_CUDA_PREFILL_ATTN_MIN");
-    return e && std::atoll(e) > 0 ? std::atoll(e) : cuda::k_prefill_attn_min_tokens;
+    const int64_t v = env_int("EXL_CUDA_PREFILL_ATTN_MIN", 0);
+    return v > 0 ? v : cuda::k_prefill_attn_min_tokens;
   }();
   // EXL_CUDA_ATTN_DECODE=0 keeps decode steps on the tiled paged kernel (for comparisons).
   bool attn_decode_disabled_ = env_is("EXL_CUDA_ATTN_DECODE", "0");
@@ -758,13 +752,12 @@ class CudaBackend final : public Backend {
   bool attn_overlapped_ = !env_is("EXL_CUDA_ATTN_PDL", "0");
   // EXL_CUDA_ATTN_MIN_PART sets the tiled kernel's smallest partition (for comparisons).
   int attn_min_part_ = [] {
-    const char* e = std::getenv("EXL_CUDA_ATTN_MIN_PART");
-    return e && std::atoi(e) > 0 ? std::atoi(e) : cuda::k_attn_min_part;
+    const int v = int(env_int("EXL_CUDA_ATTN_MIN_PART", 0));
+    return v > 0 ? v : cuda::k_attn_min_part;
   }();
   // EXL_CUDA_ATTN_DECODE_PART=128/256/512 fixes the decode partition size (for comparisons); 0: the plan's.
   int attn_decode_part_ = [] {
-    const char* e = std::getenv("EXL_CUDA_ATTN_DECODE_PART");
-    const int v = e ? std::atoi(e) : 0;
+    const int v = int(env_int("EXL_CUDA_ATTN_DECODE_PART", 0));
     return cuda::attention_decode_part(v) ? v : 0;
   }();
   std::string name_;

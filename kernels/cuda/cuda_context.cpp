@@ -1,7 +1,6 @@
 #include "kernels/cuda/cuda_context.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
@@ -24,8 +23,7 @@ CudaContext::CudaContext(int device) : device_(device) {
   EXL_CUDA_CHECK(cudaDeviceGetAttribute(&compute_major_, cudaDevAttrComputeCapabilityMajor, device));
   overlapped_launches_ = compute_major_ >= 9 && !env_is("EXL_CUDA_PDL", "0");
   mma_form_ = {overlapped_launches_, !env_is("EXL_CUDA_WGMMA", "0") && exl2_wgmma_available(device)};
-  const char* stream_k = std::getenv("EXL_CUDA_MMA_STREAM_K");
-  mma_form_.stream_k = stream_k ? std::max(0, std::atoi(stream_k)) : 1;
+  mma_form_.stream_k = std::max(0, int(env_int("EXL_CUDA_MMA_STREAM_K", 1)));
   EXL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   EXL_CUBLAS_CHECK(cublasCreate(&cublas_));
   EXL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));

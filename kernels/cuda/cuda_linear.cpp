@@ -1,7 +1,6 @@
 #include "kernels/cuda/cuda_linear.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -12,6 +11,7 @@
 #include "kernels/cuda/exl2_gemm.h"
 #include "kernels/cuda/gptq_gemm.h"
 #include "kernels/cuda/norm_rope_act.h"
+#include "kernels/env_switch.h"
 #include "kernels/int_math.h"
 
 namespace exl::cuda {
@@ -687,10 +687,7 @@ namespace {
 
 // EXL_CUDA_MMA: unset = the measured range, 1 = every row count the kernel takes, 0 = never.
 int exl2_mma_mode() {
-  static const int mode = [] {
-    const char* e = std::getenv("EXL_CUDA_MMA");
-    return e ? std::atoi(e) : -1;
-  }();
+  static const int mode = int(env_int("EXL_CUDA_MMA", -1));
   return mode;
 }
 
@@ -700,8 +697,7 @@ bool exl2_mma_enabled() { return exl2_mma_mode() != 0; }
 
 int64_t exl2_mma_min_rows(int64_t weights) {
   static const int64_t n = [] {
-    const char* e = std::getenv("EXL_CUDA_MMA_MIN_ROWS");
-    const int64_t v = e ? std::atoll(e) : 0;
+    const int64_t v = env_int("EXL_CUDA_MMA_MIN_ROWS", 0);
     return v >= k_exl2_mma_min_rows && v <= 16 ? v : 0;
   }();
   if (n > 0) return n;
@@ -710,8 +706,7 @@ int64_t exl2_mma_min_rows(int64_t weights) {
 
 int64_t exl2_mma_max_rows(int64_t weights) {
   static const int64_t n = [] {
-    const char* e = std::getenv("EXL_CUDA_MMA_MAX_ROWS");
-    const int64_t v = e ? std::atoll(e) : 0;
+    const int64_t v = env_int("EXL_CUDA_MMA_MAX_ROWS", 0);
     return v >= 16 && v <= 4096 ? v : 0;
   }();
   if (n > 0) return n;
@@ -721,8 +716,7 @@ int64_t exl2_mma_max_rows(int64_t weights) {
 
 int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows, int wrows) {
   static const int n = [] {
-    const char* e = std::getenv("EXL_CUDA_MMA_BLOCKS_PER_SM");
-    const int v = e ? std::atoi(e) : 0;
+    const int v = int(env_int("EXL_CUDA_MMA_BLOCKS_PER_SM", 0));
     return v > 0 && v <= 64 ? v : 0;
   }();
   return (n > 0 ? n : exl2_mma_resident_blocks(int(rows), wrows, ctx.mma_form(), ctx.shared_per_sm())) *
@@ -731,8 +725,7 @@ int exl2_mma_target_blocks(const CudaContext& ctx, int64_t rows, int wrows) {
 
 void gemv_walk_only_from_env() {
   static const bool once = [] {
-    const char* e = std::getenv("EXL_CUDA_GEMV_WALK");
-    exl2_gemv_walk_only(e && std::atoi(e) == 1);
+    exl2_gemv_walk_only(env_int("EXL_CUDA_GEMV_WALK", 0) == 1);
     return true;
   }();
   (void)once;
@@ -741,8 +734,7 @@ void gemv_walk_only_from_env() {
 int gemv_blocks_per_sm(int64_t rows) {
   gemv_walk_only_from_env();
   static const int n = [] {
-    const char* e = std::getenv("EXL_CUDA_GEMV_BLOCKS_PER_SM");
-    const int v = e ? std::atoi(e) : 0;
+    const int v = int(env_int("EXL_CUDA_GEMV_BLOCKS_PER_SM", 0));
     return v > 0 && v <= 64 ? v : 0;
   }();
   return n > 0 ? n : rows <= 2 ? 8 : 4;
